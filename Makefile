@@ -1,0 +1,55 @@
+# slurm-synergy: the user's entry points. Every target sets itself up first, so
+# `make demo` and `make test` work on a fresh Debian machine.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+SYNERGY := $(VENV)/bin/synergy
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# The local cluster: Slurm's daemons and client, MariaDB for accounting, munge for auth.
+APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
+                slurm-wlm-mysql-plugin procps util-linux
+CSV ?= jobs_csv/example.csv
+ARGS ?=
+
+.PHONY: setup apt-packages cluster cluster-stop cluster-status demo submit test bench
+
+setup: apt-packages $(VENV)/.installed
+
+# Idempotent and quick: installs only what dpkg says is missing.
+apt-packages:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	  done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	@python3 -m venv --help >/dev/null 2>&1 || { \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv; }
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+cluster: setup
+	$(SYNERGY) cluster up
+
+cluster-stop: setup
+	$(SYNERGY) cluster down
+
+cluster-status: setup
+	$(SYNERGY) cluster status
+
+demo: setup
+	$(SYNERGY) demo
+
+submit: setup
+	$(SYNERGY) submit $(CSV) $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) bench/bench_submit.py

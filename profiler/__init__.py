@@ -1,0 +1,1 @@
+"""Training workloads and (from the profiler issue on) the profiler that drives them."""

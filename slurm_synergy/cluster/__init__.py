@@ -1,0 +1,1 @@
+"""The local "Slurm in a box" cluster: configuration, daemons, health."""

@@ -1,0 +1,342 @@
+"""The embedded default: a one-node Slurm cluster with accounting, started by hand.
+
+`up` renders etc/*.j2 into the state folder and starts munge, MariaDB, slurmdbd,
+slurmctld and slurmd in that order, each only if it is not already healthy, so it is
+idempotent and restarts whatever died. A daemon that will not start gets the tail of
+its log in the error.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jinja2
+
+from .. import paths
+from ..errors import SynergyError
+from ..fileio import atomic_write_text, locked
+from ..slurm import Slurm
+from . import node as nodemod
+
+CLUSTER_NAME = "synergy"
+PARTITION = "gpu"
+PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
+START_TIMEOUT_S = 60
+MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+
+
+@dataclass(frozen=True)
+class Daemon:
+    name: str
+    pidfile: Path
+    log: Path
+
+
+class LocalCluster:
+    def __init__(self, state: Path | None = None):
+        self.state = state or paths.state_dir()
+        self.etc = self.state / "etc"
+        self.conf = self.etc / "slurm.conf"
+        self.slurm = Slurm(self.conf)
+        run, log = self.state / "run", self.state / "log"
+        self.daemons = {
+            "munged": Daemon("munged", run / "munged.pid", Path("/var/log/munge/munged.log")),
+            "mariadbd": Daemon("mariadbd", run / "mariadb.pid", log / "mariadb.log"),
+            "slurmdbd": Daemon("slurmdbd", run / "slurmdbd.pid", log / "slurmdbd.log"),
+            "slurmctld": Daemon("slurmctld", run / "slurmctld.pid", log / "slurmctld.log"),
+            "slurmd": Daemon("slurmd", run / "slurmd.pid", log / "slurmd.log"),
+        }
+
+    # --- configuration -----------------------------------------------------------
+    def render(self) -> tuple[nodemod.NodeSpec, str, bool]:
+        """Write the config files; returns (node, cgroup mode, whether anything changed)."""
+        node = nodemod.detect(self.state)
+        mode = nodemod.cgroup_mode()
+        for sub in ("etc", "run", "log", "spool/ctld", "spool/d", "dev"):
+            (self.state / sub).mkdir(parents=True, exist_ok=True)
+        if not node.gpus_real:
+            for dev in node.gpu_files:
+                make_fake_gpu(Path(dev))
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.ETC)),
+                                 undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                 trim_blocks=True, lstrip_blocks=True)
+        context = {
+            "cluster_name": CLUSTER_NAME, "partition": PARTITION, "ports": PORTS,
+            "state": str(self.state), "node": node, "cgroup_mode": mode,
+            "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
+            "prolog": str(paths.ETC / "prolog.sh"), "epilog": str(paths.ETC / "epilog.sh"),
+        }
+        changed = False
+        for name, mode_bits in (("slurm.conf", 0o644), ("gres.conf", 0o644),
+                                ("cgroup.conf", 0o644), ("slurmdbd.conf", 0o600)):
+            text = env.get_template(name + ".j2").render(context)
+            target = self.etc / name
+            if not target.exists() or target.read_text() != text:
+                atomic_write_text(target, text, mode_bits)
+                changed = True
+        # slurmctld looks for job_submit.lua beside slurm.conf; a link keeps it the project's.
+        lua = self.etc / "job_submit.lua"
+        if not lua.is_symlink() or lua.resolve() != paths.ETC / "job_submit.lua":
+            lua.unlink(missing_ok=True)
+            lua.symlink_to(paths.ETC / "job_submit.lua")
+        atomic_write_text(self.state / "mode", mode + "\n")
+        return node, mode, changed
+
+    def _db_password(self) -> str:
+        secret = self.etc / "dbpass"
+        if not secret.exists():
+            atomic_write_text(secret, secrets.token_hex(16), 0o600)
+        return secret.read_text().strip()
+
+    # --- lifecycle ---------------------------------------------------------------
+    def up(self, log: Callable[[str], None] = print) -> None:
+        _require_binaries()
+        with locked(self.state / ".lock"):
+            node, mode, changed = self.render()
+            if changed and (self._alive("slurmctld") or self._alive("slurmd")):
+                log("configuration changed: restarting slurmctld and slurmd")
+                self._stop("slurmd")
+                self._stop("slurmctld")
+            self._ensure("munged", self._munge_ok, self._start_munge, log)
+            self._ensure("mariadbd", self._mariadb_ok, self._start_mariadb, log)
+            self._ensure("slurmdbd", self._slurmdbd_ok, self._start_slurmdbd, log)
+            self._register_cluster()
+            self._ensure("slurmctld", self.slurm.ping, self._start_slurm("slurmctld"), log)
+            self._ensure("slurmd", self._node_ok, self._start_slurm("slurmd"), log)
+            gpus = f"{node.gpus} {'real' if node.gpus_real else 'file-backed'} GPUs"
+            log(f"cluster up: node {node.hostname}, {node.cpus} CPUs, {node.memory_mb} MB, "
+                f"{gpus}, cgroup enforcement: {describe_mode(mode)}")
+            log(f"SLURM_CONF={self.conf}")
+
+    def down(self, log: Callable[[str], None] = print) -> None:
+        with locked(self.state / ".lock"):
+            for name in ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"):
+                if self._stop(name):
+                    log(f"stopped {name}")
+
+    def status(self) -> tuple[bool, list[str]]:
+        lines, healthy = [], True
+        checks = {"munged": self._munge_ok, "mariadbd": self._mariadb_ok,
+                  "slurmdbd": self._slurmdbd_ok, "slurmctld": self.slurm.ping,
+                  "slurmd": self._node_ok}
+        for name, check in checks.items():
+            ok = self.conf.exists() and check()
+            healthy &= ok
+            pid = self._pid(name)
+            lines.append(f"{name:<10} {'up' if ok else 'DOWN':<5} pid {pid or '-'}")
+        mode_file = self.state / "mode"
+        mode = mode_file.read_text().strip() if mode_file.exists() else "unknown"
+        lines.append(f"cgroup enforcement: {describe_mode(mode)}")
+        if healthy:
+            for n in self.slurm.nodes():
+                lines.append(f"node {n.name}: {n.state}, {n.cpus} CPUs, {n.memory_mb} MB, "
+                             f"gres {n.gres}")
+        lines.append(f"SLURM_CONF={self.conf}")
+        return healthy, lines
+
+    # --- health checks -----------------------------------------------------------
+    def _munge_ok(self) -> bool:
+        if not MUNGE_SOCKET.exists():
+            return False
+        cred = subprocess.run(["munge", "-n"], capture_output=True)
+        if cred.returncode != 0:
+            return False
+        return subprocess.run(["unmunge"], input=cred.stdout, capture_output=True).returncode == 0
+
+    def _mariadb_ok(self) -> bool:
+        return subprocess.run(["mariadb-admin", "--no-defaults", f"--socket={self._db_socket}",
+                               "ping"], capture_output=True).returncode == 0
+
+    def _slurmdbd_ok(self) -> bool:
+        if not self._alive("slurmdbd"):
+            return False
+        try:
+            self.slurm.run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster"], timeout=15)
+            return True
+        except SynergyError:
+            return False
+
+    def _node_ok(self) -> bool:
+        if not self._alive("slurmd"):
+            return False
+        try:
+            states = [n.state for n in self.slurm.nodes()]
+        except SynergyError:
+            return False
+        bad = ("down", "drain", "fail", "unknown", "not_responding")
+        return bool(states) and not any(s.rstrip("*~#").startswith(bad) for s in states)
+
+    @property
+    def _db_socket(self) -> Path:
+        return self.state / "run" / "mysqld.sock"
+
+    # --- starting ----------------------------------------------------------------
+    def _ensure(self, name: str, healthy: Callable[[], bool], start: Callable[[], None],
+                log: Callable[[str], None]) -> None:
+        if healthy():
+            return
+        if self._alive(name):
+            # Running but not answering: a stuck daemon is restarted, not waited on forever.
+            self._stop(name)
+        log(f"starting {name}")
+        start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if healthy():
+                return
+            if name == "slurmd" and self._alive("slurmd"):
+                self._resume_node()
+            time.sleep(0.5)
+        raise SynergyError(f"{name} did not come up within {START_TIMEOUT_S}s; "
+                           f"last lines of {self.daemons[name].log}:\n{tail(self.daemons[name].log)}")
+
+    def _start_munge(self) -> None:
+        run = Path("/run/munge")
+        run.mkdir(parents=True, exist_ok=True)
+        shutil.chown(run, "munge", "munge")
+        if not Path("/etc/munge/munge.key").exists():
+            _checked(["runuser", "-u", "munge", "--", "mungekey", "--create"], "mungekey")
+        _checked(["runuser", "-u", "munge", "--", "munged"], "munged")
+        out = subprocess.run(["pgrep", "-n", "-x", "munged"], capture_output=True, text=True)
+        if out.stdout.strip():
+            atomic_write_text(self.daemons["munged"].pidfile, out.stdout)
+
+    def _start_mariadb(self) -> None:
+        datadir = self.state / "mysql"
+        mlog = self.daemons["mariadbd"].log
+        if not (datadir / "mysql").exists():
+            _checked(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
+                      "--auth-root-authentication-method=socket", "--skip-test-db"],
+                     "mariadb-install-db")
+        with open(mlog, "a") as out:
+            subprocess.Popen(
+                ["mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root",
+                 f"--socket={self._db_socket}", f"--port={PORTS['mariadb']}",
+                 "--bind-address=127.0.0.1", f"--pid-file={self.daemons['mariadbd'].pidfile}",
+                 f"--log-error={mlog}", "--skip-name-resolve",
+                 "--innodb-buffer-pool-size=256M", "--innodb-lock-wait-timeout=900"],
+                stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._mariadb_ok():
+            if time.monotonic() > deadline:
+                return  # _ensure reports the failure with the log's tail
+            time.sleep(0.5)
+        pw = self._db_password()
+        sql = "".join(
+            f"CREATE USER IF NOT EXISTS 'slurm'@'{host}' IDENTIFIED BY '{pw}';"
+            f"ALTER USER 'slurm'@'{host}' IDENTIFIED BY '{pw}';"
+            f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{host}';"
+            for host in ("127.0.0.1", "localhost"))
+        _checked(["mariadb", "--no-defaults", f"--socket={self._db_socket}", "-u", "root",
+                  "-e", sql], "mariadb (creating the slurm user)")
+
+    def _start_slurmdbd(self) -> None:
+        env = dict(os.environ, SLURM_CONF=str(self.conf))
+        _checked(["slurmdbd"], "slurmdbd", env=env)
+
+    def _start_slurm(self, name: str) -> Callable[[], None]:
+        def start() -> None:
+            _checked([name, "-f", str(self.conf)], name,
+                     env=dict(os.environ, SLURM_CONF=str(self.conf)))
+        return start
+
+    def _register_cluster(self) -> None:
+        out = self.slurm.run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster",
+                              "format=cluster"])
+        if CLUSTER_NAME not in out.split():
+            self.slurm.run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME])
+
+    def _resume_node(self) -> None:
+        """A node left down or drained by an earlier run is put back in service."""
+        try:
+            for n in self.slurm.nodes():
+                if n.state.rstrip("*~#").startswith(("down", "drain")):
+                    self.slurm.run(["scontrol", "update", f"nodename={n.name}", "state=resume"])
+        except SynergyError:
+            pass  # slurmctld not answering yet; the caller's loop tries again
+
+    # --- processes -----------------------------------------------------------------
+    def _pid(self, name: str) -> int | None:
+        try:
+            pid = int(self.daemons[name].pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return None
+        # comm is truncated to 15 characters; Debian's binaries are e.g. slurmctld-wlm.
+        return pid if comm.startswith(name[:15]) else None
+
+    def _alive(self, name: str) -> bool:
+        return self._pid(name) is not None
+
+    def _stop(self, name: str) -> bool:
+        pid = self._pid(name)
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+        self.daemons[name].pidfile.unlink(missing_ok=True)
+        return True
+
+
+def make_fake_gpu(path: Path) -> None:
+    """A GPU without hardware, as Slurm's gres/gpu will take it.
+
+    Slurm refuses a plain file for gres File=, so this is a character device with
+    /dev/null's numbers: inert if anything opens it, and its name's index is what
+    Slurm puts in CUDA_VISIBLE_DEVICES.
+    """
+    null = os.stat("/dev/null").st_rdev
+    try:
+        if stat.S_ISCHR(path.lstat().st_mode) and path.lstat().st_rdev == null:
+            return
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o644, null)
+    except PermissionError as exc:
+        raise SynergyError(f"cannot create the file-backed GPU {path}: {exc.strerror}; "
+                           "the local cluster needs root (mknod)") from exc
+
+
+def describe_mode(mode: str) -> str:
+    return {"v1": "cgroup v1 (cores and memory confined)",
+            "none": "none (no writable cgroup v1 hierarchy; jobs are not confined)"}.get(mode, mode)
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(cannot read {path}: {exc.strerror})"
+
+
+def _checked(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SynergyError(f"{what} failed (exit {proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+
+
+def _require_binaries() -> None:
+    missing = [b for b in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch")
+               if shutil.which(b) is None]
+    if missing:
+        raise SynergyError(f"missing programs: {', '.join(missing)}; run `make setup` first")

@@ -1,0 +1,39 @@
+"""Where things live: the project tree, the local cluster's state, the user's data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = ROOT / "templates"
+ETC = ROOT / "etc"
+JOBS_CSV = ROOT / "jobs_csv"
+TRAIN_SCRIPT = ROOT / "profiler" / "train.py"
+
+
+def state_dir() -> Path:
+    """The local cluster's state folder (rendered config, spool, logs, database)."""
+    return Path(os.environ.get("SYNERGY_STATE", ROOT / "state")).resolve()
+
+
+def home_dir() -> Path:
+    """Per-user data that outlives a cluster: the submission ledger (later profiles)."""
+    default = Path.home() / ".slurm-synergy"
+    return Path(os.environ.get("SYNERGY_HOME", default)).resolve()
+
+
+def local_slurm_conf() -> Path:
+    return state_dir() / "etc" / "slurm.conf"
+
+
+def slurm_conf() -> Path | None:
+    """The slurm.conf every command uses.
+
+    SLURM_CONF wins, so the same code drives a site cluster; otherwise the local
+    cluster's config when it has been rendered; otherwise Slurm's own default.
+    """
+    if os.environ.get("SLURM_CONF"):
+        return Path(os.environ["SLURM_CONF"])
+    local = local_slurm_conf()
+    return local if local.exists() else None

@@ -1,0 +1,133 @@
+"""The one way slurm-synergy talks to Slurm: its own commands, parsed.
+
+pyslurm is bound to one Slurm major.minor, so this speaks the stable command-line
+interfaces (`sbatch --parsable`, `sacct --parsable2`, `scontrol`, `sinfo`) instead.
+Every call honours SLURM_CONF (see paths.slurm_conf).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from . import paths
+from .errors import SlurmError
+
+SEP = "\x1f"
+
+# sacct fields of the jobs table; order is the column order.
+SACCT_FIELDS = (
+    "JobID", "JobName", "State", "ExitCode", "Elapsed", "AllocCPUS", "ReqMem",
+    "AllocTRES", "Comment", "Submit", "Start", "End",
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    state: str
+    cpus: int
+    memory_mb: int
+    gres: str
+
+
+class Slurm:
+    def __init__(self, conf: Path | None = None):
+        self.conf = conf if conf is not None else paths.slurm_conf()
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.conf is not None:
+            env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    def run(self, args: Sequence[str], timeout: float = 60) -> str:
+        exe = shutil.which(args[0])
+        if exe is None:
+            raise SlurmError(f"{args[0]} not found on PATH: install the Slurm client (make setup)")
+        try:
+            proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True,
+                                  env=self.env(), timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{args[0]} did not answer within {timeout:.0f}s "
+                             f"(SLURM_CONF={self.conf or 'default'})") from exc
+        if proc.returncode != 0:
+            raise SlurmError(self._explain(args, proc.stderr or proc.stdout))
+        return proc.stdout
+
+    def _explain(self, args: Sequence[str], err: str) -> str:
+        err = err.strip().splitlines()[-1] if err.strip() else "no message"
+        where = f"SLURM_CONF={self.conf}" if self.conf else "Slurm's default config"
+        hint = ""
+        if "Unable to contact slurm controller" in err or "Connection refused" in err:
+            hint = "; is the cluster up? (make cluster, or point SLURM_CONF at your site's slurm.conf)"
+        return f"{args[0]} failed ({where}): {err}{hint}"
+
+    # --- submission ---------------------------------------------------------
+    def sbatch(self, script: Path, options: Iterable[str] = ()) -> str:
+        """Submit a batch script; returns the job id."""
+        out = self.run(["sbatch", "--parsable", *options, str(script)])
+        # --parsable prints "jobid" or "jobid;cluster".
+        return out.strip().split(";")[0]
+
+    def release(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self.run(["scontrol", "release", ",".join(job_ids)])
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self.run(["scancel", *job_ids])
+
+    # --- queries -------------------------------------------------------------
+    def ping(self) -> bool:
+        try:
+            return "UP" in self.run(["scontrol", "ping"], timeout=15)
+        except SlurmError:
+            return False
+
+    def config(self) -> dict[str, str]:
+        """`scontrol show config` as a dict."""
+        conf: dict[str, str] = {}
+        for line in self.run(["scontrol", "show", "config"]).splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                conf[key.strip()] = value.strip()
+        return conf
+
+    def nodes(self) -> list[Node]:
+        out = self.run(["sinfo", "--Node", "--noheader", "--format=%N|%T|%c|%m|%G"])
+        nodes = {}
+        for line in out.splitlines():
+            name, state, cpus, mem, gres = line.split("|")
+            nodes[name] = Node(name, state, int(cpus), int(mem), gres)
+        return list(nodes.values())
+
+    def active_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """State of each job still known to slurmctld (pending, running, ...)."""
+        if not job_ids:
+            return {}
+        out = self.run(["squeue", "--noheader", "--array", "--states=all",
+                        "--format=%i|%T", "--jobs=" + ",".join(job_ids)])
+        return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+    def sacct(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
+              allocations_only: bool = True) -> list[dict[str, str]]:
+        """Accounting records, one dict per job (per step unless allocations_only)."""
+        if not job_ids:
+            return []
+        # A unit separator, not "|": job names and comments may hold any printable text.
+        args = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
+                "--format=" + ",".join(fields),
+                "--jobs=" + ",".join(job_ids)]
+        if allocations_only:
+            args.append("--allocations")
+        rows = []
+        for line in self.run(args).splitlines():
+            values = line.split(SEP)
+            if len(values) == len(fields):
+                rows.append(dict(zip(fields, values)))
+        return rows

@@ -1,0 +1,79 @@
+"""Finished and running jobs, read back from sacct: waiting for them and a plain table."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from tqdm import tqdm
+
+from .errors import SynergyError
+from .slurm import Slurm
+
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+                "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    name: str
+    state: str
+    exit_code: str
+    elapsed: str
+    cpus: int
+    mem: str
+    gpus: int
+    comment: str
+
+    @property
+    def final(self) -> bool:
+        return self.state.startswith(FINAL_STATES)
+
+
+def _tres(alloc: str, key: str) -> str:
+    match = re.search(rf"(?:^|,){re.escape(key)}=([^,]+)", alloc)
+    return match.group(1) if match else ""
+
+
+def records(slurm: Slurm, job_ids: Sequence[str]) -> list[JobRecord]:
+    out = []
+    for row in slurm.sacct(job_ids):
+        out.append(JobRecord(
+            job_id=row["JobID"], name=row["JobName"], state=row["State"],
+            exit_code=row["ExitCode"], elapsed=row["Elapsed"],
+            cpus=int(row["AllocCPUS"] or 0),
+            mem=_tres(row["AllocTRES"], "mem") or row["ReqMem"],
+            gpus=int(_tres(row["AllocTRES"], "gres/gpu") or 0),
+            comment=row["Comment"]))
+    return out
+
+
+def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
+         poll_s: float = 2.0) -> list[JobRecord]:
+    """Block until accounting has every job in a final state; a progress bar meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    wanted = len(job_ids)
+    with tqdm(total=wanted, desc="jobs finished", unit="job", disable=None) as bar:
+        while True:
+            recs = records(slurm, job_ids)
+            done = sum(r.final for r in recs)
+            bar.update(done - bar.n)
+            if len(recs) >= wanted and done == len(recs):
+                return recs
+            if time.monotonic() > deadline:
+                pending = ", ".join(f"{r.job_id}={r.state}" for r in recs if not r.final)
+                raise SynergyError(f"jobs still not finished after {timeout_s:.0f}s: "
+                                   f"{pending or 'not yet in accounting'}")
+            time.sleep(poll_s)
+
+
+def table(recs: Sequence[JobRecord]) -> str:
+    head = ("JobID", "Name", "State", "Elapsed", "CPUs", "Memory", "GPUs")
+    rows = [(r.job_id, r.name, r.state, r.elapsed, str(r.cpus), r.mem, str(r.gpus)) for r in recs]
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+                     + [fmt.format(*r) for r in rows])

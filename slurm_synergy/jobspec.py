@@ -1,0 +1,113 @@
+"""The job spec: one validated CSV row, the record every later stage works from."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+# The built-in trainer's models (profiler/models.py MODELS; a unit test keeps the two equal).
+# Listed here so that validating a CSV does not import torch.
+BUILTIN_ARCHS = ("resnet", "mobilenet", "alexnet")
+BUILTIN_SCRIPT = "builtin:train"
+SYNTHETIC_DATASET = "synthetic"
+LOADERS = ("pytorch", "dali")
+COMMENT_PREFIX = "synergy:fp="
+
+
+@dataclass(frozen=True)
+class RowRef:
+    """Where a spec came from: the CSV file and the row (1 = first data row) and line."""
+
+    file: str
+    row: int
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file} row {self.row} (line {self.line})"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    script: str                 # BUILTIN_SCRIPT or an absolute path
+    arch: str
+    depth: int | None
+    batch: int
+    workers: int
+    dataset: str                # SYNTHETIC_DATASET or an absolute path
+    gpus: int
+    gpu_type: str               # "" = any type
+    cpus: int
+    mem_mb: int
+    time: str
+    partition: str              # "" = the cluster's default
+    iterations: int | None
+    epochs: int | None
+    loader: str
+    args: tuple[str, ...]
+    output_folder: str          # relative to the submission's output folder
+    port: int | None
+    submit_interval_s: float
+    source: RowRef
+    row_digest: str             # hash of the row's cells: the ledger's identity of the row
+
+    @property
+    def builtin(self) -> bool:
+        return self.script == BUILTIN_SCRIPT
+
+    @property
+    def gres(self) -> str:
+        if not self.gpus:
+            return ""
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+
+    @property
+    def model(self) -> str:
+        return f"{self.arch}{self.depth}" if self.depth is not None else self.arch
+
+    @property
+    def fingerprint(self) -> str:
+        """What decides the workload's resource sensitivity, hashed.
+
+        Workers, CPUs and memory are left out on purpose: they are what gets tuned.
+        The loader is in, because DALI and PyTorch decode answer differently to cores.
+        """
+        key = {"script": self.script, "arch": self.arch, "depth": self.depth,
+               "batch": self.batch, "dataset": self.dataset, "gpus": self.gpus,
+               "gpu_type": self.gpu_type, "loader": self.loader}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def comment(self) -> str:
+        return COMMENT_PREFIX + self.fingerprint
+
+    def script_argv(self) -> list[str]:
+        """The training script's options from the row's columns (shell-quoted later).
+
+        The built-in trainer gets every option; a user's script gets only the options
+        its row sets. Pass-through `args` are not included: they go last, so they win.
+        """
+        argv: list[str] = []
+        opt = argv.extend
+        if self.builtin or self.arch:
+            opt(["--arch", self.arch])
+        if self.depth is not None:
+            opt(["--depth", str(self.depth)])
+        opt(["--batch", str(self.batch), "--workers", str(self.workers)])
+        if self.iterations is not None:
+            opt(["--max-iterations", str(self.iterations)])
+        if self.epochs is not None:
+            opt(["--epochs", str(self.epochs)])
+        if self.builtin:
+            opt(["--loader", self.loader])
+        if self.port is not None:
+            opt(["--port", str(self.port)])
+        return argv
+
+
+def fingerprint_of_comment(comment: str) -> str | None:
+    """The fingerprint a job carries in its Slurm comment, if it is one of ours."""
+    if comment.startswith(COMMENT_PREFIX):
+        return comment[len(COMMENT_PREFIX):].split()[0] or None
+    return None

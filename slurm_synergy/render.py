@@ -1,0 +1,96 @@
+"""Job specs to sbatch scripts, through the jinja2 template in templates/.
+
+Every value reaching the script was validated by csvjobs; values inside the shell
+body are additionally shell-quoted (the `q` filter), and StrictUndefined turns a
+missing value into an error rather than an empty string.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import jinja2
+
+from . import paths
+from .errors import SynergyError
+from .jobspec import SYNTHETIC_DATASET, JobSpec
+
+# #SBATCH lines are parsed by sbatch, not the shell, so paths there cannot be quoted.
+SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int
+    spec: JobSpec
+    output: str
+    argv: tuple[str, ...]
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
+                             undefined=jinja2.StrictUndefined, autoescape=False,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def python_for_jobs() -> str:
+    """The interpreter jobs run: SYNERGY_PYTHON, else this one (a shared venv on a site)."""
+    return os.environ.get("SYNERGY_PYTHON", sys.executable)
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("SYNERGY_DATA", paths.home_dir() / "data"))
+
+
+def check_out_dir(out: Path) -> Path:
+    out = out.resolve()
+    if not SAFE_PATH_RE.match(str(out)):
+        raise SynergyError(f"output folder {out} has characters Slurm's #SBATCH lines cannot "
+                           "carry (use letters, digits, _ . / + -)")
+    return out
+
+
+def task_for(spec: JobSpec, index: int, out: Path) -> Task:
+    output = out / (spec.output_folder or ".") / spec.name
+    argv = spec.script_argv()
+    if spec.builtin:
+        if spec.dataset == SYNTHETIC_DATASET:
+            argv += ["--data", str(data_dir() / "synthetic-jpeg"), "--generate-data"]
+        else:
+            argv += ["--data", spec.dataset]
+        argv += ["--output", str(output)]
+    elif spec.dataset:
+        argv += ["--data", spec.dataset]
+    argv += spec.args
+    return Task(index, spec, str(output.resolve()), tuple(argv))
+
+
+def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "") -> str:
+    """The sbatch script for one job, or for one array job when `array` is set."""
+    head = tasks[0].spec
+    sources = sorted({t.spec.source.file for t in tasks})
+    rows = ",".join(str(t.spec.source.row) for t in tasks)
+    return environment().get_template("sbatch.sh.j2").render(
+        source=f"{', '.join(sources)} row(s) {rows}",
+        script_path=script_path,
+        name=name, cpus=head.cpus, mem_mb=head.mem_mb, time=head.time, gres=head.gres,
+        partition=head.partition, array=array, logs=out / "logs", comment=head.comment,
+        fingerprint=head.fingerprint, tasks=tasks, launcher=launcher(head),
+    )
+
+
+def launcher(spec: JobSpec) -> list[str]:
+    """How the job starts its script: Python files with the jobs' Python, others as programs."""
+    if spec.builtin:
+        return [python_for_jobs(), str(paths.TRAIN_SCRIPT)]
+    if spec.script.endswith(".py"):
+        return [python_for_jobs(), spec.script]
+    return [spec.script]

@@ -1,0 +1,160 @@
+"""Submit a job list: validate every row, render every script, then sbatch.
+
+Submission is all-or-nothing. Jobs go in held and are released only once every
+sbatch has succeeded; if Slurm refuses one, the ones already queued are cancelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from tqdm import tqdm
+
+from .csvjobs import load_jobs
+from .errors import SlurmError, SynergyError
+from .fileio import atomic_write_text
+from .jobspec import JobSpec
+from .ledger import Entry, Ledger
+from .render import Task, check_out_dir, render, task_for
+from .slurm import Slurm
+
+
+DEFAULT_MAX_ARRAY = 1001  # Slurm's default MaxArraySize
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    out: Path
+    dry_run: bool = False
+    sequential: bool = False      # chain rows with afterany dependencies
+    force: bool = False           # submit rows the ledger says are already submitted
+    arrays: bool = False          # rows with identical resources and workload as job arrays
+    hold: bool = False            # leave the jobs held (release with scontrol release)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One sbatch call: one row, or several rows as one array job."""
+
+    name: str
+    tasks: tuple[Task, ...]
+    script: Path
+    begin_s: float
+
+    @property
+    def array(self) -> str:
+        return f"0-{len(self.tasks) - 1}" if len(self.tasks) > 1 else ""
+
+
+@dataclass
+class SubmitResult:
+    units: list[Unit] = field(default_factory=list)
+    job_ids: dict[str, str] = field(default_factory=dict)     # job name -> job id
+    skipped: list[tuple[JobSpec, Entry]] = field(default_factory=list)
+
+
+def plan(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) -> list[Unit]:
+    out = check_out_dir(opts.out)
+    groups: dict[tuple, list[JobSpec]] = {}
+    offset = 0.0
+    begins: dict[str, float] = {}
+    for spec in specs:
+        # torchloader's submit_interval: this row starts that long after the one before.
+        offset += spec.submit_interval_s
+        begins[spec.name] = offset
+        if opts.arrays and not opts.sequential:
+            key = (spec.cpus, spec.mem_mb, spec.gres, spec.time, spec.partition,
+                   spec.fingerprint, spec.script, offset)
+        else:
+            key = (spec.name,)
+        groups.setdefault(key, []).append(spec)
+    units = []
+    for members in groups.values():
+        for start in range(0, len(members), max_array):
+            chunk = members[start:start + max_array]
+            name = chunk[0].name if len(chunk) == 1 else f"{chunk[0].name}-array{len(chunk)}"
+            tasks = tuple(task_for(spec, i, out) for i, spec in enumerate(chunk))
+            units.append(Unit(name, tasks, out / "scripts" / f"{name}.sbatch",
+                              begins[chunk[0].name]))
+    return units
+
+
+def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
+               ledger: Ledger | None = None, log: Callable[[str], None] = print) -> SubmitResult:
+    specs = load_jobs(csv_path)
+    slurm = slurm or Slurm()
+    ledger = ledger or Ledger()
+    result = SubmitResult()
+    with ledger.transaction():
+        todo = []
+        for spec in specs:
+            entry = ledger.get(spec)
+            if entry and not opts.force:
+                result.skipped.append((spec, entry))
+            else:
+                todo.append(spec)
+        if result.skipped:
+            log(f"{len(result.skipped)} row(s) already submitted (first: {result.skipped[0][0].name} "
+                f"as job {result.skipped[0][1].job_id}); --force submits them again")
+        if not todo:
+            return result
+        # A dry run may have no cluster to ask, so it plans with Slurm's default limit.
+        max_array = max_array_size(slurm) if opts.arrays and not opts.dry_run else DEFAULT_MAX_ARRAY
+        result.units = plan(todo, opts, max_array)
+        for unit in result.units:
+            atomic_write_text(unit.script, render(unit.name, unit.tasks, check_out_dir(opts.out),
+                                                  unit.script, unit.array), 0o755)
+        (check_out_dir(opts.out) / "logs").mkdir(parents=True, exist_ok=True)
+        if opts.dry_run:
+            log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
+                "nothing submitted")
+            return result
+        ids = _submit_units(result.units, opts, slurm)
+        for unit, job_id in zip(result.units, ids):
+            for task in unit.tasks:
+                task_id = f"{job_id}_{task.index}" if unit.array else job_id
+                result.job_ids[task.spec.name] = task_id
+                ledger.record(task.spec, task_id, unit.script)
+        ledger.save()
+    return result
+
+
+def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm) -> list[str]:
+    ids: list[str] = []
+    try:
+        for unit in tqdm(units, desc="sbatch", unit="job", disable=None, leave=False):
+            options = ["--hold"]
+            if unit.begin_s > 0:
+                options.append(f"--begin=now+{int(round(unit.begin_s))}")
+            if opts.sequential and ids:
+                # afterany, as torchloader's sequential mode: the next row runs whatever
+                # became of the one before.
+                options.append(f"--dependency=afterany:{ids[-1]}")
+            try:
+                ids.append(slurm.sbatch(unit.script, options))
+            except SlurmError as exc:
+                rows = ", ".join(str(t.spec.source) for t in unit.tasks[:3])
+                raise SynergyError(f"{rows}: Slurm refused the job: {exc}") from exc
+        if not opts.hold:
+            slurm.release(ids)
+    except BaseException as exc:
+        if ids:
+            try:
+                slurm.cancel(ids)
+            except SlurmError:
+                pass
+            if isinstance(exc, SynergyError):
+                raise SynergyError(f"{exc}\ncancelled the {len(ids)} job(s) already queued; "
+                                   "nothing was submitted") from exc
+        raise
+    return ids
+
+
+def max_array_size(slurm: Slurm) -> int:
+    """Tasks per array: indices run 0..MaxArraySize-1, so MaxArraySize tasks fit."""
+    try:
+        return max(1, int(slurm.config().get("MaxArraySize", DEFAULT_MAX_ARRAY)))
+    except ValueError:
+        return DEFAULT_MAX_ARRAY

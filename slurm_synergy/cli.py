@@ -34,7 +34,8 @@ def _submit(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / args.csv.stem
     opts = SubmitOptions(out=out, dry_run=args.dry_run, sequential=args.sequential,
                          force=args.force, arrays=args.arrays, hold=args.hold)
-    result = submit_csv(args.csv, opts)
+    # stdout carries only "job id<TAB>name" lines, for scripts; everything else is stderr.
+    result = submit_csv(args.csv, opts, log=lambda line: print(line, file=sys.stderr))
     for name, job_id in result.job_ids.items():
         print(f"{job_id}\t{name}")
     if result.job_ids:

@@ -29,7 +29,7 @@ PROJECT_COLUMNS = ("name", "script", "dataset", "gpus", "gpu_type", "cpus", "mem
 COLUMNS = TORCHLOADER_COLUMNS + PROJECT_COLUMNS
 REQUIRED = ("arch", "batch")
 
-DEFAULT_WORKERS = 2
+DEFAULT_WORKERS = 1
 DEFAULT_TIME = "01:00:00"
 # Starting guesses only: the plugin right-sizes a workload once it has been profiled.
 BASE_MEM_MB = 2048

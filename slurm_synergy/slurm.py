@@ -74,6 +74,13 @@ class Slurm:
         # --parsable prints "jobid" or "jobid;cluster".
         return out.strip().split(";")[0]
 
+    def test_only(self, script: Path) -> None:
+        """Ask Slurm whether it would accept the script, without queueing it.
+
+        A held job skips some of these checks and would sit pending forever.
+        """
+        self.run(["sbatch", "--test-only", str(script)])
+
     def release(self, job_ids: Sequence[str]) -> None:
         if job_ids:
             self.run(["scontrol", "release", ",".join(job_ids)])

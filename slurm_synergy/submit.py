@@ -1,7 +1,9 @@
 """Submit a job list: validate every row, render every script, then sbatch.
 
-Submission is all-or-nothing. Jobs go in held and are released only once every
-sbatch has succeeded; if Slurm refuses one, the ones already queued are cancelled.
+Submission is all-or-nothing. Slurm is first asked (`sbatch --test-only`, once per
+distinct resource shape) whether it would take every job; then jobs go in held and
+are released only once every sbatch has succeeded; if one still fails, the ones
+already queued are cancelled.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
                 "nothing submitted")
             return result
+        _preflight(result.units, slurm)
         ids = _submit_units(result.units, opts, slurm)
         for unit, job_id in zip(result.units, ids):
             for task in unit.tasks:
@@ -119,6 +122,26 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
                 ledger.record(task.spec, task_id, unit.script)
         ledger.save()
     return result
+
+
+def _preflight(units: Sequence[Unit], slurm: Slurm) -> None:
+    seen: set[tuple] = set()
+    for unit in units:
+        head = unit.tasks[0].spec
+        shape = (head.cpus, head.mem_mb, head.gres, head.time, head.partition)
+        if shape in seen:
+            continue
+        seen.add(shape)
+        try:
+            slurm.test_only(unit.script)
+        except SlurmError as exc:
+            raise SynergyError(f"{_rows(unit)}: Slurm would refuse the job: {exc}\n"
+                               "nothing was submitted") from exc
+
+
+def _rows(unit: Unit) -> str:
+    more = f" and {len(unit.tasks) - 3} more" if len(unit.tasks) > 3 else ""
+    return ", ".join(str(t.spec.source) for t in unit.tasks[:3]) + more
 
 
 def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm) -> list[str]:
@@ -135,8 +158,7 @@ def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm) -> l
             try:
                 ids.append(slurm.sbatch(unit.script, options))
             except SlurmError as exc:
-                rows = ", ".join(str(t.spec.source) for t in unit.tasks[:3])
-                raise SynergyError(f"{rows}: Slurm refused the job: {exc}") from exc
+                raise SynergyError(f"{_rows(unit)}: Slurm refused the job: {exc}") from exc
         if not opts.hold:
             slurm.release(ids)
     except BaseException as exc:

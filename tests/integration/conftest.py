@@ -1,0 +1,73 @@
+"""Integration tests run against the real local Slurm cluster; nothing here is mocked.
+
+The session fixture brings the cluster up (as `make cluster` does). If it cannot,
+every test here errors with the daemon's log: they fail loudly, never skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.cluster.localbox import LocalCluster
+from slurm_synergy.jobs import records, wait
+from slurm_synergy.slurm import Slurm
+
+ROOT = Path(__file__).resolve().parents[2]
+SYNERGY = [sys.executable, "-m", "slurm_synergy.cli"]
+
+
+@pytest.fixture(scope="session")
+def box(tmp_path_factory) -> LocalCluster:
+    os.environ.pop("SLURM_CONF", None)
+    home = tmp_path_factory.mktemp("synergy-home")
+    os.environ["SYNERGY_HOME"] = str(home)
+    # One generated dataset for the whole session, shared by every training job.
+    os.environ["SYNERGY_DATA"] = str(home / "data")
+    cluster = LocalCluster()
+    cluster.up(log=lambda line: print(line, file=sys.stderr))
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def slurm(box) -> Slurm:
+    return box.slurm
+
+
+@pytest.fixture
+def tag() -> str:
+    """A token that makes this test's job names its own among earlier runs in accounting."""
+    return uuid.uuid4().hex[:8]
+
+
+def synergy(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The real `synergy` command, as a user runs it."""
+    return subprocess.run([*SYNERGY, *args], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ))
+
+
+def submitted_ids(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    assert proc.returncode == 0, proc.stderr
+    return {name: job for job, name in (line.split("\t") for line in proc.stdout.splitlines())}
+
+
+def finish(slurm: Slurm, ids, timeout: float = 600):
+    recs = wait(slurm, list(ids), timeout_s=timeout)
+    return {r.job_id: r for r in recs}
+
+
+def job_names_in_queue(slurm: Slurm, names) -> list[str]:
+    """Our test job names that Slurm knows at all, queued or accounted."""
+    out = slurm.run(["squeue", "--noheader", "--states=all", "--format=%j"])
+    acct = slurm.run(["sacct", "--noheader", "--parsable2", "--allusers", "--format=JobName",
+                      "--starttime=now-1hour"])
+    known = set(out.split()) | set(acct.split())
+    return sorted(set(names) & known)
+
+
+__all__ = ["synergy", "submitted_ids", "finish", "job_names_in_queue", "records", "ROOT"]

@@ -1,0 +1,78 @@
+"""The local cluster: healthy, idempotent, sized from the machine, self-healing."""
+
+import os
+import signal
+import time
+
+from .conftest import finish, submitted_ids, synergy
+
+
+def test_status_reports_every_daemon_and_the_mode(box):
+    proc = synergy("cluster", "status")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for daemon in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"):
+        assert f"{daemon:<10} up" in proc.stdout
+    assert "cgroup enforcement: " in proc.stdout
+
+
+def test_node_is_sized_from_the_machine(slurm):
+    (node,) = slurm.nodes()
+    assert node.cpus == os.cpu_count()
+    meminfo_mb = int(open("/proc/meminfo").read().split()[1]) // 1024
+    assert 0 < node.memory_mb < meminfo_mb
+    assert node.gres.startswith("gpu:") and node.gres.endswith(":4") or node.gres == "gpu:4"
+
+
+def test_up_is_idempotent(box):
+    pids = {name: box._pid(name) for name in box.daemons}
+    proc = synergy("cluster", "up")
+    assert proc.returncode == 0, proc.stderr
+    assert "starting" not in proc.stdout
+    assert {name: box._pid(name) for name in box.daemons} == pids
+
+
+def test_up_restarts_a_dead_daemon(box, slurm):
+    old = box._pid("slurmd")
+    os.kill(old, signal.SIGKILL)
+    while os.path.exists(f"/proc/{old}"):
+        time.sleep(0.1)
+    proc = synergy("cluster", "up")
+    assert proc.returncode == 0, proc.stderr
+    assert "starting slurmd" in proc.stdout
+    assert box._pid("slurmd") not in (None, old)
+    assert slurm.nodes()[0].state in ("idle", "mixed", "allocated")
+
+
+def test_submit_with_dead_controller_fails_clearly_and_queues_nothing(box, slurm, tmp_path):
+    csv = tmp_path / "one.csv"
+    csv.write_text("name,arch,batch,iterations\ndeadctl-1,resnet,8,1\n")
+    os.kill(box._pid("slurmctld"), signal.SIGTERM)
+    try:
+        while slurm.ping():
+            time.sleep(0.2)
+        proc = synergy("submit", str(csv), "--out", str(tmp_path / "out"))
+        assert proc.returncode != 0
+        assert "is the cluster up?" in proc.stderr
+        assert "one.csv row 1 (line 2)" in proc.stderr
+        assert proc.stderr.count("\n") <= 3, proc.stderr  # one clear message, no traceback
+    finally:
+        assert synergy("cluster", "up").returncode == 0
+    assert slurm.run(["squeue", "--noheader", "--name=deadctl-1", "--states=all"]).strip() == ""
+
+
+def test_jobs_are_confined_and_hooks_run(box, slurm, tmp_path):
+    script = tmp_path / "probe.sh"
+    script.write_text("#!/bin/bash\nnproc\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n")
+    script.chmod(0o755)
+    csv = tmp_path / "probe.csv"
+    csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\nprobe,{script},probe,1,1,3,100M\n")
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "out"))).values()
+    recs = finish(slurm, ids)
+    (rec,) = recs.values()
+    assert rec.state == "COMPLETED" and rec.cpus == 1 and rec.gpus == 3 and rec.mem == "100M"
+    log = (tmp_path / "out" / "logs" / f"probe-{rec.job_id}.out").read_text().splitlines()
+    if (box.state / "mode").read_text().strip() == "v1":
+        assert log[-2] == "1"  # the cgroup's cpuset holds one core
+    assert log[-1] == "gpus=0,1,2"
+    hooks = (box.state / "log" / "hooks.log").read_text()
+    assert f"prolog job={rec.job_id}\n" in hooks and f"epilog job={rec.job_id}\n" in hooks

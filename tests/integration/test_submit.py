@@ -1,0 +1,158 @@
+"""CSV job lists through the real `synergy submit` into the real cluster and back from sacct."""
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.csvjobs import load_jobs
+
+from .conftest import ROOT, finish, job_names_in_queue, submitted_ids, synergy
+
+TORCHLOADER = ROOT / "jobs_csv"
+TIMES = ("JobID", "JobName", "State", "Submit", "Eligible", "Start", "End", "AllocTRES", "Comment")
+
+
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+@pytest.fixture(scope="module")
+def torchloader_runs(slurm, tmp_path_factory):
+    """All four torchloader README job lists, submitted unchanged at once, run to the end."""
+    out = tmp_path_factory.mktemp("torchloader")
+    runs = {}
+    for name, extra in (("sequential", ["--sequential"]), ("simultaneous", []),
+                        ("intervals", []), ("multi_device", [])):
+        csv = TORCHLOADER / f"torchloader_{name}.csv"
+        ids = submitted_ids(synergy("submit", str(csv), "--out", str(out / name), *extra))
+        runs[name] = (csv, out / name, list(ids.values()))
+    every = [i for _, _, ids in runs.values() for i in ids]
+    finish(slurm, every, timeout=1200)
+    acct = {r["JobID"]: r for r in slurm.sacct(every, TIMES)}
+    return {name: (csv, folder, [acct[i] for i in ids]) for name, (csv, folder, ids) in runs.items()}
+
+
+@pytest.mark.parametrize("name", ["sequential", "simultaneous", "intervals", "multi_device"])
+def test_torchloader_csvs_run_unchanged_and_really_train(torchloader_runs, name):
+    csv, folder, rows = torchloader_runs[name]
+    assert [r["State"] for r in rows] == ["COMPLETED"] * 3
+    for spec, row in zip(load_jobs(csv), rows):
+        assert row["Comment"] == spec.comment
+        summary = json.loads((folder / "single_1workers_1device" / spec.name / "summary.json")
+                             .read_text())
+        assert summary["arch"] == "resnet" and summary["depth"] == spec.depth
+        assert summary["batch"] == 128 and summary["samples_per_s"] > 0
+
+
+def test_sequential_rows_run_one_after_another(torchloader_runs):
+    rows = torchloader_runs["sequential"][2]
+    for before, after in zip(rows, rows[1:]):
+        assert when(after["Start"]) >= when(before["End"])
+
+
+def test_intervals_delay_each_row_after_the_one_before(torchloader_runs):
+    rows = torchloader_runs["intervals"][2]
+    # submit_interval 10, 20, 30: eligible 10, 30 and 60 s after submission.
+    for row, offset in zip(rows, (10, 30, 60)):
+        delay = (when(row["Eligible"]) - when(row["Submit"])).total_seconds()
+        assert offset - 2 <= delay <= offset + 5, (row, delay)
+
+
+def test_cuda_device_lists_become_gpu_counts(torchloader_runs):
+    rows = torchloader_runs["multi_device"][2]
+    assert all("gres/gpu=2" in r["AllocTRES"] for r in rows)
+
+
+MALFORMED = {
+    "missing_column": ("arch,depth,workers\nresnet,12,1\n", "missing required column 'batch'"),
+    "non_integer_batch": ("name,arch,batch\nbad-batch-TAG1,resnet,12\nbad-batch-TAG2,resnet,x\n",
+                          "row 2 (line 3), column batch: 'x' is not an integer"),
+    "unknown_column": ("name,arch,batch,gpu\nbad-col-TAG1,resnet,8,1\n",
+                       "unknown column 'gpu'; did you mean 'gpus'?"),
+    "empty": ("", "the file is empty"),
+    "wrong_delimiter": ("name;arch;batch\nbad-delim-TAG1;resnet;8\n", "separated by semicolons"),
+    "duplicate_names": ("name,arch,batch\nbad-dup-TAG1,resnet,8\nbad-dup-TAG1,resnet,16\n",
+                        "'bad-dup-TAG1' is already the name of row 1"),
+    "metacharacters": ("name,arch,batch\nbad-meta-TAG1,resnet,8\n\"bad; touch /tmp/x\",resnet,8\n",
+                       "column name: 'bad; touch /tmp/x' is not a job name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_csv_exits_nonzero_and_queues_nothing(slurm, tmp_path, case, tag):
+    text, message = (part.replace("-TAG", f"-{tag}") for part in MALFORMED[case])
+    csv = tmp_path / f"{case}.csv"
+    csv.write_text(text)
+    proc = synergy("submit", str(csv), "--out", str(tmp_path / "out"))
+    assert proc.returncode != 0
+    assert message in proc.stderr and str(csv) in proc.stderr
+    assert "nothing submitted" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert job_names_in_queue(slurm, [f"bad-{p}-{tag}{i}" for p in ("batch", "col", "delim", "dup",
+                                                                      "meta") for i in (1, 2)]) == []
+
+
+def test_row_slurm_would_refuse_stops_the_whole_list(slurm, tmp_path, tag):
+    csv = tmp_path / "refused.csv"
+    csv.write_text(f"name,arch,batch,iterations,gpu_type\nrefused-ok-{tag},resnet,8,1,\n"
+                   f"refused-bad-{tag},resnet,8,1,nosuchgpu\n")
+    proc = synergy("submit", str(csv), "--out", str(tmp_path / "out"))
+    assert proc.returncode != 0
+    assert "refused.csv row 2 (line 3): Slurm would refuse the job" in proc.stderr
+    assert "Requested node configuration is not available" in proc.stderr
+    assert "nothing was submitted" in proc.stderr
+    assert job_names_in_queue(slurm, [f"refused-ok-{tag}", f"refused-bad-{tag}"]) == []
+
+
+def test_resubmitting_the_same_file_does_not_duplicate(slurm, tmp_path, tag):
+    script = tmp_path / "true.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    csv = tmp_path / "twice.csv"
+    csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\ntwice-{tag},{script},noop,1,1,0,50M\n")
+    first = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "o")))
+    again = synergy("submit", str(csv), "--out", str(tmp_path / "o"))
+    assert again.returncode == 0 and again.stdout == ""
+    assert f"as job {first[f'twice-{tag}']}" in again.stderr
+    forced = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "o"), "--force"))
+    assert forced[f"twice-{tag}"] != first[f"twice-{tag}"]
+    recs = finish(slurm, [first[f"twice-{tag}"], forced[f"twice-{tag}"]])
+    assert {r.state for r in recs.values()} == {"COMPLETED"}
+
+
+def test_identical_rows_go_in_as_one_array(slurm, tmp_path):
+    script = tmp_path / "seed.sh"
+    script.write_text("#!/bin/bash\necho \"seed ${@: -1} task $SLURM_ARRAY_TASK_ID\"\n")
+    script.chmod(0o755)
+    csv = tmp_path / "sweep.csv"
+    csv.write_text("name,script,arch,batch,cpus,gpus,mem,args\n"
+                   + "".join(f"sweep-{i},{script},m,1,1,0,50M,--seed {i}\n" for i in range(5)))
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "o"), "--arrays"))
+    (array_id,) = {i.split("_")[0] for i in ids.values()}
+    assert sorted(ids.values()) == [f"{array_id}_{i}" for i in range(5)]
+    recs = finish(slurm, list(ids.values()))
+    assert {r.state for r in recs.values()} == {"COMPLETED"}
+    logs = sorted((tmp_path / "o" / "logs").glob("*.out"))
+    assert len(logs) == 5
+    assert {log.read_text().splitlines()[-1] for log in logs} == {
+        f"seed {i} task {i}" for i in range(5)}
+
+
+def test_dry_run_writes_scripts_and_submits_nothing(slurm, tmp_path, tag):
+    csv = tmp_path / "dry.csv"
+    csv.write_text(f"name,arch,batch\ndry-{tag},resnet,8\n")
+    proc = synergy("submit", str(csv), "--out", str(tmp_path / "o"), "--dry-run")
+    assert proc.returncode == 0
+    assert (tmp_path / "o" / "scripts" / f"dry-{tag}.sbatch").exists()
+    assert job_names_in_queue(slurm, [f"dry-{tag}"]) == []
+
+
+def test_demo_ends_with_every_job_completed(box):
+    proc = synergy("demo")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("JobID"))
+    rows = lines[header + 2:header + 2 + len(load_jobs(ROOT / "jobs_csv" / "example.csv"))]
+    assert len(rows) == 4 and all(" COMPLETED " in row for row in rows), proc.stdout

@@ -1,0 +1,40 @@
+"""Fingerprints: stable, blind to what gets tuned, sensitive to what decides sensitivity."""
+
+import dataclasses
+
+from slurm_synergy.jobspec import (BUILTIN_ARCHS, JobSpec, RowRef, fingerprint_of_comment)
+
+
+def spec(**changes) -> JobSpec:
+    base = JobSpec(name="j", script="builtin:train", arch="resnet", depth=18, batch=64, workers=4,
+                   dataset="synthetic", gpus=1, gpu_type="", cpus=5, mem_mb=4096,
+                   time="01:00:00", partition="", iterations=None, epochs=None,
+                   loader="pytorch", args=(), output_folder="", port=None,
+                   submit_interval_s=0.0, source=RowRef("x.csv", 1, 2), row_digest="d")
+    return dataclasses.replace(base, **changes)
+
+
+def test_fingerprint_ignores_tuned_resources():
+    fp = spec().fingerprint
+    assert len(fp) == 16
+    assert spec(workers=12, cpus=13, mem_mb=99999, name="other", time="5").fingerprint == fp
+
+
+def test_fingerprint_follows_the_workload():
+    fp = spec().fingerprint
+    for change in ({"batch": 128}, {"depth": 50}, {"arch": "mobilenet"}, {"gpus": 2},
+                   {"gpu_type": "a100"}, {"dataset": "/data/imagenet"}, {"loader": "dali"},
+                   {"script": "/home/u/train.py"}):
+        assert spec(**change).fingerprint != fp, change
+
+
+def test_comment_round_trip():
+    s = spec()
+    assert fingerprint_of_comment(s.comment) == s.fingerprint
+    assert fingerprint_of_comment("someone else's comment") is None
+
+
+def test_builtin_archs_match_the_trainer():
+    from profiler.models import MODELS
+
+    assert tuple(sorted(BUILTIN_ARCHS)) == tuple(sorted(MODELS))

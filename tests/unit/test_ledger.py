@@ -1,0 +1,57 @@
+"""The submission ledger: rows are remembered, edits are new rows, corruption is loud."""
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.errors import SynergyError
+from slurm_synergy.ledger import Ledger
+
+
+def test_rows_are_remembered_and_edits_are_new(tmp_path):
+    csv = tmp_path / "jobs.csv"
+    csv.write_text("arch,batch\nresnet,32\nresnet,64\n")
+    first, second = load_jobs(csv)
+    ledger = Ledger(tmp_path / "ledger.json")
+    with ledger.transaction():
+        ledger.record(first, "17", tmp_path / "s")
+        ledger.save()
+    with Ledger(tmp_path / "ledger.json").transaction() as again:
+        assert again.get(first).job_id == "17"
+        assert again.get(second) is None
+    csv.write_text("arch,batch\nresnet,48\nresnet,64\n")
+    edited = load_jobs(csv)[0]
+    with Ledger(tmp_path / "ledger.json").transaction() as again:
+        assert again.get(edited) is None
+
+
+def test_corrupt_ledger_is_reported(tmp_path):
+    path = tmp_path / "ledger.json"
+    path.write_text("{not json")
+    with pytest.raises(SynergyError, match="ledger .* is corrupt"):
+        with Ledger(path).transaction():
+            pass
+
+
+def _add(args):
+    path, csv, job = args
+    spec = load_jobs(Path(csv))[0]
+    ledger = Ledger(Path(path))
+    with ledger.transaction():
+        ledger.record(spec, job, Path("s"))
+        ledger.save()
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    csvs = []
+    for i in range(6):
+        csv = tmp_path / f"jobs{i}.csv"
+        csv.write_text(f"arch,batch\nresnet,{i + 1}\n")
+        csvs.append((str(tmp_path / "ledger.json"), str(csv), str(i)))
+    with multiprocessing.Pool(3) as pool:
+        pool.map(_add, csvs)
+    rows = json.loads((tmp_path / "ledger.json").read_text())["rows"]
+    assert sorted(e["job_id"] for e in rows.values()) == [str(i) for i in range(6)]

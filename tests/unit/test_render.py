@@ -1,0 +1,64 @@
+"""Rendered scripts: valid bash, and CSV values reach the program as inert arguments."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.render import render, task_for
+
+ECHO_ARGS = "import json, sys; print(json.dumps(sys.argv[1:]))\n"
+
+
+def rendered(tmp_path: Path, csv_text: str) -> Path:
+    (tmp_path / "echo_args.py").write_text(ECHO_ARGS)
+    csv = tmp_path / "jobs.csv"
+    csv.write_text(csv_text)
+    spec = load_jobs(csv)[0]
+    out = tmp_path / "out"
+    script = out / "scripts" / "job.sbatch"
+    script.parent.mkdir(parents=True)
+    script.write_text(render(spec.name, [task_for(spec, 0, out)], out, script))
+    return script
+
+
+def run(script: Path, tmp_path: Path) -> list[str]:
+    env = dict(os.environ, SLURM_JOB_ID="1", SYNERGY_PYTHON=sys.executable, HOME=str(tmp_path))
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_shell_metacharacters_in_args_are_inert(tmp_path):
+    marker = tmp_path / "pwned"
+    script = rendered(tmp_path, "name,arch,batch,script,args\n"
+                      f"j1,mine,8,echo_args.py,\"--x '; touch {marker}' '$(touch {marker})' "
+                      f"'`touch {marker}`' --y\"\n")
+    argv = run(script, tmp_path)
+    assert argv == ["--arch", "mine", "--batch", "8", "--workers", "1", "--x", f"; touch {marker}",
+                    f"$(touch {marker})", f"`touch {marker}`", "--y"]
+    assert not marker.exists()
+
+
+def test_directives_and_fingerprint(tmp_path):
+    script = rendered(tmp_path, "name,arch,batch,workers,gpus,cpus,mem,time,script\n"
+                      "j1,mine,8,3,2,4,6G,00:20:00,echo_args.py\n")
+    text = script.read_text()
+    for line in ("#SBATCH --job-name=j1", "#SBATCH --cpus-per-task=4", "#SBATCH --mem=6144M",
+                 "#SBATCH --time=00:20:00", "#SBATCH --gres=gpu:2", "#SBATCH --comment=synergy:fp="):
+        assert line in text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    spec = load_jobs(tmp_path / "jobs.csv")[0]
+    # The user's script gets only the options its row sets, and the fingerprint in its env.
+    assert run(script, tmp_path) == ["--arch", "mine", "--batch", "8", "--workers", "3"]
+    assert f"SYNERGY_FINGERPRINT={spec.fingerprint}" in text
+
+
+def test_builtin_trainer_gets_data_and_output(tmp_path):
+    script = rendered(tmp_path, "name,arch,depth,batch,workers,iterations\nj1,resnet,12,16,1,5\n")
+    text = script.read_text()
+    assert "profiler/train.py" in text
+    assert "--generate-data" in text and "--output" in text and "--max-iterations 5" in text

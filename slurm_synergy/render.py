@@ -7,6 +7,7 @@ missing value into an error rather than an empty string.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -33,7 +34,9 @@ class Task:
     argv: tuple[str, ...]
 
 
+@functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    """Built once: a fresh environment would compile the template again for every row."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)

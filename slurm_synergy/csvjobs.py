@@ -164,6 +164,8 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         hint = f"; did you mean {near[0]!r}?" if near else ""
         row.bad("arch", f"{arch!r} is not a built-in model ({', '.join(BUILTIN_ARCHS)}){hint}")
     depth = row.integer("depth", 1, 1000)
+    if builtin and depth is not None and arch and arch != "resnet":
+        row.bad("depth", f"the built-in {arch} has a fixed depth; leave depth empty")
     batch = row.integer("batch", 1, 65536)
     if batch is None and not row.get("batch"):
         row.bad("batch", "is empty; it needs the batch size")

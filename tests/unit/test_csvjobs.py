@@ -149,3 +149,8 @@ def test_iterations_and_epochs_exclusive(tmp_path):
 def test_unbalanced_quotes_in_args(tmp_path):
     out = problems(write(tmp_path, "arch,batch,args\nresnet,32,\"--tag 'oops\"\n"))
     assert "column args" in out[0]
+
+
+def test_depth_only_for_the_builtin_resnet(tmp_path):
+    out = problems(write(tmp_path, "arch,depth,batch\nmobilenet,12,32\n"))
+    assert "column depth: the built-in mobilenet has a fixed depth" in out[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -28,6 +29,13 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
     wait(slurm, ids)
     recs = records(slurm, ids)
     print(table(recs))
+    outputs = {t.spec.name: Path(t.output) for u in result.units for t in u.tasks}
+    for r in recs:
+        summary = outputs[r.name] / "summary.json"
+        if summary.exists():
+            s = json.loads(summary.read_text())
+            print(f"{r.name}: {s['samples_per_s']:.1f} samples/s on {s['device']}, "
+                  f"data stall {s['data_stall_fraction']:.0%}")
     failed = [r for r in recs if r.state != "COMPLETED"]
     for r in failed:
         log = out / "logs" / f"{r.name}-{r.job_id}.out"

@@ -51,6 +51,13 @@ def synergy(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           env=dict(os.environ))
 
 
+def executable(path: Path, text: str) -> Path:
+    """A user's job script: written and made executable."""
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
 def submitted_ids(proc: subprocess.CompletedProcess) -> dict[str, str]:
     assert proc.returncode == 0, proc.stderr
     return {name: job for job, name in (line.split("\t") for line in proc.stdout.splitlines())}
@@ -70,4 +77,4 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["synergy", "submitted_ids", "finish", "job_names_in_queue", "records", "ROOT"]
+__all__ = ["synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records", "ROOT"]

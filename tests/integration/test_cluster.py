@@ -4,7 +4,7 @@ import os
 import signal
 import time
 
-from .conftest import finish, submitted_ids, synergy
+from .conftest import executable, finish, submitted_ids, synergy
 
 
 def test_status_reports_every_daemon_and_the_mode(box):
@@ -61,9 +61,8 @@ def test_submit_with_dead_controller_fails_clearly_and_queues_nothing(box, slurm
 
 
 def test_jobs_are_confined_and_hooks_run(box, slurm, tmp_path):
-    script = tmp_path / "probe.sh"
-    script.write_text("#!/bin/bash\nnproc\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n")
-    script.chmod(0o755)
+    script = executable(tmp_path / "probe.sh",
+                        "#!/bin/bash\nnproc\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n")
     csv = tmp_path / "probe.csv"
     csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\nprobe,{script},probe,1,1,3,100M\n")
     ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "out"))).values()

@@ -8,7 +8,7 @@ import pytest
 
 from slurm_synergy.csvjobs import load_jobs
 
-from .conftest import ROOT, finish, job_names_in_queue, submitted_ids, synergy
+from .conftest import ROOT, executable, finish, job_names_in_queue, submitted_ids, synergy
 
 TORCHLOADER = ROOT / "jobs_csv"
 TIMES = ("JobID", "JobName", "State", "Submit", "Eligible", "Start", "End", "AllocTRES", "Comment")
@@ -107,9 +107,7 @@ def test_row_slurm_would_refuse_stops_the_whole_list(slurm, tmp_path, tag):
 
 
 def test_resubmitting_the_same_file_does_not_duplicate(slurm, tmp_path, tag):
-    script = tmp_path / "true.sh"
-    script.write_text("#!/bin/sh\nexit 0\n")
-    script.chmod(0o755)
+    script = executable(tmp_path / "true.sh", "#!/bin/sh\nexit 0\n")
     csv = tmp_path / "twice.csv"
     csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\ntwice-{tag},{script},noop,1,1,0,50M\n")
     first = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "o")))
@@ -123,9 +121,8 @@ def test_resubmitting_the_same_file_does_not_duplicate(slurm, tmp_path, tag):
 
 
 def test_identical_rows_go_in_as_one_array(slurm, tmp_path):
-    script = tmp_path / "seed.sh"
-    script.write_text("#!/bin/bash\necho \"seed ${@: -1} task $SLURM_ARRAY_TASK_ID\"\n")
-    script.chmod(0o755)
+    script = executable(tmp_path / "seed.sh",
+                        "#!/bin/bash\necho \"seed ${@: -1} task $SLURM_ARRAY_TASK_ID\"\n")
     csv = tmp_path / "sweep.csv"
     csv.write_text("name,script,arch,batch,cpus,gpus,mem,args\n"
                    + "".join(f"sweep-{i},{script},m,1,1,0,50M,--seed {i}\n" for i in range(5)))

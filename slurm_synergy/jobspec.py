@@ -63,6 +63,11 @@ class JobSpec:
         return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
 
     @property
+    def resources(self) -> tuple:
+        """What Slurm allocates: rows alike here share one verdict and may share an array."""
+        return (self.cpus, self.mem_mb, self.gres, self.time, self.partition)
+
+    @property
     def model(self) -> str:
         return f"{self.arch}{self.depth}" if self.depth is not None else self.arch
 

@@ -67,8 +67,7 @@ def plan(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) -> list[
         offset += spec.submit_interval_s
         begins[spec.name] = offset
         if opts.arrays and not opts.sequential:
-            key = (spec.cpus, spec.mem_mb, spec.gres, spec.time, spec.partition,
-                   spec.fingerprint, spec.script, offset)
+            key = (*spec.resources, spec.fingerprint, spec.script, offset)
         else:
             key = (spec.name,)
         groups.setdefault(key, []).append(spec)
@@ -105,10 +104,11 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         # A dry run may have no cluster to ask, so it plans with Slurm's default limit.
         max_array = max_array_size(slurm) if opts.arrays and not opts.dry_run else DEFAULT_MAX_ARRAY
         result.units = plan(todo, opts, max_array)
+        out = check_out_dir(opts.out)
         for unit in result.units:
-            atomic_write_text(unit.script, render(unit.name, unit.tasks, check_out_dir(opts.out),
-                                                  unit.script, unit.array), 0o755)
-        (check_out_dir(opts.out) / "logs").mkdir(parents=True, exist_ok=True)
+            atomic_write_text(unit.script, render(unit.name, unit.tasks, out, unit.script,
+                                                  unit.array), 0o755)
+        (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
                 "nothing submitted")
@@ -127,8 +127,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
 def _preflight(units: Sequence[Unit], slurm: Slurm) -> None:
     seen: set[tuple] = set()
     for unit in units:
-        head = unit.tasks[0].spec
-        shape = (head.cpus, head.mem_mb, head.gres, head.time, head.partition)
+        shape = unit.tasks[0].spec.resources
         if shape in seen:
             continue
         seen.add(shape)

@@ -1,8 +1,14 @@
-"""A synthetic but real JPEG dataset in ImageFolder layout: root/<class>/<n>.jpg.
+"""Synthetic but real datasets for the built-in models, one kind per data kind:
+
+- jpeg: ImageFolder layout, root/<class>/<n>.jpg: random shapes over class-tinted
+  gradients plus noise;
+- text: root/corpus.txt, English-like sentences of made-up words whose frequencies
+  follow Zipf's law, as words in real text do;
+- audio: root/<class>/<n>.wav, 16-bit PCM mono: a class-dependent tone with a random
+  envelope, in noise.
 
 Real files, so that reading and decoding cost what they cost on a real dataset; the
-content is random shapes over gradients plus noise, drawn from the seed, so two runs
-with the same settings write the same images.
+content is drawn from the seed, so two runs with the same settings write the same bytes.
 
 Several Slurm jobs may ask for the same folder at once. The first to take the lock
 beside the folder builds it in a temporary sibling and renames it into place, so a
@@ -19,14 +25,23 @@ import os
 import shutil
 import sys
 import tempfile
+import wave
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 MANIFEST = ".synthetic-dataset.json"
 JPEG_QUALITY = 90
+TEXT_FILE = "corpus.txt"
+TEXT_VOCABULARY = 5000      # distinct words, about what a short novel uses
+ZIPF_EXPONENT = 1.1         # word frequency ~ 1 / rank**s; s is close to 1 in English
+WORDS_PER_CHUNK = 20000     # the corpus is written in chunks so memory stays flat
+AUDIO_RATE = 8000           # Hz, as in the M5 paper
+AUDIO_LOWEST_HZ, AUDIO_HIGHEST_HZ = 200.0, 2400.0   # class tones, below the 4 kHz Nyquist
+
+Manifest = dict[str, int | float]
 
 
 class DatasetMismatch(ValueError):
@@ -46,7 +61,7 @@ def _temp_prefix(root: Path) -> str:
     return f".{root.name}.tmp-"
 
 
-def read_manifest(root: Path) -> dict[str, int] | None:
+def read_manifest(root: Path) -> Manifest | None:
     """The manifest of a dataset this module made, or None if there is none."""
     try:
         with open(root / MANIFEST, encoding="utf-8") as f:
@@ -87,8 +102,8 @@ def draw_image(rng: np.random.Generator, label: int, num_classes: int, size: int
     return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8), "RGB")
 
 
-def _generate(into: Path, num_images: int, image_size: int, num_classes: int,
-              seed: int) -> None:
+def _write_images(into: Path, num_images: int, image_size: int, num_classes: int,
+                  seed: int) -> None:
     for label in range(num_classes):
         (into / class_name(label)).mkdir()
     for n in range(num_images):
@@ -97,26 +112,124 @@ def _generate(into: Path, num_images: int, image_size: int, num_classes: int,
         rng = np.random.default_rng([seed, n])
         img = draw_image(rng, label, num_classes, image_size)
         img.save(into / class_name(label) / f"{n:06d}.jpg", "JPEG", quality=JPEG_QUALITY)
-    manifest = {"num_images": num_images, "image_size": image_size,
-                "num_classes": num_classes, "seed": seed}
-    # Written last: its presence means every image before it is in place.
-    with open(into / MANIFEST, "w", encoding="utf-8") as f:
-        json.dump(manifest, f)
-        f.flush()
-        os.fsync(f.fileno())
 
 
-def _check_args(num_images: int, image_size: int, num_classes: int) -> None:
+def make_vocabulary(rng: np.random.Generator, size: int) -> list[str]:
+    """size distinct pronounceable words, shortest first: the most frequent words of a
+    language are its short ones, and the corpus gives rank 1 the highest frequency."""
+    onsets = ["", "b", "c", "d", "f", "g", "h", "l", "m", "n", "p", "r", "s", "t", "v", "w",
+              "th", "st", "ch", "sh", "tr", "pl", "br", "gr"]
+    vowels = ["a", "e", "i", "o", "u", "ea", "ou", "ai"]
+    codas = ["", "", "n", "r", "s", "t", "l", "nd", "st", "ng"]
+    words: dict[str, None] = {}     # insertion-ordered set: the order follows the seed
+    while len(words) < size:
+        # Drawn in bulk: a Python call per letter would make this the slow part.
+        lengths = rng.choice([1, 2, 3, 4], size, p=[0.35, 0.4, 0.2, 0.05])
+        picks = rng.integers(0, [len(onsets), len(vowels), len(codas)], (size, 4, 3))
+        for syllables, parts in zip(lengths, picks):
+            word = "".join(onsets[o] + vowels[v] + codas[c] for o, v, c in parts[:syllables])
+            words[word] = None
+            if len(words) == size:
+                break
+    return sorted(words, key=len)
+
+
+def zipf_weights(size: int) -> np.ndarray:
+    weights = 1.0 / np.arange(1, size + 1) ** ZIPF_EXPONENT
+    return weights / weights.sum()
+
+
+def write_sentences(rng: np.random.Generator, words: list[str], weights: np.ndarray,
+                    count: int) -> str:
+    """count words as sentences: capitalised, a comma now and then, a full stop, and a
+    paragraph break every five sentences or so."""
+    ids = rng.choice(len(words), count, p=weights)
+    parts: list[str] = []
+    at = 0
+    while at < count:
+        length = int(rng.integers(4, 19))
+        sentence = [words[i] for i in ids[at:at + length]]
+        at += length
+        sentence[0] = sentence[0].capitalize()
+        if len(sentence) > 6 and rng.random() < 0.4:
+            pause = int(rng.integers(2, len(sentence) - 2))
+            sentence[pause] += ","
+        parts.append(" ".join(sentence) + (".\n" if rng.random() < 0.2 else ". "))
+    return "".join(parts)
+
+
+def _write_corpus(into: Path, num_bytes: int, seed: int) -> None:
+    rng = np.random.default_rng([seed])
+    words = make_vocabulary(rng, TEXT_VOCABULARY)
+    weights = zipf_weights(len(words))
+    written = 0
+    with open(into / TEXT_FILE, "wb") as f:
+        while written < num_bytes:
+            # A word takes at least two bytes with its space, so a small corpus is one
+            # chunk no bigger than it needs.
+            count = min(WORDS_PER_CHUNK, (num_bytes - written) // 2 + 1)
+            chunk = write_sentences(rng, words, weights, count).encode("ascii")
+            chunk = chunk[:num_bytes - written]     # exactly num_bytes in all
+            f.write(chunk)
+            written += len(chunk)
+
+
+def tone_hz(label: int, num_classes: int) -> float:
+    """The class's tone: spaced evenly on a log scale, as pitch is heard."""
+    if num_classes == 1:
+        return AUDIO_LOWEST_HZ
+    return AUDIO_LOWEST_HZ * (AUDIO_HIGHEST_HZ / AUDIO_LOWEST_HZ) ** (label / (num_classes - 1))
+
+
+def synth_clip(rng: np.random.Generator, label: int, num_classes: int, samples: int,
+               rate: int) -> np.ndarray:
+    """One clip as int16 PCM: the class tone (slightly detuned) and its octave, switched
+    on at a random time and decaying at a random rate, in white noise."""
+    t = np.arange(samples) / rate
+    hz = tone_hz(label, num_classes) * rng.uniform(0.97, 1.03)
+    signal = np.sin(2 * np.pi * hz * t + rng.uniform(0, 2 * np.pi))
+    if 2 * hz < rate / 2:
+        signal += 0.5 * np.sin(2 * np.pi * 2 * hz * t + rng.uniform(0, 2 * np.pi))
+    onset = rng.uniform(0, 0.3) * t[-1] if samples > 1 else 0.0
+    envelope = np.where(t >= onset, np.exp(-(t - onset) / rng.uniform(0.2, 1.0)), 0.0)
+    clip = rng.uniform(0.2, 0.5) * envelope * signal + rng.uniform(0.02, 0.08) * \
+        rng.standard_normal(samples)
+    return np.clip(np.round(clip * 32767), -32768, 32767).astype("<i2")
+
+
+def write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.astype("<i2").tobytes())
+
+
+def clip_samples(clip_seconds: float, rate: int) -> int:
+    return round(clip_seconds * rate)
+
+
+def _write_clips(into: Path, num_clips: int, clip_seconds: float, num_classes: int,
+                 seed: int, rate: int) -> None:
+    for label in range(num_classes):
+        (into / class_name(label)).mkdir()
+    samples = clip_samples(clip_seconds, rate)
+    for n in range(num_clips):
+        label = n % num_classes
+        rng = np.random.default_rng([seed, n])     # clip n depends only on (seed, n)
+        write_wav(into / class_name(label) / f"{n:06d}.wav",
+                  synth_clip(rng, label, num_classes, samples, rate), rate)
+
+
+def _check_classes(count: int, what: str, num_classes: int) -> None:
     if num_classes < 1:
         raise ValueError(f"num_classes must be at least 1, not {num_classes}")
-    if num_images < num_classes:
-        raise ValueError(f"num_images ({num_images}) must be at least num_classes "
-                         f"({num_classes}) so that every class has an image")
-    if image_size < 8:
-        raise ValueError(f"image_size must be at least 8 px, not {image_size}")
+    if count < num_classes:
+        raise ValueError(f"{what} ({count}) must be at least num_classes "
+                         f"({num_classes}) so that every class has one")
 
 
-def _usable(root: Path, wanted: dict[str, int]) -> bool:
+def _usable(root: Path, wanted: Manifest) -> bool:
     """True if root is a complete dataset to use as it is; raise if it must not be."""
     if not root.exists():
         return False
@@ -133,16 +246,13 @@ def _usable(root: Path, wanted: dict[str, int]) -> bool:
     return True
 
 
-def ensure_image_dataset(root: Path, num_images: int = 512, image_size: int = 96,
-                         num_classes: int = 10, seed: int = 0) -> Path:
-    """Make sure root holds the dataset; build it if missing. Returns root.
+def _ensure(root: Path, wanted: Manifest, fill: Callable[[Path], None]) -> Path:
+    """Make sure root holds the dataset `wanted` describes; fill(folder) writes its files
+    when it must be built. Returns root, resolved.
 
     A folder that exists with content but no manifest is returned untouched.
     """
-    _check_args(num_images, image_size, num_classes)
     root = Path(root).resolve()   # through symlinks: rename() would replace the link
-    wanted = {"num_images": num_images, "image_size": image_size,
-              "num_classes": num_classes, "seed": seed}
     if _usable(root, wanted):
         return root
 
@@ -158,7 +268,12 @@ def ensure_image_dataset(root: Path, num_images: int = 512, image_size: int = 96
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(root), dir=root.parent))
         try:
-            _generate(tmp, num_images, image_size, num_classes, seed)
+            fill(tmp)
+            # Written last: its presence means every file before it is in place.
+            with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+                json.dump(wanted, f)
+                f.flush()
+                os.fsync(f.fileno())
             os.chmod(tmp, 0o755)        # mkdtemp makes it 0700; others' jobs read it too
             # rename() also replaces an empty folder, and is atomic for readers.
             os.rename(tmp, root)
@@ -168,19 +283,71 @@ def ensure_image_dataset(root: Path, num_images: int = 512, image_size: int = 96
     return root
 
 
+def ensure_image_dataset(root: Path, num_images: int = 512, image_size: int = 96,
+                         num_classes: int = 10, seed: int = 0) -> Path:
+    """Make sure root holds the JPEG dataset; build it if missing. Returns root."""
+    _check_classes(num_images, "num_images", num_classes)
+    if image_size < 8:
+        raise ValueError(f"image_size must be at least 8 px, not {image_size}")
+    wanted: Manifest = {"num_images": num_images, "image_size": image_size,
+                        "num_classes": num_classes, "seed": seed}
+    return _ensure(root, wanted, lambda into: _write_images(into, num_images, image_size,
+                                                            num_classes, seed))
+
+
+def ensure_text_dataset(root: Path, num_sequences: int = 512, seq_len: int = 128,
+                        seed: int = 0) -> Path:
+    """Make sure root holds root/corpus.txt of num_sequences windows of seq_len + 1 bytes
+    (input and its one-byte-shifted target); build it if missing. Returns root."""
+    if num_sequences < 1:
+        raise ValueError(f"num_sequences must be at least 1, not {num_sequences}")
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be at least 1, not {seq_len}")
+    wanted: Manifest = {"num_sequences": num_sequences, "seq_len": seq_len, "seed": seed}
+    return _ensure(root, wanted,
+                   lambda into: _write_corpus(into, num_sequences * (seq_len + 1), seed))
+
+
+def ensure_audio_dataset(root: Path, num_clips: int = 512, clip_seconds: float = 1.0,
+                         num_classes: int = 10, seed: int = 0,
+                         sample_rate: int = AUDIO_RATE) -> Path:
+    """Make sure root holds the WAV dataset; build it if missing. Returns root."""
+    _check_classes(num_clips, "num_clips", num_classes)
+    if sample_rate < 1:
+        raise ValueError(f"sample_rate must be at least 1 Hz, not {sample_rate}")
+    if not clip_samples(clip_seconds, sample_rate) >= 1:
+        raise ValueError(f"clip_seconds ({clip_seconds}) must hold at least one sample "
+                         f"at {sample_rate} Hz")
+    wanted: Manifest = {"num_clips": num_clips, "clip_seconds": clip_seconds,
+                        "sample_rate": sample_rate, "num_classes": num_classes, "seed": seed}
+    return _ensure(root, wanted, lambda into: _write_clips(into, num_clips, clip_seconds,
+                                                           num_classes, seed, sample_rate))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m profiler.datagen",
-        description="Write a synthetic JPEG dataset in ImageFolder layout (if missing).")
+        description="Write a synthetic dataset (if missing): JPEGs in ImageFolder layout, "
+                    "a text corpus, or WAV clips in class folders.")
     parser.add_argument("root", type=Path, help="the dataset folder")
-    parser.add_argument("--num-images", type=int, default=512)
-    parser.add_argument("--image-size", type=int, default=96)
-    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--kind", choices=("jpeg", "text", "audio"), default="jpeg")
+    parser.add_argument("--num-samples", "--num-images", dest="num_samples", type=int,
+                        default=512, help="images, text sequences or audio clips")
+    parser.add_argument("--image-size", type=int, default=96, help="jpeg: side, px")
+    parser.add_argument("--seq-len", type=int, default=128, help="text: bytes per sequence")
+    parser.add_argument("--clip-seconds", type=float, default=1.0, help="audio: clip length")
+    parser.add_argument("--classes", type=int, default=10, help="jpeg and audio")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        root = ensure_image_dataset(args.root, args.num_images, args.image_size,
-                                    args.classes, args.seed)
+        if args.kind == "text":
+            root = ensure_text_dataset(args.root, args.num_samples, args.seq_len, args.seed)
+        elif args.kind == "audio":
+            root = ensure_audio_dataset(args.root, args.num_samples, args.clip_seconds,
+                                        args.classes, args.seed)
+        else:
+            root = ensure_image_dataset(args.root, args.num_samples, args.image_size,
+                                        args.classes, args.seed)
     except (ValueError, OSError) as e:
         print(f"datagen: error: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
-"""The built-in models, defined here so the workload needs no torchvision.
+"""The built-in models, defined here so the workload needs no torchvision or torchaudio.
 
-All three end in adaptive average pooling, so any input from about 16 px up works
-(the jobs use 32..128 px crops to stay cheap).
+Three image classifiers (resnet, mobilenet, alexnet) end in adaptive average pooling,
+so any input from about 16 px up works (the jobs use 32..128 px crops to stay cheap).
+Two byte-level language models (transformer, lstm) predict the next byte at every
+position. M5 classifies raw waveforms. DATA_KINDS says which data each one reads.
 """
 
 from __future__ import annotations
@@ -157,33 +159,111 @@ class AlexNet(nn.Module):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
-def _resnet(depth: int | None, num_classes: int) -> nn.Module:
-    depth = DEFAULT_RESNET_DEPTH if depth is None else depth
-    if isinstance(depth, bool) or not isinstance(depth, int) \
-            or not MIN_DEPTH <= depth <= MAX_DEPTH:
-        raise ValueError(f"resnet depth must be an integer from {MIN_DEPTH} to {MAX_DEPTH}, "
-                         f"not {depth!r}")
-    return ResNet(depth, num_classes)
+VOCAB_SIZE = 256        # byte-level tokens: any file is valid input, no tokenizer needed
+MAX_SEQ_LEN = 1024      # the transformer's positional table; longer inputs are refused
+LM_WIDTH = 128
+
+
+class TransformerLM(nn.Module):
+    """A small causal Transformer: token + learned position embeddings, two pre-norm
+    encoder layers under a causal mask, a linear head over the vocabulary.
+
+    (batch, seq) token ids -> (batch, seq, vocab) next-token logits.
+    """
+
+    def __init__(self, vocab: int, d_model: int = LM_WIDTH, heads: int = 4, layers: int = 2,
+                 max_len: int = MAX_SEQ_LEN) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(max_len, d_model)
+        # Pre-norm trains stably at the trainer's SGD learning rate without warmup.
+        layer = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.1,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1]
+        if length > self.max_len:
+            raise ValueError(f"sequence of {length} tokens is longer than the transformer's "
+                             f"{self.max_len} positions")
+        x = self.tokens(tokens) + self.positions(torch.arange(length, device=tokens.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(length, device=tokens.device)
+        x = self.encoder(x, mask=mask, is_causal=True)
+        return self.head(self.norm(x))
+
+
+class LSTMLM(nn.Module):
+    """Embedding, a 2-layer LSTM, a linear head: (batch, seq) -> (batch, seq, vocab)."""
+
+    def __init__(self, vocab: int, embed: int = LM_WIDTH, hidden: int = 256,
+                 layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, layers, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(tokens))
+        return self.head(out)
+
+
+M5_CHANNELS = (128, 128, 256, 512)
+M5_POOL = 4
+M5_FIRST_KERNEL, M5_FIRST_STRIDE = 80, 4
+# The shortest waveform that leaves one step after the first conv and the four pools.
+M5_MIN_SAMPLES = M5_FIRST_KERNEL + M5_FIRST_STRIDE * (M5_POOL ** len(M5_CHANNELS) - 1)
+
+
+class M5(nn.Module):
+    """M5 of Dai et al. 2017, "Very deep convolutional neural networks for raw waveforms":
+    a wide strided first conv (80 taps, stride 4) then three 3-tap convs, each with batch
+    norm, ReLU and 4x max pooling; global average pooling and a linear classifier.
+
+    (batch, 1, samples) waveforms -> (batch, classes) logits.
+    """
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = 1
+        for i, width in enumerate(M5_CHANNELS):
+            conv = (nn.Conv1d(channels, width, M5_FIRST_KERNEL, M5_FIRST_STRIDE) if i == 0
+                    # Padded so that only the pools shrink the signal after the first conv.
+                    else nn.Conv1d(channels, width, 3, padding=1))
+            layers += [conv, nn.BatchNorm1d(width), nn.ReLU(inplace=True), nn.MaxPool1d(M5_POOL)]
+            channels = width
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool1d(1)
+        self.fc = nn.Linear(channels, num_classes)
+
+    def forward(self, waves: torch.Tensor) -> torch.Tensor:
+        if waves.shape[-1] < M5_MIN_SAMPLES:
+            raise ValueError(f"waveform of {waves.shape[-1]} samples is shorter than M5's "
+                             f"minimum, {M5_MIN_SAMPLES}")
+        return self.fc(torch.flatten(self.pool(self.features(waves)), 1))
 
 
 Builder = Callable[[int | None, int], nn.Module]
 
-
-def _fixed(name: str, factory: Callable[[int], nn.Module]) -> Builder:
-    def build(depth: int | None, num_classes: int) -> nn.Module:
-        if depth is not None:
-            raise ValueError(f"{name} has a fixed depth; --depth applies only to resnet "
-                             f"(got depth {depth!r})")
-        return factory(num_classes)
-    return build
-
-
 _BUILDERS: dict[str, Builder] = {
-    "resnet": _resnet,
-    "mobilenet": _fixed("mobilenet", MobileNet),
-    "alexnet": _fixed("alexnet", AlexNet),
+    "resnet": lambda depth, classes: ResNet(DEFAULT_RESNET_DEPTH if depth is None else depth,
+                                            classes),
+    "mobilenet": lambda _, classes: MobileNet(classes),
+    "alexnet": lambda _, classes: AlexNet(classes),
+    # For the language models the classes are the vocabulary: VOCAB_SIZE for bytes.
+    "transformer": lambda _, classes: TransformerLM(classes),
+    "lstm": lambda _, classes: LSTMLM(classes),
+    "m5": lambda _, classes: M5(classes),
 }
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
+# What each model reads: "jpeg" an ImageFolder of images, "text" a corpus of bytes,
+# "audio" a folder of WAV clips per class. slurm_synergy.jobspec.BUILTIN_DATA_KIND
+# repeats it without importing torch; a unit test keeps the two equal.
+DATA_KINDS: dict[str, str] = {"resnet": "jpeg", "mobilenet": "jpeg", "alexnet": "jpeg",
+                              "transformer": "text", "lstm": "text", "m5": "audio"}
 
 
 def model_name(arch: str, depth: int | None) -> str:
@@ -193,11 +273,25 @@ def model_name(arch: str, depth: int | None) -> str:
     return arch
 
 
+def check_model(arch: str, depth: int | None) -> None:
+    """ValueError naming the problem if arch is unknown or depth does not fit it; cheap,
+    so the trainer checks before it spends time on data."""
+    if arch not in _BUILDERS:
+        raise ValueError(f"unknown model {arch!r}; the built-in models are {', '.join(MODELS)}")
+    if depth is None:
+        return
+    if arch != "resnet":
+        raise ValueError(f"{arch} has a fixed depth; --depth applies only to resnet "
+                         f"(got depth {depth!r})")
+    if isinstance(depth, bool) or not isinstance(depth, int) \
+            or not MIN_DEPTH <= depth <= MAX_DEPTH:
+        raise ValueError(f"resnet depth must be an integer from {MIN_DEPTH} to {MAX_DEPTH}, "
+                         f"not {depth!r}")
+
+
 def build_model(arch: str, depth: int | None, num_classes: int) -> nn.Module:
     """A freshly initialised model; ValueError naming the problem for bad arguments."""
-    builder = _BUILDERS.get(arch)
-    if builder is None:
-        raise ValueError(f"unknown model {arch!r}; the built-in models are {', '.join(MODELS)}")
+    check_model(arch, depth)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, not {num_classes!r}")
-    return builder(depth, num_classes)
+    return _BUILDERS[arch](depth, num_classes)

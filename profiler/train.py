@@ -3,7 +3,12 @@
 Run as `python profiler/train.py ...` or `python -m profiler.train ...`. Options follow
 torchloader's pretrain.py. Every iteration is timed in four parts, as torchloader
 keeps them: waiting for the loader, copying to the device, compute (forward, backward,
-step) and the total. They go to iterations.csv and a summary.json in --output.
+step) and the total, plus the process's CPU time. They go to iterations.csv and a
+summary.json in --output.
+
+--measure picks what runs: train (end to end), loader (the input pipeline alone, no
+model) or compute (one batch held on the device and trained on over and over, no
+loader), so the profiler can tell the input pipeline's rate from the device's.
 
 Exit status 2, with one line on stderr, for bad arguments or a bad data folder.
 """
@@ -25,6 +30,7 @@ import io
 import json
 import os
 import random
+import resource
 import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
@@ -34,14 +40,19 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import default_collate
 
-from profiler.data import list_images, make_dali_loader, make_loader
-from profiler.datagen import ensure_image_dataset
-from profiler.models import MODELS, build_model, model_name
+from profiler.data import (SAMPLE_UNITS, AnyDataset, TextWindows, make_dali_loader,
+                           open_dataset, torch_loader)
+from profiler.datagen import ensure_audio_dataset, ensure_image_dataset, ensure_text_dataset
+from profiler.models import (DATA_KINDS, M5_MIN_SAMPLES, MAX_SEQ_LEN, MODELS, VOCAB_SIZE,
+                             build_model, check_model, model_name)
 
 PROG = "train"
 LOADERS = ("pytorch", "dali")
+MEASURES = ("train", "loader", "compute")
 MAX_GENERATED_CLASSES = 10
+MB = 2**20
 
 
 class UsageError(Exception):
@@ -58,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message} (see --help)\n")
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
+def _int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -66,6 +77,8 @@ def _int_at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{value} is below the minimum, {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} is above the maximum, {high}")
         return value
     return parse
 
@@ -100,17 +113,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="stop after this many iterations (wins over --epochs)")
     add("--epochs", type=_int_at_least(1),
         help="epochs to run (1 if neither this nor --max-iterations is given)")
-    add("--data", type=Path, required=True, help="image folder: DIR/<class>/<img>")
+    add("--data", type=Path, required=True,
+        help="data folder: DIR/<class>/<image>.jpg for resnet, mobilenet, alexnet; "
+             "DIR/corpus.txt for transformer, lstm; DIR/<class>/<clip>.wav for m5")
     add("--generate-data", action="store_true",
-        help="write a synthetic JPEG dataset at --data if it is missing")
+        help="write a synthetic dataset of the model's kind at --data if it is missing")
     add("--dataset-size", type=_int_at_least(1), default=512,
-        help="images to generate (default %(default)s)")
+        help="samples to generate: images (jpeg), sequences of --seq-len + 1 bytes "
+             "(text), clips (audio) (default %(default)s)")
     add("--image-size", type=_int_at_least(8), default=96,
-        help="side of generated images, px (default %(default)s)")
+        help="jpeg: side of generated images, px (default %(default)s)")
     add("--crop", type=_int_at_least(8), default=64,
-        help="training crop, px (default %(default)s)")
+        help="jpeg: training crop, px (default %(default)s)")
+    add("--seq-len", type=_int_at_least(1, MAX_SEQ_LEN), default=128,
+        help=f"text: bytes per training sequence, at most {MAX_SEQ_LEN} "
+             "(default %(default)s)")
+    add("--clip-seconds", type=_positive_float, default=1.0,
+        help="audio: length of generated clips, s, at 8 kHz (default %(default)s)")
+    add("--audio-crop", type=_int_at_least(M5_MIN_SAMPLES), default=7200,
+        help="audio: waveform samples per training clip, cut at a random offset "
+             "(default %(default)s: 0.9 s at 8 kHz)")
     add("--loader", choices=LOADERS, default="pytorch",
-        help="input pipeline (default %(default)s)")
+        help="input pipeline; dali reads JPEGs only (default %(default)s)")
+    add("--measure", choices=MEASURES, default="train",
+        help="train: end to end; loader: the input pipeline alone, no model, nothing "
+             "copied to the device; compute: one batch built once, kept on the device "
+             "and trained on repeatedly, no loader (default %(default)s)")
     add("--lr", type=_positive_float, default=0.1,
         help="SGD learning rate (default %(default)s)")
     add("--output", type=Path, default=Path("."),
@@ -132,7 +160,8 @@ class IterationStats:
     h2d_s: float        # host-to-device copy
     compute_s: float    # forward + backward + optimizer step
     total_s: float
-    loss: float
+    cpu_s: float        # CPU time of this process, all threads (not loader workers)
+    loss: float | None  # None in loader mode: nothing is trained
 
 
 def usable_cpus() -> int:
@@ -140,29 +169,48 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def prepare_data(args: argparse.Namespace) -> tuple[Path, int, int]:
-    """The data folder, its image and class counts; UsageError if it cannot be used."""
+def sample_length(args: argparse.Namespace, kind: str) -> int:
+    """The per-sample size option of the data kind."""
+    return {"jpeg": args.crop, "text": args.seq_len, "audio": args.audio_crop}[kind]
+
+
+def generate_data(args: argparse.Namespace, kind: str, data: Path) -> None:
+    classes = min(MAX_GENERATED_CLASSES, args.dataset_size)
+    # The dataset's own seed stays fixed: jobs with different --seed values share one
+    # generated folder.
+    if kind == "text":
+        ensure_text_dataset(data, args.dataset_size, args.seq_len)
+    elif kind == "audio":
+        ensure_audio_dataset(data, args.dataset_size, args.clip_seconds, classes)
+    else:
+        ensure_image_dataset(data, args.dataset_size, args.image_size, classes)
+
+
+def prepare_data(args: argparse.Namespace, kind: str) -> tuple[Path, AnyDataset]:
+    """The data folder and its dataset; UsageError if it cannot be used."""
     data: Path = args.data.expanduser().absolute()
     try:
         if args.generate_data:
-            classes = min(MAX_GENERATED_CLASSES, args.dataset_size)
-            # The dataset's own seed stays fixed: jobs with different --seed values share
-            # one generated folder.
-            ensure_image_dataset(data, args.dataset_size, args.image_size, classes)
+            generate_data(args, kind, data)
         elif not data.exists():
             raise UsageError(f"data folder {data} does not exist "
                              "(--generate-data writes a synthetic dataset there)")
-        names, samples = list_images(data)
+        dataset = open_dataset(kind, data, sample_length(args, kind))
     except (ValueError, OSError) as e:
         raise UsageError(str(e)) from e
-    if len(samples) < args.batch:
-        raise UsageError(f"data folder {data} holds {len(samples)} images, fewer than one "
-                         f"batch of {args.batch}")
-    return data, len(samples), len(names)
+    if len(dataset) < args.batch:
+        raise UsageError(f"data folder {data} holds {len(dataset)} {SAMPLE_UNITS[kind]}, "
+                         f"fewer than one batch of {args.batch}")
+    return data, dataset
+
+
+def num_classes(dataset: AnyDataset) -> int:
+    # A language model's classes are the next byte's values.
+    return VOCAB_SIZE if isinstance(dataset, TextWindows) else len(dataset.classes)
 
 
 def choose_device(workers: int) -> tuple[torch.device, int, int, int]:
-    """Device, GPUs used, usable CPUs and torch threads."""
+    """Device, GPUs used, usable CPUs and torch threads; workers 0 when no loader runs."""
     cpus = usable_cpus()
     if torch.cuda.is_available():
         return torch.device("cuda"), torch.cuda.device_count(), cpus, torch.get_num_threads()
@@ -178,16 +226,25 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_iterations(model: nn.Module, loader: Iterable[Any], device: torch.device, lr: float,
-                   max_iterations: int | None, epochs: int) -> list[IterationStats]:
-    """Train; return one record per iteration."""
-    criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+def cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    # Classifiers give (batch, classes) logits for (batch,) labels, language models
+    # (batch, seq, vocab) for (batch, seq) next bytes: flattening all but the logits'
+    # last axis gives the mean loss per label or per position alike.
+    return nn.functional.cross_entropy(output.flatten(0, -2), target.flatten())
+
+
+def run_iterations(model: nn.Module | None, loader: Iterable[Any], device: torch.device,
+                   lr: float, max_iterations: int | None, epochs: int) -> list[IterationStats]:
+    """Train; return one record per iteration. With no model only the loader runs:
+    batches are fetched and dropped, nothing is copied."""
+    optimizer = (torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+                 if model is not None else None)
     cuda = device.type == "cuda"
     # CUDA runs asynchronously: without a sync each section would show only the time
     # to queue its kernels, and the real cost would land in whichever section syncs.
     sync: Callable[[], None] = torch.cuda.synchronize if cuda else (lambda: None)
-    model.train()
+    if model is not None:
+        model.train()
     stats: list[IterationStats] = []
     epoch = 0
     while (len(stats) < max_iterations) if max_iterations else (epoch < epochs):
@@ -195,25 +252,27 @@ def run_iterations(model: nn.Module, loader: Iterable[Any], device: torch.device
         before = len(stats)
         while max_iterations is None or len(stats) < max_iterations:
             sync()
-            t0 = time.perf_counter()
+            cpu0, t0 = time.process_time(), time.perf_counter()
             try:
-                images, labels = next(batches)
+                inputs, targets = next(batches)
             except StopIteration:
                 break
-            t1 = time.perf_counter()
-            images = images.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-            sync()
-            t2 = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = criterion(model(images), labels)
-            loss.backward()
-            optimizer.step()
-            loss_value = loss.item()     # also waits for the step on a GPU
-            sync()
-            t3 = time.perf_counter()
+            t1 = t2 = t3 = time.perf_counter()
+            loss_value = None
+            if model is not None and optimizer is not None:
+                inputs = inputs.to(device, non_blocking=True)
+                targets = targets.to(device, non_blocking=True)
+                sync()
+                t2 = time.perf_counter()
+                optimizer.zero_grad(set_to_none=True)
+                loss = cross_entropy(model(inputs), targets)
+                loss.backward()
+                optimizer.step()
+                loss_value = loss.item()     # also waits for the step on a GPU
+                sync()
+                t3 = time.perf_counter()
             stats.append(IterationStats(len(stats) + 1, epoch, t1 - t0, t2 - t1, t3 - t2,
-                                        t3 - t0, loss_value))
+                                        t3 - t0, time.process_time() - cpu0, loss_value))
         if len(stats) == before:
             raise RuntimeError("the loader produced no batch in a whole epoch")
         epoch += 1
@@ -221,15 +280,18 @@ def run_iterations(model: nn.Module, loader: Iterable[Any], device: torch.device
 
 
 def summarise(stats: list[IterationStats], warmup: int, batch: int) -> dict[str, Any]:
-    """Throughput and mean timings over the iterations after the warmup (over all of
-    them when the run is no longer than the warmup, so short runs still report)."""
+    """Throughput, mean timings and CPU time over the iterations after the warmup (over
+    all of them when the run is no longer than the warmup, so short runs still report)."""
     measured = stats[warmup:] or stats
     total = sum(s.total_s for s in measured)
     data = sum(s.data_s for s in measured)
+    cpu = sum(s.cpu_s for s in measured)
     n = len(measured)
     return {
         "measured_iterations": n,
         "samples_per_s": n * batch / total if total > 0 else 0.0,
+        "cpu_s": cpu,
+        "host_cpu_s_per_sample": cpu / (n * batch),
         "mean_data_s": data / n,
         "mean_h2d_s": sum(s.h2d_s for s in measured) / n,
         "mean_compute_s": sum(s.compute_s for s in measured) / n,
@@ -260,7 +322,8 @@ def iterations_csv(stats: list[IterationStats]) -> str:
     writer.writerow([f.name for f in fields(IterationStats)])
     for s in stats:
         row = asdict(s)
-        writer.writerow([f"{v:.6f}" if isinstance(v, float) else v for v in row.values()])
+        writer.writerow([f"{v:.6f}" if isinstance(v, float) else "" if v is None else v
+                         for v in row.values()])
     return out.getvalue()
 
 
@@ -268,56 +331,105 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process plus that of its largest finished child (the
+    loader workers, once shut down); Linux reports ru_maxrss in KiB."""
+    kib = sum(resource.getrusage(who).ru_maxrss
+              for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return kib * 1024 / MB
+
+
+def peak_gpu_mem_mb(gpus: int) -> float | None:
+    """The most memory PyTorch allocated on any one GPU, None without GPUs."""
+    if not gpus:
+        return None
+    return max(torch.cuda.max_memory_allocated(i) for i in range(gpus)) / MB
+
+
+def make_input(args: argparse.Namespace, data: Path, dataset: AnyDataset,
+               device: torch.device) -> Iterable[Any]:
+    """What run_iterations iterates: a loader, or in compute mode one batch of random
+    samples, collated once and moved to the device, repeated as many times an epoch as
+    the loader would give batches."""
+    if args.measure == "compute":
+        picks = torch.randperm(len(dataset))[:args.batch].tolist()
+        batch = default_collate([dataset[i] for i in picks])
+        batch = [t.to(device) for t in batch]
+        return [batch] * (len(dataset) // args.batch)
+    if args.loader == "dali":
+        try:
+            return make_dali_loader(data, args.batch, args.workers, args.crop,
+                                    "cuda:0" if device.type == "cuda" else "cpu", args.seed)
+        except RuntimeError as e:
+            raise CannotRun(str(e)) from e
+    return torch_loader(dataset, args.batch, args.workers, args.seed)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started, wall0 = _now(), time.perf_counter()
     if args.port is not None:
         os.environ["MASTER_PORT"] = str(args.port)
+    kind = DATA_KINDS[args.arch]
+    try:
+        check_model(args.arch, args.depth)     # before any time goes into data
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if args.loader == "dali" and kind != "jpeg":
+        raise UsageError(f"the DALI loader reads JPEGs only; {args.arch} reads {kind} "
+                         "(use --loader pytorch)")
     output: Path = args.output.expanduser().absolute()
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create output folder {output}: {e.strerror}") from e
-    data, images, classes = prepare_data(args)
-    try:
-        model = build_model(args.arch, args.depth, classes)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
-    seed_everything(args.seed)
-    device, gpus, cpus, threads = choose_device(args.workers)
+    data, dataset = prepare_data(args, kind)
+    classes = num_classes(dataset)
+    seed_everything(args.seed)      # before the model, so --seed fixes its weights
+    # No loader runs in compute mode, so its workers need no cores.
+    workers = 0 if args.measure == "compute" else args.workers
+    device, gpus, cpus, threads = choose_device(workers)
     name = model_name(args.arch, args.depth)
-    if args.loader == "dali":
-        try:
-            loader: Iterable[Any] = make_dali_loader(
-                data, args.batch, args.workers, args.crop,
-                "cuda:0" if device.type == "cuda" else "cpu", args.seed)
-        except RuntimeError as e:
-            raise CannotRun(str(e)) from e
+    model: nn.Module | None = None      # none runs in loader mode
+    if args.measure != "loader":
+        model = build_model(args.arch, args.depth, classes).to(device)
+        if gpus > 1:
+            model = nn.DataParallel(model)
+    loader = make_input(args, data, dataset, device)
+    if gpus:
+        where = f"{gpus} GPU(s)"
+    elif workers:
+        where = f"cpu, {threads} torch threads = max(1, {cpus} usable cpus - {workers} workers)"
     else:
-        loader = make_loader(data, args.batch, args.workers, args.crop, args.seed)
-    model = model.to(device)
-    if gpus > 1:
-        model = nn.DataParallel(model)
-    where = f"{gpus} GPU(s)" if gpus else (f"cpu, {threads} torch threads "
-                                           f"= max(1, {cpus} usable cpus - {args.workers} workers)")
+        where = f"cpu, {threads} torch threads = all {cpus} usable cpus"
     length = (f"{args.max_iterations} iterations" if args.max_iterations
               else f"{args.epochs or 1} epoch(s)")
-    print(f"{PROG}: {name} b={args.batch} j={args.workers} loader={args.loader} on {where}; "
-          f"data {data} ({images} images, {classes} classes), crop {args.crop}, {length}",
-          flush=True)
+    shape = list(dataset[0][0].shape)
+    print(f"{PROG}: {name} b={args.batch} j={args.workers} loader={args.loader} "
+          f"measure={args.measure} on {where}; data {data} ({len(dataset)} "
+          f"{SAMPLE_UNITS[kind]}, {classes} classes), input {'x'.join(map(str, shape))}, "
+          f"{length}", flush=True)
 
     train0 = time.perf_counter()
     stats = run_iterations(model, loader, device, args.lr, args.max_iterations,
                            args.epochs or 1)
     train_s = time.perf_counter() - train0
+    # Ends the loader's workers, so that their peak memory counts in RUSAGE_CHILDREN.
+    del loader
+    dataset_bytes = sum(path.stat().st_size for path in dataset.files)
     summary: dict[str, Any] = {
         "arch": args.arch, "depth": args.depth, "model": name, "batch": args.batch,
-        "workers": args.workers, "loader": args.loader, "device": device.type, "gpus": gpus,
+        "workers": args.workers, "loader": args.loader, "measure": args.measure,
+        "device": device.type, "gpus": gpus,
         "device_name": torch.cuda.get_device_name(0) if gpus else "cpu",
-        "data": str(data), "dataset_images": images, "num_classes": classes,
-        "crop": args.crop, "lr": args.lr, "seed": args.seed,
+        "data": str(data), "data_kind": kind,
+        "dataset_images": len(dataset),     # the older name of dataset_samples
+        "dataset_samples": len(dataset), "dataset_bytes": dataset_bytes,
+        "sample_bytes": dataset_bytes / len(dataset), "sample_shape": shape,
+        "num_classes": classes, "crop": args.crop, "lr": args.lr, "seed": args.seed,
         "iterations": len(stats), "epochs": stats[-1].epoch + 1, "warmup": args.warmup,
         **summarise(stats, args.warmup, args.batch),
         "cpus": cpus, "torch_threads": threads,
+        "peak_rss_mb": peak_rss_mb(), "peak_gpu_mem_mb": peak_gpu_mem_mb(gpus),
         "started": started, "finished": _now(),
         "train_s": train_s, "wall_s": time.perf_counter() - wall0,
     }

@@ -6,9 +6,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-# The built-in trainer's models (profiler/models.py MODELS; a unit test keeps the two equal).
-# Listed here so that validating a CSV does not import torch.
-BUILTIN_ARCHS = ("resnet", "mobilenet", "alexnet")
+# The built-in trainer's models and the kind of data each reads (profiler/models.py
+# MODELS and DATA_KINDS; a unit test keeps them equal). Listed here so that validating a
+# CSV does not import torch.
+BUILTIN_DATA_KIND = {"resnet": "jpeg", "mobilenet": "jpeg", "alexnet": "jpeg",
+                     "transformer": "text", "lstm": "text", "m5": "audio"}
+BUILTIN_ARCHS = tuple(BUILTIN_DATA_KIND)
 BUILTIN_SCRIPT = "builtin:train"
 SYNTHETIC_DATASET = "synthetic"
 LOADERS = ("pytorch", "dali")
@@ -77,6 +80,8 @@ class JobSpec:
 
         Workers, CPUs and memory are left out on purpose: they are what gets tuned.
         The loader is in, because DALI and PyTorch decode answer differently to cores.
+        Pass-through args are out (a --seed must not split a sweep into many workloads);
+        rows whose args change the workload (image size, say) should name their own dataset.
         """
         key = {"script": self.script, "arch": self.arch, "depth": self.depth,
                "batch": self.batch, "dataset": self.dataset, "gpus": self.gpus,

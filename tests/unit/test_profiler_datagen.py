@@ -1,4 +1,5 @@
-"""The synthetic JPEG dataset: real files, ImageFolder layout, safe to share."""
+"""The synthetic datasets (JPEG, text, audio): real files, the loaders' layouts, safe to
+share."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import wave
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import pytest
 from PIL import Image
 
-from profiler.datagen import MANIFEST, DatasetMismatch, ensure_image_dataset
+from profiler.datagen import (AUDIO_RATE, MANIFEST, TEXT_FILE, DatasetMismatch,
+                              ensure_audio_dataset, ensure_image_dataset, ensure_text_dataset,
+                              tone_hz)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,19 +118,35 @@ def test_bad_settings_raise(tmp_path: Path, args: tuple[int, int, int]) -> None:
     assert not (tmp_path / "ds").exists()
 
 
-def _generate_after(barrier: Any, root: Path, inodes: Any) -> None:
+def _jpeg(root: Path) -> Path:
+    return ensure_image_dataset(root, num_images=60, image_size=48, num_classes=5)
+
+
+def _text(root: Path) -> Path:
+    return ensure_text_dataset(root, num_sequences=300, seq_len=63)
+
+
+def _audio(root: Path) -> Path:
+    return ensure_audio_dataset(root, num_clips=60, clip_seconds=0.25, num_classes=5)
+
+
+def _generate_after(barrier: Any, make: Callable[[Path], Path], root: Path,
+                    inodes: Any) -> None:
     # All three start together, so they really race for the lock.
     barrier.wait()
-    ensure_image_dataset(root, num_images=60, image_size=48, num_classes=5)
+    make(root)
     inodes.put(root.stat().st_ino)
 
 
-def test_concurrent_callers_leave_one_complete_dataset(tmp_path: Path) -> None:
+@pytest.mark.parametrize("make,files,count", [(_jpeg, "*/*.jpg", 60), (_text, TEXT_FILE, 1),
+                                              (_audio, "*/*.wav", 60)])
+def test_concurrent_callers_leave_one_complete_dataset(
+        tmp_path: Path, make: Callable[[Path], Path], files: str, count: int) -> None:
     ctx = multiprocessing.get_context("fork")
     root = tmp_path / "shared" / "ds"
     barrier = ctx.Barrier(3)
     inodes = ctx.Queue()
-    procs = [ctx.Process(target=_generate_after, args=(barrier, root, inodes))
+    procs = [ctx.Process(target=_generate_after, args=(barrier, make, root, inodes))
              for _ in range(3)]
     for p in procs:
         p.start()
@@ -134,8 +156,8 @@ def test_concurrent_callers_leave_one_complete_dataset(tmp_path: Path) -> None:
     # All three saw the same folder: none was replaced after another caller returned.
     seen = {inodes.get(timeout=5) for _ in range(3)}
     assert seen == {root.stat().st_ino}
-    assert len(_images(root)) == 60
-    assert json.loads((root / MANIFEST).read_text())["num_images"] == 60
+    assert len(list(root.glob(files))) == count
+    assert (root / MANIFEST).exists()
     assert sorted(p.name for p in root.parent.iterdir()) == [".ds.lock", "ds"]
 
 
@@ -155,3 +177,127 @@ def test_cli(tmp_path: Path) -> None:
                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr and "num_classes" in bad.stderr
+
+
+# --- text -------------------------------------------------------------------------------
+
+def test_text_corpus_is_readable_english_like_words_of_the_asked_size(tmp_path: Path) -> None:
+    root = tmp_path / "text"
+    assert ensure_text_dataset(root, num_sequences=400, seq_len=127) == root
+    corpus = root / TEXT_FILE
+    # Exactly one window of seq_len + 1 bytes per sequence.
+    assert corpus.stat().st_size == 400 * 128
+    text = corpus.read_text(encoding="ascii")
+    assert sorted(p.name for p in root.iterdir()) == [MANIFEST, TEXT_FILE]
+    assert json.loads((root / MANIFEST).read_text()) == \
+        {"num_sequences": 400, "seq_len": 127, "seed": 0}
+    words = [w.strip(",.").lower() for w in text.split()]
+    assert all(w.isalpha() for w in words[:-1])     # the last may be cut mid-word
+    assert text.count(".") > 20 and any(s[:1].isupper() for s in text.split(". "))
+    # Zipf: a few short words are very common, most words are rare.
+    counts = Counter(words).most_common()
+    assert counts[0][1] > 20 * counts[len(counts) // 2][1]
+    assert len(counts[0][0]) <= 3
+
+
+def test_text_is_reproducible_and_idempotent(tmp_path: Path) -> None:
+    a = ensure_text_dataset(tmp_path / "a", 50, 31, seed=4)
+    b = ensure_text_dataset(tmp_path / "b", 50, 31, seed=4)
+    c = ensure_text_dataset(tmp_path / "c", 50, 31, seed=5)
+    assert _files(a) == _files(b)
+    assert (a / TEXT_FILE).read_bytes() != (c / TEXT_FILE).read_bytes()
+    before = {p: p.stat().st_mtime_ns for p in a.rglob("*")}
+    inode = a.stat().st_ino
+    assert ensure_text_dataset(tmp_path / "a", 50, 31, seed=4) == a
+    assert {p: p.stat().st_mtime_ns for p in a.rglob("*")} == before
+    assert a.stat().st_ino == inode
+    with pytest.raises(DatasetMismatch, match="seq_len"):
+        ensure_text_dataset(a, 50, 63, seed=4)
+    # Another kind's dataset in the folder is a mismatch too, never overwritten.
+    with pytest.raises(DatasetMismatch):
+        ensure_image_dataset(a, 10, 32, 2)
+    assert _files(a) == _files(b)
+
+
+@pytest.mark.parametrize("args", [(0, 32), (10, 0)])
+def test_text_bad_settings_raise(tmp_path: Path, args: tuple[int, int]) -> None:
+    with pytest.raises(ValueError):
+        ensure_text_dataset(tmp_path / "ds", *args)
+    assert not (tmp_path / "ds").exists()
+
+
+# --- audio ------------------------------------------------------------------------------
+
+def _clips(root: Path) -> list[Path]:
+    return sorted(root.glob("*/*.wav"))
+
+
+def _read(path: Path) -> tuple[Any, np.ndarray]:
+    with wave.open(str(path), "rb") as w:
+        return w.getparams(), np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+
+
+def test_audio_writes_16bit_mono_wavs_in_class_folders(tmp_path: Path) -> None:
+    root = tmp_path / "audio"
+    assert ensure_audio_dataset(root, num_clips=14, num_classes=4) == root
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == \
+        ["class_000", "class_001", "class_002", "class_003"]
+    clips = _clips(root)
+    assert len(clips) == 14
+    assert sorted(len(list(d.glob("*.wav"))) for d in root.iterdir() if d.is_dir()) == \
+        [3, 3, 4, 4]
+    for path in clips:
+        params, pcm = _read(path)
+        # The defaults: 8 kHz, one second, 16-bit PCM mono.
+        assert (params.nchannels, params.sampwidth, params.framerate, params.nframes) == \
+            (1, 2, AUDIO_RATE, AUDIO_RATE)
+        assert path.stat().st_size == 44 + 2 * AUDIO_RATE
+        assert 1000 < np.abs(pcm).max() < 32767      # audible, not clipped
+    assert json.loads((root / MANIFEST).read_text()) == \
+        {"num_clips": 14, "clip_seconds": 1.0, "sample_rate": AUDIO_RATE,
+         "num_classes": 4, "seed": 0}
+
+
+def test_audio_classes_are_told_apart_by_their_tone(tmp_path: Path) -> None:
+    root = ensure_audio_dataset(tmp_path / "audio", num_clips=24, clip_seconds=0.5,
+                                num_classes=6)
+    for label in range(6):
+        for path in _clips(root / f"class_{label:03d}"):
+            _, pcm = _read(path)
+            spectrum = np.abs(np.fft.rfft(pcm.astype(float)))
+            peak_hz = np.argmax(spectrum) * AUDIO_RATE / len(pcm)
+            # The loudest frequency is the class tone, give or take the random detune.
+            assert peak_hz == pytest.approx(tone_hz(label, 6), rel=0.05)
+
+
+def test_audio_is_reproducible_and_idempotent(tmp_path: Path) -> None:
+    a = ensure_audio_dataset(tmp_path / "a", 6, 0.2, 3, seed=1)
+    b = ensure_audio_dataset(tmp_path / "b", 6, 0.2, 3, seed=1)
+    assert _files(a) == _files(b)
+    before = {p: p.stat().st_mtime_ns for p in a.rglob("*")}
+    assert ensure_audio_dataset(tmp_path / "a", 6, 0.2, 3, seed=1) == a
+    assert {p: p.stat().st_mtime_ns for p in a.rglob("*")} == before
+    with pytest.raises(DatasetMismatch, match="clip_seconds"):
+        ensure_audio_dataset(a, 6, 0.5, 3, seed=1)
+
+
+@pytest.mark.parametrize("args", [(3, 1.0, 5), (6, 0.00001, 3), (6, 1.0, 0)])
+def test_audio_bad_settings_raise(tmp_path: Path, args: tuple[int, float, int]) -> None:
+    with pytest.raises(ValueError):
+        ensure_audio_dataset(tmp_path / "ds", *args)
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("kind,extra,check", [
+    ("text", ["--seq-len", "15"], lambda root: (root / TEXT_FILE).stat().st_size == 9 * 16),
+    ("audio", ["--clip-seconds", "0.1", "--classes", "3"],
+     lambda root: len(_clips(root)) == 9),
+])
+def test_cli_other_kinds(tmp_path: Path, kind: str, extra: list[str],
+                         check: Callable[[Path], bool]) -> None:
+    root = tmp_path / kind
+    done = subprocess.run([sys.executable, "-m", "profiler.datagen", str(root), "--kind", kind,
+                           "--num-samples", "9", *extra], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert check(root)

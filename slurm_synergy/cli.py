@@ -33,7 +33,8 @@ def _submit(args: argparse.Namespace) -> int:
 
     out = args.out or Path("runs") / args.csv.stem
     opts = SubmitOptions(out=out, dry_run=args.dry_run, sequential=args.sequential,
-                         force=args.force, arrays=args.arrays, hold=args.hold)
+                         force=args.force, arrays=args.arrays, hold=args.hold,
+                         profile=args.profile)
     # stdout carries only "job id<TAB>name" lines, for scripts; everything else is stderr.
     result = submit_csv(args.csv, opts, log=lambda line: print(line, file=sys.stderr))
     for name, job_id in result.job_ids.items():
@@ -60,6 +61,22 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def _profiles(args: argparse.Namespace) -> int:
+    from .profile import ProfileStore
+    from .profile_table import plot, table
+
+    store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
+    fps = args.fingerprints or store.fingerprints()
+    profiles = [store.load(fp) for fp in fps]
+    if args.json:
+        print("[" + ",\n".join(p.to_json().rstrip() for p in profiles) + "]")
+    else:
+        print(table(profiles) if profiles else f"no profiles in {store.root}")
+    if args.plot and profiles:
+        print(f"plot: {plot(profiles, args.plot)}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="synergy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="submit rows with identical resources and workload as job arrays")
     p.add_argument("--hold", action="store_true",
                    help="leave the jobs held; release them with scontrol release")
+    p.add_argument("--profile", action="store_true",
+                   help="profile each workload that has no profile yet, first thing in its job")
     p.set_defaults(func=_submit)
 
     p = sub.add_parser("jobs", help="a table of jobs from sacct")
@@ -89,12 +108,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait at most")
     p.set_defaults(func=_jobs)
 
+    # Parsed by the profiler itself (its options, then the script and the script's own).
+    sub.add_parser("profile", add_help=False,
+                   help="profile a workload inside its allocation (profiler/offline_profiler.py)")
+
+    p = sub.add_parser("profiles", help="the stored profiles: table, JSON, plot")
+    p.add_argument("fingerprints", nargs="*", help="only these (default: all)")
+    p.add_argument("--store", type=Path, help="profile store (default: SYNERGY_PROFILES "
+                   "or ~/.slurm-synergy/profiles)")
+    p.add_argument("--json", action="store_true", help="print the profiles as JSON")
+    p.add_argument("--plot", type=Path, help="write throughput against cores to this PNG")
+    p.set_defaults(func=_profiles)
+
     p = sub.add_parser("demo", help="local cluster up, example jobs in, sacct table out")
     p.set_defaults(func=_demo)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["profile"]:
+        from profiler.offline_profiler import main as profile_main
+
+        return profile_main(argv[1:], prog="synergy profile")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -10,6 +10,7 @@ TEMPLATES = ROOT / "templates"
 ETC = ROOT / "etc"
 JOBS_CSV = ROOT / "jobs_csv"
 TRAIN_SCRIPT = ROOT / "profiler" / "train.py"
+PROFILER_SCRIPT = ROOT / "profiler" / "offline_profiler.py"
 
 
 def state_dir() -> Path:

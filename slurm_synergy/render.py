@@ -20,7 +20,7 @@ import jinja2
 
 from . import paths
 from .errors import SynergyError
-from .jobspec import SYNTHETIC_DATASET, JobSpec
+from .jobspec import BUILTIN_DATA_KIND, SYNTHETIC_DATASET, JobSpec
 
 # #SBATCH lines are parsed by sbatch, not the shell, so paths there cannot be quoted.
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
@@ -66,7 +66,8 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
     argv = spec.script_argv()
     if spec.builtin:
         if spec.dataset == SYNTHETIC_DATASET:
-            argv += ["--data", str(data_dir() / "synthetic-jpeg"), "--generate-data"]
+            kind = BUILTIN_DATA_KIND[spec.arch]
+            argv += ["--data", str(data_dir() / f"synthetic-{kind}"), "--generate-data"]
         else:
             argv += ["--data", spec.dataset]
         argv += ["--output", str(output)]
@@ -76,8 +77,13 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
     return Task(index, spec, str(output.resolve()), tuple(argv))
 
 
-def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "") -> str:
-    """The sbatch script for one job, or for one array job when `array` is set."""
+def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "",
+           profile: bool = False) -> str:
+    """The sbatch script for one job, or for one array job when `array` is set.
+
+    `profile` turns the profiling prolog on by default; SYNERGY_PROFILE in the job's
+    environment (0 or 1) decides in the end, so the plugin can mark jobs itself.
+    """
     head = tasks[0].spec
     sources = sorted({t.spec.source.file for t in tasks})
     rows = ",".join(str(t.spec.source.row) for t in tasks)
@@ -87,7 +93,15 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         name=name, cpus=head.cpus, mem_mb=head.mem_mb, time=head.time, gres=head.gres,
         partition=head.partition, array=array, logs=out / "logs", comment=head.comment,
         fingerprint=head.fingerprint, tasks=tasks, launcher=launcher(head),
+        profiler=profiler_command(head), script=head.script, profile_default=int(profile),
     )
+
+
+def profiler_command(spec: JobSpec) -> list[str]:
+    """The profiling prolog's command and options; the template adds the working folder,
+    then the script and the task's own arguments."""
+    return [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
+            "--job-name", spec.name]
 
 
 def launcher(spec: JobSpec) -> list[str]:

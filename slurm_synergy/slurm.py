@@ -89,6 +89,23 @@ class Slurm:
         if job_ids:
             self.run(["scancel", *job_ids])
 
+    # --- steps inside an allocation ---------------------------------------------
+    def step_argv(self, argv: Sequence[str], cores: int, mem_mb: int, gpus: int,
+                  name: str) -> list[str]:
+        """An srun command that runs `argv` as one step of the current allocation, held
+        by Slurm's cgroups to `cores` cores, `mem_mb` of memory and `gpus` GPUs.
+
+        Run it with Popen (not `run`): the caller streams the output and may stop it.
+        --exact keeps the step to the cores it asked for, not the whole allocation.
+        """
+        exe = shutil.which("srun")
+        if exe is None:
+            raise SlurmError("srun not found on PATH: install the Slurm client (make setup)")
+        gres = f"--gres=gpu:{gpus}" if gpus else "--gres=none"
+        return [exe, "--exact", "--nodes=1", "--ntasks=1", f"--cpus-per-task={cores}",
+                f"--mem={mem_mb}M", gres, f"--job-name={name}", "--kill-on-bad-exit=1",
+                "--quiet", "--", *argv]
+
     # --- queries -------------------------------------------------------------
     def ping(self) -> bool:
         try:

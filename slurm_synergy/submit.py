@@ -34,6 +34,7 @@ class SubmitOptions:
     force: bool = False           # submit rows the ledger says are already submitted
     arrays: bool = False          # rows with identical resources and workload as job arrays
     hold: bool = False            # leave the jobs held (release with scontrol release)
+    profile: bool = False         # profile unprofiled workloads first, inside each job
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         out = check_out_dir(opts.out)
         for unit in result.units:
             atomic_write_text(unit.script, render(unit.name, unit.tasks, out, unit.script,
-                                                  unit.array), 0o755)
+                                                  unit.array, opts.profile), 0o755)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "

@@ -1,0 +1,297 @@
+"""The profile of one workload: what the profiler measured, and where it is kept.
+
+One JSON file per fingerprint in the profile store. Profiles are read by the decision
+engine and the reports while profilers write new ones, so they are written whole
+(temporary file + rename) and checked field by field when read: a corrupt or foreign
+file is refused with a message naming it, never half-used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import paths
+from .errors import SynergyError
+from .fileio import atomic_write_text
+
+PROFILE_VERSION = 1
+FINGERPRINT_RE = re.compile(r"^[0-9a-f]{16}$")
+MEASURES = ("train", "loader", "compute")
+
+
+class ProfileError(SynergyError):
+    """A profile file that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One profiling step: the workload run for a few iterations under fixed limits."""
+
+    measure: str                 # train (end to end), loader (input only), compute (no input)
+    cores: int
+    workers: int
+    mem_mb: int
+    samples_per_s: float
+    data_stall_fraction: float
+    host_cpu_s_per_sample: float  # CPU time of the training process per sample
+    peak_rss_mb: float
+    step_s: float                # wall time of the whole step, start-up included
+
+
+@dataclass(frozen=True)
+class FetchRates:
+    """DS-Analyzer's fetch side: page cache (C) and storage (S) read rates on the node."""
+
+    cache_mb_s: float
+    storage_mb_s: float
+    dataset_mb: float
+    sample_mb: float
+    files_read: int
+
+
+@dataclass(frozen=True)
+class PowerPoint:
+    limit_w: float
+    samples_per_s: float
+    avg_power_w: float
+
+
+@dataclass(frozen=True)
+class GpuReadings:
+    """NVML readings during the widest end-to-end step; `reason` says why when absent."""
+
+    available: bool
+    reason: str = ""
+    name: str = ""
+    count: int = 0
+    util_pct: float | None = None
+    mem_used_mb: float | None = None
+    peak_torch_mem_mb: float | None = None
+    avg_power_w: float | None = None
+    energy_j: float | None = None
+    power_limit_w: float | None = None
+    min_limit_w: float | None = None
+    max_limit_w: float | None = None
+    power_sweep: tuple[PowerPoint, ...] = ()
+    power_sweep_note: str = ""
+
+
+@dataclass(frozen=True)
+class PointError:
+    cores: int
+    workers: int
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return abs(self.predicted - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class ThroughputModel:
+    """speed = min(F(x), cores/(p+h), workers/p, G): see slurm_synergy/throughput.py.
+
+    `basis` says what the parameters were fitted to: "components" (input-only and
+    compute-only steps, so every end-to-end point is held out) or "end-to-end" (the
+    script could not run the components; errors are then leave-one-out).
+    """
+
+    basis: str
+    prep_core_s: float           # p: CPU-seconds of input pipeline per sample
+    host_core_s: float           # h: CPU-seconds of the training process per sample
+    device_rate: float | None    # G: samples/s of the device when fed; None = it is the CPU
+    footprint_mb: float          # host memory the job needs besides page cache
+    fetch: FetchRates | None
+    held_out: tuple[PointError, ...] = ()
+
+    @property
+    def mean_error(self) -> float | None:
+        errs = [e.error for e in self.held_out]
+        return sum(errs) / len(errs) if errs else None
+
+    @property
+    def max_error(self) -> float | None:
+        return max((e.error for e in self.held_out), default=None)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    cores: int
+    mem_mb: int
+    gpus: int
+    node: str
+    launcher: str                # "srun" (Slurm's cgroups) or "local" (CPU affinity only)
+    job_id: str = ""
+
+
+@dataclass(frozen=True)
+class Profile:
+    fingerprint: str
+    job_name: str
+    command: tuple[str, ...]
+    batch: int
+    allocation: Allocation
+    points: tuple[Point, ...]
+    model: ThroughputModel
+    gpu: GpuReadings
+    started: str
+    finished: str
+    profiling_s: float
+    profiler_version: str
+    version: int = PROFILE_VERSION
+    notes: tuple[str, ...] = field(default=())
+
+    def train_points(self) -> list[Point]:
+        return sorted((p for p in self.points if p.measure == "train"), key=lambda p: p.cores)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+# Reading is strict: every field must be present with the right type, numbers finite.
+# A profile is a cache of measurements; refusing a bad one costs a re-profile, while
+# trusting it could mis-size every later job of the workload.
+
+def _number(value: Any, where: str, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: expected a finite number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{where}: negative value {value!r}")
+    return float(value)
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(data) - set(known)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    kwargs: dict[str, Any] = {}
+    for name, f in known.items():
+        spot = f"{where}.{name}"
+        if name not in data:
+            if f.default is not MISSING or f.default_factory is not MISSING:
+                continue            # has a default: optional
+            raise ValueError(f"{spot}: missing")
+        kwargs[name] = _convert(str(f.type), data[name], spot)
+    return cls(**kwargs)
+
+
+_NESTED = {"Point": Point, "FetchRates": FetchRates, "PowerPoint": PowerPoint,
+           "GpuReadings": GpuReadings, "PointError": PointError,
+           "ThroughputModel": ThroughputModel, "Allocation": Allocation}
+
+
+def _convert(type_name: str, value: Any, where: str) -> Any:
+    optional = type_name.endswith("| None")
+    base = type_name.replace("| None", "").strip()
+    if value is None and optional:
+        return None
+    if base in _NESTED:
+        return _build(_NESTED[base], value, where)
+    if base.startswith("tuple["):
+        inner = base[len("tuple["):-1].split(",")[0].strip()
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list")
+        return tuple(_convert(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if base == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected text, got {value!r}")
+        return value
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if base == "int":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where}: expected a whole number >= 0, got {value!r}")
+        return value
+    if base == "float":
+        return _number(value, where)
+    raise TypeError(f"{where}: no reader for type {type_name}")
+
+
+def profile_from_json(text: str, source: str) -> Profile:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"profile {source} is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {source} is not a JSON object")
+    version = data.get("version")
+    if version != PROFILE_VERSION:
+        raise ProfileError(f"profile {source} has version {version!r}; this slurm-synergy "
+                           f"reads version {PROFILE_VERSION} (profile the workload again)")
+    try:
+        profile = _build(Profile, data, "profile")
+    except ValueError as e:
+        raise ProfileError(f"profile {source} is corrupt: {e}") from None
+    if not FINGERPRINT_RE.match(profile.fingerprint):
+        raise ProfileError(f"profile {source} is corrupt: fingerprint "
+                           f"{profile.fingerprint!r} is not 16 hex digits")
+    return profile
+
+
+def store_dir() -> Path:
+    """The profile store: SYNERGY_PROFILES, else profiles/ in the user's synergy home.
+
+    A site shares one store (on a shared filesystem) by pointing SYNERGY_PROFILES at it.
+    """
+    env = os.environ.get("SYNERGY_PROFILES")
+    return Path(env).resolve() if env else paths.home_dir() / "profiles"
+
+
+@dataclass(frozen=True)
+class ProfileStore:
+    root: Path
+
+    @classmethod
+    def default(cls) -> "ProfileStore":
+        return cls(store_dir())
+
+    def path(self, fingerprint: str) -> Path:
+        if not FINGERPRINT_RE.match(fingerprint):
+            raise ProfileError(f"{fingerprint!r} is not a workload fingerprint "
+                               "(16 hex digits, as in the job comment synergy:fp=...)")
+        return self.root / f"{fingerprint}.json"
+
+    def has(self, fingerprint: str) -> bool:
+        return self.path(fingerprint).is_file()
+
+    def load(self, fingerprint: str) -> Profile:
+        path = self.path(fingerprint)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ProfileError(f"no profile for {fingerprint} in {self.root}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ProfileError(f"cannot read profile {path}: {e}") from None
+        profile = profile_from_json(text, str(path))
+        if profile.fingerprint != fingerprint:
+            raise ProfileError(f"profile {path} holds fingerprint {profile.fingerprint}, "
+                               f"not {fingerprint}")
+        return profile
+
+    def save(self, profile: Profile) -> Path:
+        path = self.path(profile.fingerprint)
+        atomic_write_text(path, profile.to_json())
+        return path
+
+    def fingerprints(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.json") if FINGERPRINT_RE.match(p.stem))
+
+    def __iter__(self) -> Iterator[Profile]:
+        for fp in self.fingerprints():
+            yield self.load(fp)

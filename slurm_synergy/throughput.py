@@ -1,0 +1,118 @@
+"""The throughput model: samples/s of a workload at any (cores, memory), from its profile.
+
+A job is as fast as its slowest stage (DS-Analyzer: speed = min(F, P, G)):
+
+    speed(k, m, W) = min( F(x(m)),           fetch: page cache and storage
+                          k / (p + h),       all CPU work shares the k cores
+                          min(W, k) / p,     W loader workers prepare the input
+                          G )                the device, when it is fed
+
+p and h are CPU-seconds per sample of the input pipeline and of the training process;
+G is the device's rate (on a CPU-only node the device is the cores left to the trainer,
+t / h with t = k - W threads). F(x) = 1 / (x/C + (1-x)/S) with x the fraction of the
+dataset the page cache holds: the job's memory beyond its own footprint, over the
+dataset's size; C and S are the cache and storage read rates in samples/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence
+
+from .profile import FetchRates, Point, PointError, ThroughputModel
+
+
+def workers_for(cores: int) -> int:
+    """Loader workers for k cores: one core stays with the training process."""
+    return max(1, cores - 1)
+
+
+def cached_fraction(fetch: FetchRates, footprint_mb: float, mem_mb: float) -> float:
+    if fetch.dataset_mb <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (mem_mb - footprint_mb) / fetch.dataset_mb))
+
+
+def fetch_rate(fetch: FetchRates, x: float) -> float:
+    """DS-Analyzer's F(x) in samples/s."""
+    cache = fetch.cache_mb_s / fetch.sample_mb
+    storage = fetch.storage_mb_s / fetch.sample_mb
+    if storage <= 0 or cache <= 0:
+        return math.inf
+    return 1.0 / (x / cache + (1.0 - x) / storage)
+
+
+def predict(model: ThroughputModel, cores: int, mem_mb: float | None = None,
+            workers: int | None = None) -> float:
+    """Predicted samples/s with `cores` cores, `mem_mb` of memory (None: enough to cache
+    the whole dataset) and `workers` loader workers (None: workers_for(cores))."""
+    if cores < 1:
+        raise ValueError(f"cores must be at least 1, not {cores}")
+    w = workers_for(cores) if workers is None else workers
+    p, h = model.prep_core_s, model.host_core_s
+    if model.basis == "end-to-end":
+        # Fitted to whole runs: p is the total CPU cost per sample, G the plateau.
+        limits = [cores / p if p > 0 else math.inf]
+    else:
+        limits = [cores / (p + h) if p + h > 0 else math.inf]
+        if w > 0:
+            limits.append(min(w, cores) / p if p > 0 else math.inf)
+        else:                       # input prepared in the training process itself
+            limits.append(1.0 / (p + h) if p + h > 0 else math.inf)
+    if model.device_rate is not None:
+        limits.append(model.device_rate)
+    elif model.basis != "end-to-end" and h > 0:
+        limits.append(max(1, cores - w) / h)
+    if model.fetch is not None and mem_mb is not None:
+        x = cached_fraction(model.fetch, model.footprint_mb, mem_mb)
+        limits.append(fetch_rate(model.fetch, x))
+    return min(limits)
+
+
+def _errors(model: ThroughputModel, held: Sequence[Point]) -> tuple[PointError, ...]:
+    return tuple(PointError(pt.cores, pt.workers, pt.samples_per_s,
+                            predict(model, pt.cores, None, pt.workers))
+                 for pt in held if pt.samples_per_s > 0)
+
+
+def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu: bool,
+                   fetch: FetchRates | None) -> ThroughputModel:
+    """Fit p, h, G from the input-only and compute-only steps; every end-to-end point
+    is then held out, and its error is the model's error."""
+    # The input-only step ran its workers flat out, each on a core of its own.
+    p = max(1, min(loader.workers, loader.cores)) / loader.samples_per_s
+    h = compute.host_cpu_s_per_sample
+    model = ThroughputModel(
+        basis="components", prep_core_s=p, host_core_s=h,
+        device_rate=compute.samples_per_s if on_gpu else None,
+        footprint_mb=max((pt.peak_rss_mb for pt in train), default=compute.peak_rss_mb),
+        fetch=fetch)
+    return replace(model, held_out=_errors(model, train))
+
+
+def _fit_end_to_end(points: Sequence[Point], fetch: FetchRates | None,
+                    footprint_mb: float) -> ThroughputModel:
+    # cores/p bounds every point from above (p = the least CPU time per sample seen),
+    # G is the plateau.
+    p = min(pt.cores / pt.samples_per_s for pt in points)
+    g = max(pt.samples_per_s for pt in points)
+    return ThroughputModel(basis="end-to-end", prep_core_s=p, host_core_s=0.0,
+                           device_rate=g, footprint_mb=footprint_mb, fetch=fetch)
+
+
+def fit_end_to_end(train: Sequence[Point], fetch: FetchRates | None) -> ThroughputModel:
+    """For scripts that cannot run the components: fit to the whole runs, and measure
+    the error leave-one-out (each point predicted by a model fitted to the others)."""
+    usable = [pt for pt in train if pt.samples_per_s > 0]
+    if not usable:
+        raise ValueError("no end-to-end point with a positive throughput")
+    footprint = max(pt.peak_rss_mb for pt in usable)
+    model = _fit_end_to_end(usable, fetch, footprint)
+    held: list[PointError] = []
+    if len(usable) >= 3:
+        for i, pt in enumerate(usable):
+            others = _fit_end_to_end(usable[:i] + usable[i + 1:], fetch, footprint)
+            held.append(PointError(pt.cores, pt.workers, pt.samples_per_s,
+                                   predict(others, pt.cores, None, pt.workers)))
+    return replace(model, held_out=tuple(held))

@@ -1,0 +1,134 @@
+"""Profiling inside real Slurm allocations: srun steps confined by Slurm's cgroups, the
+profile store, and the bad cases (a crash mid-sweep, a hang, an allocation too small)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.profile import ProfileStore
+
+from .conftest import ROOT, executable, finish, submitted_ids, synergy
+
+PROFILER = ROOT / "profiler" / "offline_profiler.py"
+STEP_FIELDS = ("JobID", "JobName", "State", "AllocCPUS", "ExitCode")
+
+
+def store() -> ProfileStore:
+    return ProfileStore.default()
+
+
+@pytest.fixture(scope="module")
+def profiled(slurm, tmp_path_factory):
+    """One built-in workload submitted with --profile: profiled in its job, then trained."""
+    out = tmp_path_factory.mktemp("profiled")
+    csv = out / "jobs.csv"
+    csv.write_text("name,arch,depth,batch,workers,cpus,mem,time,iterations,args\n"
+                   "prof-resnet8,resnet,8,16,1,2,3G,00:10:00,4,--dataset-size 128\n")
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
+    job = ids["prof-resnet8"]
+    recs = finish(slurm, [job], timeout=900)
+    spec = load_jobs(csv)[0]
+    return job, recs[job], spec, out
+
+
+def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profiled):
+    job, rec, spec, out = profiled
+    assert rec.state == "COMPLETED"
+    profile = store().load(spec.fingerprint)
+    assert profile.allocation.launcher == "srun" and profile.allocation.job_id == job
+    assert profile.allocation.cores == 2 and profile.job_name == "prof-resnet8"
+    assert [(p.measure, p.cores) for p in profile.points] == [
+        ("train", 2), ("train", 1), ("loader", 2), ("compute", 1)]
+    assert all(p.samples_per_s > 0 and p.peak_rss_mb > 0 for p in profile.points)
+    assert profile.model.basis == "components" and len(profile.model.held_out) == 2
+    assert profile.model.fetch is not None and profile.model.fetch.dataset_mb > 0
+    assert not profile.gpu.available and profile.gpu.reason
+    # Slurm itself ran each step on the cores asked for: accounting says so.
+    steps = [r for r in slurm.sacct([job], STEP_FIELDS, allocations_only=False)
+             if r["JobName"] == f"profile-{spec.fingerprint}"]
+    assert [(s["AllocCPUS"], s["State"]) for s in steps] == [
+        ("2", "COMPLETED"), ("1", "COMPLETED"), ("2", "COMPLETED"), ("1", "COMPLETED")]
+    # The job then trained as submitted.
+    assert (out / spec.name / "summary.json").exists()
+
+
+def test_a_profiled_workload_is_not_profiled_again(slurm, profiled, tmp_path):
+    _, _, spec, out = profiled
+    before = store().path(spec.fingerprint).stat().st_mtime_ns
+    ids = submitted_ids(synergy("submit", str(out / "jobs.csv"), "--out", str(tmp_path),
+                                "--profile", "--force"))
+    job = ids["prof-resnet8"]
+    assert finish(slurm, [job])[job].state == "COMPLETED"
+    log = next((tmp_path / "logs").glob(f"*-{job}.out")).read_text()
+    assert "already profiled" in log
+    assert store().path(spec.fingerprint).stat().st_mtime_ns == before
+
+
+def test_the_profiles_command_shows_the_table(profiled):
+    _, _, spec, _ = profiled
+    proc = synergy("profiles", spec.fingerprint)
+    assert proc.returncode == 0 and "prof-resnet8" in proc.stdout and "2c:" in proc.stdout
+
+
+BAD_SCRIPT = textwrap.dedent("""\
+    import os, sys, time
+    if os.environ.get("MODE") == "hang":
+        time.sleep(3600)
+    if len(os.sched_getaffinity(0)) == 1:
+        sys.exit("loader crashed: cannot allocate memory")
+    open("summary.json", "w").write('{"samples_per_s": 10.0}')
+    """)
+
+
+@pytest.fixture(scope="module")
+def bad_jobs(slurm, tmp_path_factory):
+    """Three profiling jobs that must fail cleanly, run at once."""
+    out = tmp_path_factory.mktemp("bad-profiles")
+    script = out / "bad_train.py"
+    script.write_text(BAD_SCRIPT)
+    cases = {"crash": ("2", "", []), "hang": ("2", "hang", ["--step-timeout", "8"]),
+             "small": ("1", "", [])}
+    ids = {}
+    for n, (name, (cpus, mode, extra)) in enumerate(cases.items()):
+        fp = f"{n + 1:016x}"
+        job = executable(out / f"{name}.sh", textwrap.dedent(f"""\
+            #!/bin/bash
+            #SBATCH --job-name=bad-{name}
+            #SBATCH --cpus-per-task={cpus}
+            #SBATCH --mem=1G
+            #SBATCH --time=00:05:00
+            #SBATCH --output={out}/{name}.out
+            export MODE={mode}
+            cd {out}
+            exec {sys.executable} {PROFILER} --fingerprint {fp} {' '.join(extra)} {script}
+            """))
+        ids[name] = (slurm.sbatch(job), fp)
+    recs = finish(slurm, [j for j, _ in ids.values()], timeout=300)
+    return {name: (recs[job], fp, (out / f"{name}.out").read_text(), job)
+            for name, (job, fp) in ids.items()}
+
+
+@pytest.mark.parametrize("name,exit_code,words", [
+    ("crash", "1:0", ["training 1-core step failed with exit status 1",
+                      "loader crashed: cannot allocate memory", "nothing was stored"]),
+    ("hang", "1:0", ["past its 8s limit", "--max-iterations", "nothing was stored"]),
+    ("small", "2:0", ["the allocation has 1 core(s); a CPU sweep needs at least 2"]),
+])
+def test_failed_profiling_exits_non_zero_and_stores_nothing(bad_jobs, name, exit_code, words):
+    rec, fp, log, _ = bad_jobs[name]
+    assert rec.state == "FAILED" and rec.exit_code == exit_code, log
+    for word in words:
+        assert word in log
+    assert not store().has(fp)
+    assert not any(store().root.glob(f"{fp}*.json"))
+
+
+def test_a_hung_step_is_stopped_not_left_running(slurm, bad_jobs):
+    _, fp, _, job = bad_jobs["hang"]
+    steps = [r for r in slurm.sacct([job], STEP_FIELDS, allocations_only=False)
+             if r["JobName"] == f"profile-{fp}"]
+    assert steps and all(s["State"] != "RUNNING" for s in steps)
+    assert subprocess.run(["pgrep", "-f", "bad_train[.]py"]).returncode == 1

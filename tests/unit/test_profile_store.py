@@ -1,0 +1,106 @@
+"""The profile record: round trip through the store, and strict refusal of bad files."""
+
+import json
+
+import pytest
+
+from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
+                                   PowerPoint, Profile, ProfileError, ProfileStore,
+                                   ThroughputModel)
+
+FP = "0123456789abcdef"
+
+
+def make_profile(fp: str = FP) -> Profile:
+    points = (Point("train", 2, 1, 4096, 100.0, 0.2, 0.01, 900.0, 12.0),
+              Point("train", 1, 1, 4096, 60.0, 0.5, 0.01, 850.0, 14.0),
+              Point("loader", 1, 1, 4096, 80.0, 0.9, 0.002, 300.0, 8.0),
+              Point("compute", 2, 0, 4096, 150.0, 0.0, 0.006, 700.0, 9.0))
+    model = ThroughputModel("components", 0.0125, 0.006, None, 900.0,
+                            FetchRates(3000.0, 200.0, 50.0, 0.05, 40),
+                            (PointError(2, 1, 100.0, 95.0), PointError(1, 1, 60.0, 54.0)))
+    gpu = GpuReadings(True, name="H100", count=1, util_pct=80.0, power_limit_w=700.0,
+                      power_sweep=(PowerPoint(700.0, 100.0, 650.0),))
+    return Profile(fp, "resnet-b64", ("builtin:train", "--arch", "resnet"), 64,
+                   Allocation(2, 4096, 0, "vm", "srun", "42"), points, model, gpu,
+                   "2026-11-22T10:00:00+00:00", "2026-11-22T10:01:00+00:00", 60.5, "0.1.0")
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    store = ProfileStore(tmp_path)
+    profile = make_profile()
+    path = store.save(profile)
+    assert path == tmp_path / f"{FP}.json"
+    assert store.load(FP) == profile
+    assert store.fingerprints() == [FP] and list(store) == [profile]
+    assert profile.model.mean_error == pytest.approx((0.05 + 0.1) / 2)
+    assert profile.model.max_error == pytest.approx(0.1)
+    assert [p.cores for p in profile.train_points()] == [1, 2]
+
+
+def test_profiles_without_optional_fields_still_load(tmp_path):
+    data = json.loads(make_profile().to_json())
+    del data["notes"]
+    del data["gpu"]["power_sweep"]
+    (tmp_path / f"{FP}.json").write_text(json.dumps(data))
+    assert ProfileStore(tmp_path).load(FP).notes == ()
+
+
+def corrupt(data: dict, how: str) -> dict:
+    if how == "version":
+        data["version"] = 99
+    elif how == "negative":
+        data["points"][0]["samples_per_s"] = -1
+    elif how == "nan":
+        data["model"]["prep_core_s"] = float("nan")
+    elif how == "missing":
+        del data["allocation"]["cores"]
+    elif how == "unknown":
+        data["model"]["evil"] = 1
+    elif how == "type":
+        data["points"][0]["cores"] = "2; rm -rf /"
+    elif how == "fingerprint":
+        data["fingerprint"] = "../../etc/passwd"
+    return data
+
+
+@pytest.mark.parametrize("how,words", [
+    ("version", ["version 99"]), ("negative", ["points[0].samples_per_s", "negative"]),
+    ("nan", ["prep_core_s", "finite"]), ("missing", ["allocation.cores", "missing"]),
+    ("unknown", ["evil"]), ("type", ["points[0].cores"]), ("fingerprint", ["16 hex"]),
+])
+def test_corrupt_profiles_are_refused_naming_file_and_field(tmp_path, how, words):
+    data = corrupt(json.loads(make_profile().to_json()), how)
+    path = tmp_path / f"{FP}.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError) as e:
+        ProfileStore(tmp_path).load(FP)
+    assert str(path) in str(e.value)
+    for word in words:
+        assert word in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]", "\x00\xff"])
+def test_garbage_files_are_refused(tmp_path, text):
+    (tmp_path / f"{FP}.json").write_text(text, errors="surrogateescape")
+    with pytest.raises(ProfileError, match=FP):
+        ProfileStore(tmp_path).load(FP)
+
+
+def test_a_profile_under_another_name_is_refused(tmp_path):
+    other = "fedcba9876543210"
+    (tmp_path / f"{other}.json").write_text(make_profile().to_json())
+    with pytest.raises(ProfileError, match="holds fingerprint"):
+        ProfileStore(tmp_path).load(other)
+
+
+@pytest.mark.parametrize("fp", ["", "xyz", "../" + FP, FP.upper(), FP + "0"])
+def test_bad_fingerprints_never_become_paths(tmp_path, fp):
+    with pytest.raises(ProfileError, match="fingerprint"):
+        ProfileStore(tmp_path).path(fp)
+
+
+def test_missing_profile_names_the_store(tmp_path):
+    with pytest.raises(ProfileError, match=str(tmp_path)):
+        ProfileStore(tmp_path).load(FP)
+    assert not ProfileStore(tmp_path).has(FP)

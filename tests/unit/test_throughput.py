@@ -1,0 +1,104 @@
+"""The throughput model: each bound of min(F, k/(p+h), W/p, G), and its fits."""
+
+import math
+
+import pytest
+
+from slurm_synergy.profile import FetchRates, Point, ThroughputModel
+from slurm_synergy.throughput import (cached_fraction, fetch_rate, fit_components,
+                                      fit_end_to_end, predict, workers_for)
+
+
+def model(p=0.01, h=0.002, g=None, fetch=None, basis="components"):
+    return ThroughputModel(basis, p, h, g, 1000.0, fetch)
+
+
+def test_workers_leave_one_core_to_the_trainer():
+    assert [workers_for(k) for k in (1, 2, 3, 8)] == [1, 1, 2, 7]
+
+
+def test_gpu_job_hungry_for_cores_rises_until_the_device_limits_it():
+    # p = 10 ms of decoding per sample, a GPU doing 500 samples/s.
+    m = model(p=0.01, h=0.001, g=500.0)
+    speeds = [predict(m, k) for k in range(1, 9)]
+    assert speeds[0] == pytest.approx(1 / 0.011)            # one core does everything
+    assert speeds[1] == pytest.approx(100.0)                # one worker: 1/p
+    assert speeds[4] == pytest.approx(400.0)                # four workers
+    assert speeds[6] == speeds[7] == 500.0                  # the GPU is the limit
+    assert speeds == sorted(speeds)
+
+
+def test_cpu_light_job_is_flat():
+    m = model(p=0.0001, h=0.001, g=950.0)
+    assert predict(m, 1) == pytest.approx(1 / 0.0011)
+    assert predict(m, 2) == predict(m, 16) == 950.0
+
+
+def test_on_a_cpu_node_the_trainer_threads_are_the_device():
+    m = model(p=0.004, h=0.01, g=None)
+    # 2 cores: 1 worker, 1 torch thread: the thread (1/h = 100) limits.
+    assert predict(m, 2) == pytest.approx(100.0)
+    # Explicit workers: 2 cores, 0 workers -> serial in one process.
+    assert predict(m, 2, workers=0) == pytest.approx(1 / 0.014)
+
+
+def test_fetch_rate_is_dsanalyzer_harmonic_mix():
+    f = FetchRates(cache_mb_s=1000.0, storage_mb_s=100.0, dataset_mb=1000.0,
+                   sample_mb=0.1, files_read=10)
+    assert fetch_rate(f, 1.0) == pytest.approx(10000.0)
+    assert fetch_rate(f, 0.0) == pytest.approx(1000.0)
+    assert fetch_rate(f, 0.5) == pytest.approx(1 / (0.5 / 10000 + 0.5 / 1000))
+    assert cached_fraction(f, footprint_mb=500, mem_mb=1000) == 0.5
+    assert cached_fraction(f, 500, 100) == 0.0 and cached_fraction(f, 0, 10**6) == 1.0
+
+
+def test_memory_only_matters_when_it_binds():
+    f = FetchRates(1000.0, 10.0, 2000.0, 0.1, 10)      # slow storage: 100 samples/s cold
+    m = model(p=0.001, h=0.001, g=800.0, fetch=f)
+    assert predict(m, 8, mem_mb=None) == 800.0             # None: all cached
+    assert predict(m, 8, mem_mb=1000.0 + 2000.0) == 800.0  # footprint + whole dataset
+    starved = predict(m, 8, mem_mb=1000.0)                 # nothing cached
+    assert starved == pytest.approx(100.0)
+    half = predict(m, 8, mem_mb=2000.0)
+    assert starved < half < 800.0
+
+
+def pt(measure, cores, workers, speed, h=0.0, rss=500.0):
+    return Point(measure, cores, workers, 4096, speed, 0.0, h, rss, 5.0)
+
+
+def test_fit_components_holds_out_every_training_point():
+    loader = pt("loader", 2, 1, 100.0)                   # one worker: p = 0.01
+    compute = pt("compute", 1, 0, 250.0, h=0.004)        # h = 0.004
+    train = [pt("train", 2, 1, 70.0, rss=900.0), pt("train", 1, 1, 72.0)]
+    m = fit_components(loader, compute, train, on_gpu=False, fetch=None)
+    assert m.prep_core_s == pytest.approx(0.01) and m.host_core_s == 0.004
+    assert m.device_rate is None and m.footprint_mb == 900.0
+    assert [(e.cores, e.measured) for e in m.held_out] == [(2, 70.0), (1, 72.0)]
+    assert m.held_out[1].predicted == pytest.approx(1 / 0.014)
+    assert m.mean_error == pytest.approx(sum(e.error for e in m.held_out) / 2)
+    on_gpu = fit_components(loader, compute, train, on_gpu=True, fetch=None)
+    assert on_gpu.device_rate == 250.0
+
+
+def test_end_to_end_fit_errors_are_leave_one_out():
+    train = [pt("train", k, workers_for(k), min(50.0 * k, 700.0)) for k in (16, 8, 4, 2)]
+    m = fit_end_to_end(train, None)
+    assert m.basis == "end-to-end"
+    assert predict(m, 2) == pytest.approx(100.0) and predict(m, 16) == 700.0
+    # Leaving out the only point at the plateau under-predicts it (400 for 700); the
+    # others lie on the fitted line and come out exact.
+    errors = {e.cores: e.error for e in m.held_out}
+    assert errors[16] == pytest.approx(300 / 700)
+    assert errors[8] == errors[4] == errors[2] == pytest.approx(0.0)
+
+
+def test_end_to_end_with_two_points_reports_no_error():
+    m = fit_end_to_end([pt("train", 2, 1, 80.0), pt("train", 1, 1, 50.0)], None)
+    assert m.held_out == () and m.mean_error is None
+
+
+def test_predict_refuses_zero_cores():
+    with pytest.raises(ValueError, match="at least 1"):
+        predict(model(), 0)
+    assert math.isfinite(predict(model(p=0.0, h=0.0, g=10.0), 4))

@@ -53,3 +53,5 @@ test: setup
 
 bench: setup
 	$(PY) bench/bench_submit.py
+	$(PY) bench/bench_loaders.py
+	$(PY) bench/bench_profiles.py

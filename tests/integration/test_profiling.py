@@ -25,8 +25,10 @@ def profiled(slurm, tmp_path_factory):
     """One built-in workload submitted with --profile: profiled in its job, then trained."""
     out = tmp_path_factory.mktemp("profiled")
     csv = out / "jobs.csv"
-    csv.write_text("name,arch,depth,batch,workers,cpus,mem,time,iterations,args\n"
-                   "prof-resnet8,resnet,8,16,1,2,3G,00:10:00,4,--dataset-size 128\n")
+    # The session's shared generated dataset, as every other test job reads it: other
+    # generation settings would make those jobs refuse the folder.
+    csv.write_text("name,arch,depth,batch,workers,cpus,mem,time,iterations\n"
+                   "prof-resnet8,resnet,8,16,1,2,3G,00:10:00,4\n")
     ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
     job = ids["prof-resnet8"]
     recs = finish(slurm, [job], timeout=900)

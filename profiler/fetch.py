@@ -53,15 +53,10 @@ def measure_fetch(root: Path, samples: int, budget_mb: float = 256.0) -> FetchRa
     files = data_files(root)
     if not files:
         raise ValueError(f"no data files under {root}")
-    sizes = [p.stat().st_size for p in files]
-    dataset_bytes = sum(sizes)
-    picked: list[Path] = []
-    taken = 0
+    dataset_bytes = sum(p.stat().st_size for p in files)
     # Every k-th file rather than the first ones: a spread over the class folders.
     step = max(1, int(dataset_bytes / (budget_mb * 2**20)))
-    for path, size in list(zip(files, sizes))[::step]:
-        picked.append(path)
-        taken += size
+    picked = files[::step]
     for path in picked:
         _drop_cache(path)
     cold_bytes, cold_s = _read_all(picked)

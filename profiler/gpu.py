@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -120,7 +119,6 @@ class Sampler:
         self._power: list[float] = []
         self._energy0: list[float | None] = []
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._t0 = 0.0
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -134,7 +132,6 @@ class Sampler:
 
     def __enter__(self) -> "Sampler":
         self._energy0 = [g.energy_j() for g in self.gpus]
-        self._t0 = time.monotonic()
         self._thread.start()
         return self
 

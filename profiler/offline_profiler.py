@@ -340,7 +340,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def to_point(step: Step, summary: dict[str, Any], wall: float, mem_mb: int) -> Point:
     def num(key: str, default: float = 0.0) -> float:
         value = summary.get(key, default)
-        return float(value) if isinstance(value, (int, float)) and value is not None else default
+        return float(value) if isinstance(value, (int, float)) else default
     return Point(measure=step.measure, cores=step.cores, workers=step.workers, mem_mb=mem_mb,
                  samples_per_s=num("samples_per_s"),
                  data_stall_fraction=num("data_stall_fraction"),

@@ -31,7 +31,6 @@ import json
 import os
 import random
 import resource
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
@@ -45,6 +44,7 @@ from torch.utils.data import default_collate
 from profiler.data import (SAMPLE_UNITS, AnyDataset, TextWindows, make_dali_loader,
                            open_dataset, torch_loader)
 from profiler.datagen import ensure_audio_dataset, ensure_image_dataset, ensure_text_dataset
+from slurm_synergy.fileio import atomic_write_text
 from profiler.models import (DATA_KINDS, M5_MIN_SAMPLES, MAX_SEQ_LEN, MODELS, VOCAB_SIZE,
                              build_model, check_model, model_name)
 
@@ -301,21 +301,6 @@ def summarise(stats: list[IterationStats], warmup: int, batch: int) -> dict[str,
     }
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Readers (the profiler polling a running job) see the old file or the new one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)    # mkstemp makes it private
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def iterations_csv(stats: list[IterationStats]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -433,8 +418,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "started": started, "finished": _now(),
         "train_s": train_s, "wall_s": time.perf_counter() - wall0,
     }
-    write_atomic(output / "iterations.csv", iterations_csv(stats))
-    write_atomic(output / "summary.json", json.dumps(summary, indent=2) + "\n")
+    # Written whole: the profiler reads summary.json as soon as the step ends.
+    atomic_write_text(output / "iterations.csv", iterations_csv(stats))
+    atomic_write_text(output / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(f"{PROG}: {name} b={args.batch} j={args.workers} {device.type}: {len(stats)} "
           f"iterations, {summary['samples_per_s']:.1f} samples/s, "
           f"data stall {summary['data_stall_fraction']:.0%}", flush=True)

@@ -15,15 +15,20 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def _gpu_text(p: Profile) -> str:
+    if not p.gpu.available:
+        return "none: " + p.gpu.reason.split(" (")[0]     # the reason without NVML's detail
+    if p.gpu.util_pct is None:
+        return "no readings"
+    return (f"{p.gpu.count}x {p.gpu.name}, {p.gpu.util_pct:.0f}% util, "
+            f"{p.gpu.avg_power_w:.0f} W")
+
+
 def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
     out = []
     for p in profiles:
         train = p.train_points()
         m = p.model
-        gpu = (f"{p.gpu.count}x {p.gpu.name}, {p.gpu.util_pct:.0f}% util, "
-               f"{p.gpu.avg_power_w:.0f} W" if p.gpu.available and p.gpu.util_pct is not None
-               else "none: " + p.gpu.reason.split(" (")[0] if not p.gpu.available
-               else "no readings")
         out.append({
             "fingerprint": p.fingerprint,
             "job": p.job_name or p.command[0],
@@ -38,7 +43,7 @@ def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
             "dataset MB": f"{m.fetch.dataset_mb:.0f}" if m.fetch else "-",
             "cost s": f"{p.profiling_s:.0f}",
             "of 1 h": f"{p.profiling_s / JOB_HOUR_S:.1%}",
-            "gpu": gpu,
+            "gpu": _gpu_text(p),
         })
     return out
 

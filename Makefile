@@ -5,9 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SYNERGY := $(VENV)/bin/synergy
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-# The local cluster: Slurm's daemons and client, MariaDB for accounting, munge for auth.
+# The local cluster: Slurm's daemons and client, MariaDB for accounting, munge for auth;
+# lua5.1 runs the job_submit shim's unit tests outside slurmctld.
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
-                slurm-wlm-mysql-plugin procps util-linux
+                slurm-wlm-mysql-plugin procps util-linux lua5.1
 CSV ?= jobs_csv/example.csv
 ARGS ?=
 

@@ -42,6 +42,7 @@ class Point:
     host_cpu_s_per_sample: float  # CPU time of the training process per sample
     peak_rss_mb: float
     step_s: float                # wall time of the whole step, start-up included
+    gpus: int | None = None      # GPUs of the step; None = the allocation's
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,9 @@ class Profile:
     notes: tuple[str, ...] = field(default=())
 
     def train_points(self) -> list[Point]:
-        return sorted((p for p in self.points if p.measure == "train"), key=lambda p: p.cores)
+        """The core sweep: end-to-end steps with all of the allocation's GPUs."""
+        return sorted((p for p in self.points if p.measure == "train" and p.gpus is None),
+                      key=lambda p: p.cores)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"

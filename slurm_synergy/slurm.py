@@ -122,13 +122,24 @@ class Slurm:
                 conf[key.strip()] = value.strip()
         return conf
 
-    def nodes(self) -> list[Node]:
-        out = self.run(["sinfo", "--Node", "--noheader", "--format=%N|%T|%c|%m|%G"])
+    def nodes(self, partition: str | None = None) -> list[Node]:
+        """The nodes of `partition` (default: the default partition; "" = all)."""
+        args = ["sinfo", "--Node", "--noheader", "--format=%N|%T|%c|%m|%G"]
+        if partition is None:
+            partition = self.default_partition()
+        if partition:
+            args.append(f"--partition={partition}")
+        out = self.run(args)
         nodes = {}
         for line in out.splitlines():
             name, state, cpus, mem, gres = line.split("|")
             nodes[name] = Node(name, state, int(cpus), int(mem), gres)
         return list(nodes.values())
+
+    def default_partition(self) -> str:
+        """The partition a job without --partition goes to ("" when none is marked)."""
+        out = self.run(["sinfo", "--noheader", "--format=%P"])
+        return next((p.rstrip("*") for p in out.split() if p.endswith("*")), "")
 
     def active_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """State of each job still known to slurmctld (pending, running, ...)."""

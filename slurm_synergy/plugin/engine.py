@@ -1,0 +1,252 @@
+"""The decision engine: from a profile, a node shape and the site policy, what to allocate.
+
+Synergy's rule, made safe for a shared Slurm partition:
+- cores and memory: the smallest (cores, memory) whose predicted throughput is within
+  the tolerance of the best the node can give, never more than a node has, and never
+  more than the site's fairness cap over the job's GPU-proportional share;
+- GPUs: fewer, when the profile shows that the extra GPUs add less than a threshold;
+- loader workers: one per core but the trainer's (the profile's model assumes it);
+- GPU power limit: the one that minimised Zeus's cost eta*E + (1-eta)*MaxPower*T over
+  the profiled limits, under the site cap.
+Every step leaves a line in `reasons`, which `synergy plugin explain` prints.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..profile import Profile
+from ..slurm import Node
+from ..throughput import cached_fraction, fetch_rate, predict, workers_for
+from .policy import Policy
+
+MEM_STEP_MB = 256          # decisions are rounded up to this, as people write --mem
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What one node of the partition offers (the smallest, so a decision fits on any)."""
+
+    cores: int
+    mem_mb: int
+    gpus: int
+    gpu_types: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        types = f" ({', '.join(self.gpu_types)})" if self.gpu_types else ""
+        return f"{self.cores} cores, {self.mem_mb} MB, {self.gpus} GPUs{types}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    fingerprint: str
+    job_name: str
+    cpus: int
+    mem_mb: int
+    gpus: int
+    gpu_type: str                # "" = keep whatever type the job asked for
+    workers: int
+    power_limit_w: int           # 0 = leave the site cap (or the device default)
+    predicted_samples_per_s: float
+    best_samples_per_s: float
+    share_cpus: int              # the GPU-proportional share, for comparison
+    share_mem_mb: int
+    reasons: tuple[str, ...]
+
+    @property
+    def gres(self) -> str:
+        if not self.gpus:
+            return ""
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+
+    def summary(self) -> str:
+        """The short form that goes into the job's comment (and so into sacct)."""
+        text = f"c{self.cpus},m{self.mem_mb},g{self.gpus},w{self.workers}"
+        return text + (f",p{self.power_limit_w}" if self.power_limit_w else "")
+
+
+_GRES_RE = re.compile(r"gpu(?::([A-Za-z0-9_.-]+))?:(\d+)")
+
+
+def shape_of(nodes: Sequence[Node]) -> NodeShape:
+    """The shape every node of `nodes` offers at least: a decision for it fits on any."""
+    if not nodes:
+        raise ValueError("no nodes to size decisions for")
+    gpus, types = [], set()
+    for node in nodes:
+        count = 0
+        for match in _GRES_RE.finditer(node.gres):
+            count += int(match.group(2))
+            if match.group(1):
+                types.add(match.group(1))
+        gpus.append(count)
+    return NodeShape(cores=min(n.cpus for n in nodes), mem_mb=min(n.memory_mb for n in nodes),
+                     gpus=min(gpus), gpu_types=tuple(sorted(types)))
+
+
+def speed(profile: Profile, cores: int, mem_mb: float) -> float:
+    """Samples/s at (cores, mem_mb): measured where the profiler measured those cores
+    (Synergy's empirical CPU sweep), the model elsewhere; page cache limits either."""
+    measured = {p.cores: p.samples_per_s for p in profile.train_points()}
+    rate = measured.get(cores) or predict(profile.model, cores)
+    fetch = profile.model.fetch
+    if fetch is not None:
+        rate = min(rate, fetch_rate(fetch, cached_fraction(fetch, profile.model.footprint_mb,
+                                                           mem_mb)))
+    return rate
+
+
+def _round_mem(mb: float) -> int:
+    return int(math.ceil(mb / MEM_STEP_MB) * MEM_STEP_MB)
+
+
+def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
+    model = profile.model
+    alloc = profile.allocation
+    why: list[str] = []
+    err = model.mean_error
+    why.append(f"profile: {profile.job_name or profile.fingerprint}, measured in job "
+               f"{alloc.job_id or '-'} on {alloc.node} with up to {alloc.cores} cores, "
+               f"{alloc.mem_mb} MB, {alloc.gpus} GPU(s); model fitted to {model.basis}"
+               + (f", held-out error {err:.1%}" if err is not None else ""))
+
+    gpus, gpu_note = _gpus(profile, policy.gpu_threshold)
+    why.append(gpu_note)
+
+    # GPU-proportional share: what the node gives per GPU, times the job's GPUs.
+    if shape.gpus and gpus:
+        share_c = max(1, shape.cores * gpus // shape.gpus)
+        share_m = shape.mem_mb * gpus // shape.gpus
+        cap_c = min(shape.cores, max(share_c, int(policy.fairness_cap * share_c)))
+        cap_m = min(shape.mem_mb, int(policy.fairness_cap * share_m))
+        why.append(f"node: {shape.describe()}; GPU-proportional share for {gpus} GPU(s): "
+                   f"{share_c} cores, {share_m} MB; fairness cap {policy.fairness_cap:g}x: "
+                   f"at most {cap_c} cores, {cap_m} MB")
+    else:
+        share_c, share_m, cap_c, cap_m = shape.cores, shape.mem_mb, shape.cores, shape.mem_mb
+        why.append(f"node: {shape.describe()}; a job without GPUs has no GPU-proportional "
+                   f"share: at most a whole node")
+
+    footprint = model.footprint_mb
+    floor_m = max(policy.min_mem_mb, _round_mem(footprint * (1 + policy.mem_headroom)))
+    if floor_m > cap_m:
+        why.append(f"memory: the workload's peak {footprint:.0f} MB + "
+                   f"{policy.mem_headroom:.0%} needs {floor_m} MB, above the cap; it gets "
+                   f"that much (up to the node's {shape.mem_mb} MB) rather than fail")
+        cap_m = min(shape.mem_mb, floor_m)
+        floor_m = cap_m
+
+    rates = {k: speed(profile, k, cap_m) for k in range(1, cap_c + 1)}
+    best_k = max(rates, key=lambda k: rates[k])
+    best = rates[best_k]
+    target = (1 - policy.tolerance) * best
+    mems = _memory_candidates(profile, floor_m, cap_m)
+    cpus, mem_mb = best_k, cap_m
+    for k in range(1, cap_c + 1):
+        fits = [m for m in mems if speed(profile, k, m) >= target]
+        if fits:
+            cpus, mem_mb = k, fits[0]
+            break
+    chosen = speed(profile, cpus, mem_mb)
+    measured = {p.cores for p in profile.train_points()}
+    curve = ", ".join(f"{k}c {rates[k]:.1f}{'' if k in measured else ' (model)'}"
+                      for k in rates)
+    why.append(f"cores: the best within the cap is {best:.1f} samples/s at {best_k} "
+               f"core(s); {cpus} core(s) give {chosen:.1f} ({chosen / best - 1:+.1%}), "
+               f"within the {policy.tolerance:.0%} tolerance; samples/s by cores, measured "
+               f"unless marked: {curve}")
+    if cpus > alloc.cores:
+        why.append(f"note: {cpus} cores is beyond the {alloc.cores} the profiler measured; "
+                   "the figure is the model's extrapolation")
+    why.append(_memory_note(profile, footprint, mem_mb, floor_m, policy.mem_headroom))
+    workers = workers_for(cpus)
+    why.append(f"workers: {workers} data-loader worker(s), one core left to the trainer")
+    power, power_note = _power(profile, policy.zeus_eta, policy.power_cap_w)
+    why.append(power_note)
+    return Decision(fingerprint=profile.fingerprint, job_name=profile.job_name, cpus=cpus,
+                    mem_mb=mem_mb, gpus=gpus, gpu_type=_gpu_type(profile, shape),
+                    workers=workers, power_limit_w=power,
+                    predicted_samples_per_s=round(chosen, 3),
+                    best_samples_per_s=round(best, 3), share_cpus=share_c,
+                    share_mem_mb=share_m, reasons=tuple(why))
+
+
+def _gpus(profile: Profile, threshold: float) -> tuple[int, str]:
+    full = profile.allocation.gpus
+    if full < 2:
+        return full, f"GPUs: {full}, as asked"
+    at_full = max((p.samples_per_s for p in profile.train_points()), default=0.0)
+    fewer = {}
+    for p in profile.points:
+        if p.measure == "train" and p.gpus is not None and p.gpus < full:
+            fewer[p.gpus] = max(fewer.get(p.gpus, 0.0), p.samples_per_s)
+    if not fewer or at_full <= 0:
+        return full, f"GPUs: {full}, as asked (the profile has no run at fewer GPUs)"
+    for g in sorted(fewer):
+        gain = at_full / fewer[g] - 1
+        if gain < threshold:
+            return g, (f"GPUs: {g} instead of {full}: {fewer[g]:.1f} samples/s at {g} against "
+                       f"{at_full:.1f} at {full}, the extra GPUs add {gain:+.1%}, less than "
+                       f"the site's {threshold:.0%}")
+    g = min(fewer)
+    return full, (f"GPUs: {full}, as asked: they add {at_full / fewer[g] - 1:+.1%} over {g} "
+                  f"GPU(s), more than the site's {threshold:.0%}")
+
+
+def _gpu_type(profile: Profile, shape: NodeShape) -> str:
+    """The gres type of the GPU the profile ran on, when the partition has that type."""
+    name = profile.gpu.name.lower()
+    for t in shape.gpu_types:
+        if t.lower() in name.split() or t.lower() in name.replace("-", " ").split():
+            return t
+    return ""
+
+
+def _memory_candidates(profile: Profile, floor_m: int, cap_m: int) -> list[int]:
+    """Memory sizes worth trying: the floor, then quarters of the dataset in page cache."""
+    sizes = {floor_m, cap_m}
+    fetch = profile.model.fetch
+    if fetch is not None and fetch.dataset_mb > 0:
+        for quarter in (0.25, 0.5, 0.75, 1.0):
+            m = _round_mem(profile.model.footprint_mb + quarter * fetch.dataset_mb)
+            if floor_m <= m <= cap_m:
+                sizes.add(m)
+    return sorted(sizes)
+
+
+def _memory_note(profile: Profile, footprint: float, mem_mb: int, floor_m: int,
+                 headroom: float) -> str:
+    note = (f"memory: {mem_mb} MB (peak use {footprint:.0f} MB + {headroom:.0%} headroom "
+            f"needs {floor_m} MB)")
+    fetch = profile.model.fetch
+    if fetch is not None:
+        x = cached_fraction(fetch, footprint, mem_mb)
+        note += f"; page cache holds {x:.0%} of the {fetch.dataset_mb:.0f} MB dataset"
+    else:
+        note += "; the profile has no memory model (no dataset folder)"
+    return note
+
+
+def _power(profile: Profile, eta: float, cap_w: float) -> tuple[int, str]:
+    sweep = [p for p in profile.gpu.power_sweep if p.samples_per_s > 0]
+    if not sweep:
+        reason = profile.gpu.power_sweep_note or profile.gpu.reason or "not measured"
+        cap = f"the site cap ({cap_w:.0f} W)" if cap_w else "the device's default limit"
+        return 0, f"power limit: {cap}; the profile has no power sweep ({reason})"
+    max_power = profile.gpu.max_limit_w or max(p.limit_w for p in sweep)
+
+    def cost(p) -> float:
+        # Zeus's cost per sample: eta * energy + (1 - eta) * MaxPower * time.
+        return eta * p.avg_power_w / p.samples_per_s + (1 - eta) * max_power / p.samples_per_s
+
+    best = min(sweep, key=cost)
+    limit = best.limit_w
+    note = (f"power limit: {limit:.0f} W minimises Zeus's cost (eta {eta:g}) over "
+            + ", ".join(f"{p.limit_w:.0f} W: {cost(p):.2f}" for p in sweep))
+    if cap_w and limit > cap_w:
+        limit = cap_w
+        note += f"; held to the site cap of {cap_w:.0f} W"
+    return int(round(limit)), note

@@ -1,0 +1,70 @@
+"""Site policy: the knobs an admin sets for the decision engine (etc/policy.toml)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .. import paths
+from ..errors import SynergyError
+
+# What each knob may be: (type, lowest, highest).
+_BOUNDS: dict[str, tuple[type, float, float]] = {
+    "tolerance": (float, 0.0, 0.5),
+    "fairness_cap": (float, 1.0, 64.0),
+    "gpu_threshold": (float, 0.0, 1.0),
+    "power_cap_w": (float, 0.0, 5000.0),
+    "zeus_eta": (float, 0.0, 1.0),
+    "mem_headroom": (float, 0.0, 4.0),
+    "min_mem_mb": (int, 1, 1 << 20),
+    "user_request_wins": (bool, 0, 1),
+    "profile_new": (bool, 0, 1),
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    tolerance: float = 0.05
+    fairness_cap: float = 2.0
+    gpu_threshold: float = 0.10
+    power_cap_w: float = 0.0         # 0 = the device's default limit
+    zeus_eta: float = 0.5
+    mem_headroom: float = 0.25
+    min_mem_mb: int = 512
+    user_request_wins: bool = False
+    profile_new: bool = True
+
+
+def policy_path() -> Path:
+    return Path(os.environ.get("SYNERGY_POLICY", paths.ETC / "policy.toml"))
+
+
+def load_policy(path: Path | None = None) -> Policy:
+    """The policy file, checked knob by knob; a bad file is refused, naming the knob."""
+    path = path or policy_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SynergyError(f"no site policy at {path} (SYNERGY_POLICY names another)") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise SynergyError(f"site policy {path} cannot be read: {e}") from None
+    unknown = sorted(set(data) - {f.name for f in fields(Policy)})
+    if unknown:
+        raise SynergyError(f"site policy {path}: unknown setting(s) {', '.join(unknown)}")
+    values = {}
+    for name, value in data.items():
+        kind, low, high = _BOUNDS[name]
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise SynergyError(f"site policy {path}: {name} must be true or false")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                kind is int and not isinstance(value, int)):
+            raise SynergyError(f"site policy {path}: {name} must be a {kind.__name__}, "
+                               f"not {value!r}")
+        elif not low <= value <= high:
+            raise SynergyError(f"site policy {path}: {name} = {value} is outside "
+                               f"[{low:g}, {high:g}]")
+        values[name] = kind(value)
+    return Policy(**values)

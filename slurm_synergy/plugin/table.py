@@ -1,0 +1,148 @@
+"""The decision table: every profiled workload's decision, in the form job_submit.lua reads.
+
+slurmctld runs the Lua shim on every submission, so the table is plain lines that Lua
+matches with one pattern each, and its first line carries a generation (a hash of the
+rest): the shim reads that one line per submission and reloads only when it changes.
+
+    synergy-decisions 1 gen=<hash> user_wins=0 profile_new=1 max_cpus=64 max_mem_mb=515000 max_gpus=8 entries=2
+    <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers> <power_limit_w or 0>
+
+It lives beside slurm.conf (where slurmctld finds job_submit.lua), is written whole
+(temporary file + rename), readable by all and writable only by its owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .. import paths
+from ..errors import SynergyError
+from ..fileio import atomic_write_text
+from ..profile import ProfileError, ProfileStore
+from ..slurm import Slurm
+from .engine import Decision, NodeShape, decide, shape_of
+from .policy import Policy, load_policy
+
+TABLE_NAME = "synergy-decisions.tbl"
+MAGIC = "synergy-decisions"
+FORMAT = 1
+# Hard bounds the shim also enforces, whatever the header says.
+MAX_CPUS = 65536
+MAX_MEM_MB = 64 * 1024 * 1024
+MAX_GPUS = 64
+ENTRY_RE = re.compile(r"^([0-9a-f]{16}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{1,32}) (\d+) (\d+)$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the table: what the shim applies to a job of this fingerprint."""
+
+    fingerprint: str
+    cpus: int
+    mem_mb: int
+    gpus: int
+    gpu_type: str
+    workers: int
+    power_limit_w: int
+
+
+def table_path() -> Path:
+    """SYNERGY_DECISIONS, else beside the slurm.conf in use (where job_submit.lua is)."""
+    if os.environ.get("SYNERGY_DECISIONS"):
+        return Path(os.environ["SYNERGY_DECISIONS"])
+    conf = paths.slurm_conf() or Path("/etc/slurm/slurm.conf")
+    return conf.parent / TABLE_NAME
+
+
+def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape) -> str:
+    body = "".join(f"{d.fingerprint} {d.cpus} {d.mem_mb} {d.gpus} {d.gpu_type or '-'} "
+                   f"{d.workers} {d.power_limit_w}\n"
+                   for d in sorted(decisions, key=lambda d: d.fingerprint))
+    gen = hashlib.sha256(body.encode()).hexdigest()[:12]
+    head = (f"{MAGIC} {FORMAT} gen={gen} user_wins={int(policy.user_request_wins)} "
+            f"profile_new={int(policy.profile_new)} max_cpus={min(shape.cores, MAX_CPUS)} "
+            f"max_mem_mb={min(shape.mem_mb, MAX_MEM_MB)} max_gpus={min(shape.gpus, MAX_GPUS)} "
+            f"entries={len(decisions)}\n")
+    return head + body
+
+
+def read(path: Path) -> tuple[dict[str, str], dict[str, Entry]]:
+    """The header's fields and the entries; SynergyError naming the line if malformed."""
+    try:
+        lines = path.read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SynergyError(f"cannot read the decision table {path}: {e}") from None
+    if not lines or not lines[0].startswith(f"{MAGIC} {FORMAT} "):
+        raise SynergyError(f"{path} is not a version {FORMAT} decision table")
+    header = dict(word.split("=", 1) for word in lines[0].split()[2:] if "=" in word)
+    entries = {}
+    for number, line in enumerate(lines[1:], start=2):
+        m = ENTRY_RE.match(line)
+        if not m:
+            raise SynergyError(f"{path} line {number} is malformed: {line[:80]!r}")
+        fp, cpus, mem, gpus, gtype, workers, power = m.groups()
+        entries[fp] = Entry(fp, int(cpus), int(mem), int(gpus), "" if gtype == "-" else gtype,
+                            int(workers), int(power))
+    return header, entries
+
+
+def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
+    nodes = slurm.nodes(partition)
+    if not nodes:
+        raise SynergyError(f"sinfo lists no nodes{f' in partition {partition}' if partition else ''}")
+    return shape_of(nodes)
+
+
+def compile_decisions(store: ProfileStore, shape: NodeShape,
+                      policy: Policy) -> tuple[list[Decision], list[str]]:
+    """A decision per usable profile; a profile that cannot be read is left out (its jobs
+    pass through unchanged) and named in the second list."""
+    decisions, skipped = [], []
+    for fp in store.fingerprints():
+        try:
+            decisions.append(decide(store.load(fp), shape, policy))
+        except ProfileError as e:
+            skipped.append(str(e))
+    return decisions, skipped
+
+
+def write(path: Path, text: str) -> None:
+    """Write the table whole; only its owner may replace it (root keeps the owner)."""
+    owner = None
+    try:
+        st = path.stat()
+        if st.st_uid != os.geteuid():
+            if os.geteuid() != 0:
+                raise SynergyError(f"the decision table {path} belongs to uid {st.st_uid}; "
+                                   "only its owner compiles it (synergy plugin sync as that "
+                                   "user)")
+            owner = (st.st_uid, st.st_gid)
+    except FileNotFoundError:
+        pass
+    try:
+        atomic_write_text(path, text, 0o644)
+        if owner:
+            os.chown(path, *owner)
+    except OSError as e:
+        raise SynergyError(f"cannot write the decision table {path}: {e.strerror}") from None
+
+
+def sync(store: ProfileStore | None = None, policy: Policy | None = None,
+         slurm: Slurm | None = None, path: Path | None = None,
+         partition: str | None = None) -> str:
+    """Compile the table from the profile store; returns a line saying what was written."""
+    store = store or ProfileStore.default()
+    policy = policy or load_policy()
+    path = path or table_path()
+    shape = node_shape(slurm or Slurm(), partition)
+    decisions, skipped = compile_decisions(store, shape, policy)
+    write(path, render(decisions, policy, shape))
+    line = f"decision table {path}: {len(decisions)} decision(s) from {store.root}"
+    if skipped:
+        line += f"; {len(skipped)} unreadable profile(s) left out:\n  " + "\n  ".join(skipped)
+    return line

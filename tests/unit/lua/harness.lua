@@ -1,0 +1,70 @@
+-- Runs etc/job_submit.lua outside slurmctld, for the unit tests (tests/unit/test_shim.py).
+-- usage: lua5.1 harness.lua SHIM JOBS
+-- JOBS holds jobs as "key=value" lines (env.NAME=value for the environment, fail_on=FIELD
+-- to make writing FIELD raise), separated by blank lines. Prints each job's fields after
+-- slurm_job_submit, and everything the shim logged.
+
+slurm = { SUCCESS = 0, ERROR = -1 }
+local logs = {}
+slurm.log_info = function(fmt, ...) table.insert(logs, "info " .. string.format(fmt, ...)) end
+slurm.log_error = function(fmt, ...) table.insert(logs, "error " .. string.format(fmt, ...)) end
+
+local function numeric(key)
+	return key == "cpus_per_task" or key == "min_cpus" or key == "pn_min_cpus"
+		or key == "pn_min_memory" or key == "num_tasks" or key == "min_nodes"
+end
+
+local function make_job(fields)
+	local data, env, fail_on = {}, {}, fields.fail_on
+	for key, value in pairs(fields) do
+		local name = key:match("^env%.(.*)$")
+		if name then
+			env[name] = value
+		elseif key ~= "fail_on" then
+			data[key] = numeric(key) and tonumber(value) or value
+		end
+	end
+	local environment = fields.no_env and nil or setmetatable({}, {
+		__index = env, __newindex = function(_, k, v) env[k] = v end })
+	data.no_env = nil
+	local job = setmetatable({}, {
+		__index = function(_, k)
+			if k == "environment" then return environment end
+			return data[k]
+		end,
+		__newindex = function(_, k, v)
+			if k == fail_on then error("refused to set " .. k) end
+			data[k] = v
+		end })
+	return job, data, env
+end
+
+local loaded = dofile(arg[1])
+assert(loaded == slurm.SUCCESS, "the shim did not return slurm.SUCCESS when loaded")
+
+local jobs, current = {}, {}
+for line in io.lines(arg[2]) do
+	if line == "" then
+		if next(current) then table.insert(jobs, current) end
+		current = {}
+	else
+		local k, v = line:match("^([^=]+)=(.*)$")
+		current[k] = v
+	end
+end
+if next(current) then table.insert(jobs, current) end
+
+for i, fields in ipairs(jobs) do
+	local job, data, env = make_job(fields)
+	local rc = slurm_job_submit(job, {}, 1000)
+	print("JOB " .. i .. " rc=" .. tostring(rc))
+	local keys = {}
+	for k in pairs(data) do table.insert(keys, k) end
+	for k in pairs(env) do table.insert(keys, "env." .. k) end
+	table.sort(keys)
+	for _, k in ipairs(keys) do
+		local name = k:match("^env%.(.*)$")
+		print(k .. "=" .. tostring(name and env[name] or data[k]))
+	end
+end
+for _, line in ipairs(logs) do print("LOG " .. line) end

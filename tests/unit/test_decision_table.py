@@ -1,0 +1,73 @@
+"""The decision table (what the shim reads) and the site policy file."""
+
+import os
+
+import pytest
+
+from slurm_synergy.errors import SynergyError
+from slurm_synergy.plugin.engine import Decision, NodeShape
+from slurm_synergy.plugin.policy import Policy, load_policy
+from slurm_synergy.plugin.table import read, render, write
+from slurm_synergy import paths
+
+
+def decision(fp="0123456789abcdef", cpus=2, mem_mb=1024, gpus=1, gpu_type="", workers=1,
+             power_limit_w=0) -> Decision:
+    return Decision(fp, "job", cpus, mem_mb, gpus, gpu_type, workers, power_limit_w, 100.0,
+                    100.0, 4, 16000, ("because",))
+
+
+def test_render_and_read_round_trip(tmp_path):
+    ds = [decision(), decision("fedcba9876543210", 1, 512, 0, "", 1, 250),
+          decision("00000000000000aa", 4, 2048, 2, "a100", 3, 0)]
+    path = tmp_path / "t.tbl"
+    write(path, render(ds, Policy(user_request_wins=True), NodeShape(8, 32000, 4)))
+    header, entries = read(path)
+    assert header["user_wins"] == "1" and header["entries"] == "3"
+    assert header["max_cpus"] == "8" and header["max_mem_mb"] == "32000"
+    assert entries["00000000000000aa"].gpu_type == "a100"
+    assert entries["fedcba9876543210"].power_limit_w == 250
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_generation_changes_with_the_content():
+    shape = NodeShape(8, 32000, 4)
+    a = render([decision()], Policy(), shape).splitlines()[0]
+    b = render([decision(cpus=3)], Policy(), shape).splitlines()[0]
+    assert a != b and a.split()[2] != b.split()[2]
+
+
+def test_reading_a_tampered_table_names_the_line(tmp_path):
+    path = tmp_path / "t.tbl"
+    path.write_text(render([decision()], Policy(), NodeShape(8, 32000, 4))
+                    + "0123456789abcdef 2 1024 1 a;b 1 0\n")
+    with pytest.raises(SynergyError, match="line 3"):
+        read(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file as another user")
+def test_root_keeps_the_tables_owner(tmp_path):
+    path = tmp_path / "t.tbl"
+    path.write_text("old")
+    os.chown(path, 4242, 4242)
+    write(path, "new\n")
+    assert path.stat().st_uid == 4242 and path.read_text() == "new\n"
+
+
+def test_the_shipped_policy_is_the_default_policy():
+    assert load_policy(paths.ETC / "policy.toml") == Policy()
+
+
+@pytest.mark.parametrize("text,words", [
+    ("tolerance = 0.9\n", "tolerance = 0.9 is outside"),
+    ("tolerance = 'x'\n", "tolerance must be a float"),
+    ("profile_new = 1\n", "profile_new must be true or false"),
+    ("min_mem_mb = 1.5\n", "min_mem_mb must be a int"),
+    ("tolerence = 0.1\n", "unknown setting(s) tolerence"),
+    ("tolerance = \n", "cannot be read"),
+])
+def test_a_bad_policy_is_refused_naming_the_setting(tmp_path, text, words):
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    with pytest.raises(SynergyError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_policy(path)

@@ -1,0 +1,140 @@
+"""The decision engine: cores, memory, GPUs, workers and power limit from a profile."""
+
+import dataclasses
+
+import pytest
+
+from slurm_synergy.plugin.engine import NodeShape, decide, shape_of
+from slurm_synergy.plugin.policy import Policy
+from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
+                                   Profile, ThroughputModel)
+from slurm_synergy.slurm import Node
+
+NODE = NodeShape(cores=16, mem_mb=64000, gpus=4, gpu_types=("a100",))
+
+
+def profile(train, p=0.01, h=0.001, g=None, gpus=1, fetch=None, rss=900.0, sweep=(),
+            gpu_name="", extra=()):
+    """A profile with train points {cores: samples/s} and a components model."""
+    points = tuple(Point("train", k, max(1, k - 1), 4096, v, 0.1, h, rss, 10.0)
+                   for k, v in train.items()) + tuple(extra)
+    model = ThroughputModel("components", p, h, g, rss, fetch)
+    readings = GpuReadings(bool(gpu_name), name=gpu_name, count=gpus, power_sweep=tuple(sweep),
+                           max_limit_w=400.0 if sweep else None)
+    return Profile("0123456789abcdef", "job", ("builtin:train",), 32,
+                   Allocation(max(train), 4096, gpus, "n1", "srun", "7"), points, model,
+                   readings, "t0", "t1", 40.0, "0.1.0")
+
+
+def test_cpu_hungry_and_cpu_light_workloads_get_different_cores():
+    # Hungry: input costs 10 ms a sample on a core, the GPU takes 400/s.
+    hungry = decide(profile({2: 190.0, 1: 100.0}, p=0.01, g=400.0), NODE, Policy())
+    light = decide(profile({2: 101.0, 1: 100.0}, p=0.0005, g=100.0), NODE, Policy())
+    assert light.cpus == 1 and light.workers == 1
+    # 400/s needs 4 loader cores plus the trainer's; the cap (2 x 4 cores) allows it.
+    assert hungry.cpus == 5 and hungry.workers == 4
+    assert any("tolerance" in r for r in hungry.reasons)
+    assert any("(model)" in r for r in hungry.reasons), "extrapolated counts are marked"
+
+
+def test_fairness_cap_bounds_cores_over_the_proportional_share():
+    hungry = profile({2: 190.0, 1: 100.0}, p=0.01, g=10_000.0)
+    d = decide(hungry, NODE, Policy(fairness_cap=1.5))
+    assert (d.share_cpus, d.cpus) == (4, 6)
+    assert any("fairness cap 1.5x" in r for r in d.reasons)
+
+
+def test_never_more_than_a_node_has():
+    d = decide(profile({2: 190.0, 1: 100.0}, p=0.01, g=10_000.0, gpus=4), NODE, Policy())
+    assert d.cpus == NODE.cores and d.mem_mb <= NODE.mem_mb
+
+
+def test_measured_points_win_over_the_model():
+    # The model says two cores help; the sweep measured that they did not.
+    d = decide(profile({2: 95.0, 1: 100.0}, p=0.01, g=400.0), NodeShape(2, 8000, 1), Policy())
+    assert d.cpus == 1
+
+
+def test_tolerance_trades_a_little_speed_for_cores():
+    p = profile({2: 100.0, 1: 96.0}, p=0.0005, g=100.0)
+    assert decide(p, NodeShape(2, 8000, 1), Policy(tolerance=0.05)).cpus == 1
+    assert decide(p, NodeShape(2, 8000, 1), Policy(tolerance=0.0)).cpus == 2
+
+
+def test_memory_covers_the_peak_with_headroom():
+    d = decide(profile({2: 100.0, 1: 100.0}, rss=1000.0), NODE, Policy(mem_headroom=0.25))
+    assert d.mem_mb == 1280          # 1000 MB + 25%, rounded up to 256 MB
+
+
+def test_memory_buys_page_cache_when_storage_is_slow():
+    # 2 GB dataset of 1 MB samples; storage gives 20 samples/s, cache 5000.
+    slow = FetchRates(cache_mb_s=5000.0, storage_mb_s=20.0, dataset_mb=2048.0, sample_mb=1.0,
+                      files_read=100)
+    d = decide(profile({2: 100.0, 1: 100.0}, rss=1000.0, fetch=slow), NODE, Policy())
+    assert d.mem_mb >= 1000 + 2048 * 0.75
+    fast = dataclasses.replace(slow, storage_mb_s=4000.0)
+    assert decide(profile({2: 100.0, 1: 100.0}, rss=1000.0, fetch=fast), NODE,
+                  Policy()).mem_mb == 1280
+
+
+def test_a_footprint_above_the_cap_still_gets_its_memory():
+    d = decide(profile({2: 100.0, 1: 100.0}, rss=40_000.0), NODE, Policy(fairness_cap=1.0))
+    assert d.mem_mb == 50176         # 40 GB + 25% needed, 16 GB share, 64 GB node
+    assert any("rather than fail" in r for r in d.reasons)
+
+
+def one_gpu_point(speed):
+    return (Point("train", 2, 1, 4096, speed, 0.1, 0.001, 900.0, 10.0, gpus=1),)
+
+
+def test_extra_gpus_that_add_little_are_dropped():
+    d = decide(profile({2: 100.0, 1: 60.0}, gpus=2, extra=one_gpu_point(97.0)), NODE, Policy())
+    assert d.gpus == 1 and d.gres == "gpu:1"
+    kept = decide(profile({2: 180.0, 1: 100.0}, gpus=2, extra=one_gpu_point(100.0)), NODE,
+                  Policy())
+    assert kept.gpus == 2
+    unknown = decide(profile({2: 100.0, 1: 60.0}, gpus=2), NODE, Policy())
+    assert unknown.gpus == 2 and any("no run at fewer GPUs" in r for r in unknown.reasons)
+
+
+def test_gpu_type_follows_the_gpu_the_profile_ran_on():
+    d = decide(profile({2: 100.0, 1: 100.0}, gpu_name="NVIDIA A100-SXM4-80GB"), NODE, Policy())
+    assert d.gpu_type == "a100" and d.gres == "gpu:a100:1"
+
+
+SWEEP = (PowerPoint(400.0, 100.0, 380.0), PowerPoint(300.0, 95.0, 280.0),
+         PowerPoint(200.0, 70.0, 195.0))
+
+
+@pytest.mark.parametrize("eta,limit", [(0.0, 400), (0.5, 300), (1.0, 200)])
+def test_power_limit_minimises_zeus_cost(eta, limit):
+    # Energy per sample: 3.80, 2.95, 2.79 J; time per sample: 10, 10.5, 14.3 ms.
+    d = decide(profile({2: 100.0, 1: 100.0}, sweep=SWEEP), NODE, Policy(zeus_eta=eta))
+    costs = {p.limit_w: eta * p.avg_power_w / p.samples_per_s
+             + (1 - eta) * 400.0 / p.samples_per_s for p in SWEEP}
+    assert d.power_limit_w == int(min(costs, key=costs.get)) == limit
+
+
+def test_site_cap_bounds_the_power_limit_and_no_sweep_leaves_it():
+    d = decide(profile({2: 100.0, 1: 100.0}, sweep=SWEEP), NODE,
+               Policy(zeus_eta=0.0, power_cap_w=250.0))
+    assert d.power_limit_w == 250
+    none = decide(profile({2: 100.0, 1: 100.0}), NODE, Policy())
+    assert none.power_limit_w == 0 and any("no power sweep" in r for r in none.reasons)
+
+
+def test_job_without_gpus_may_have_a_whole_node():
+    d = decide(profile({2: 190.0, 1: 100.0}, p=0.01, g=10_000.0, gpus=0), NODE, Policy())
+    assert d.cpus == NODE.cores and d.gres == ""
+
+
+def test_shape_of_a_partition_is_its_smallest_node():
+    nodes = [Node("a", "idle", 64, 512000, "gpu:a100:8(S:0-1)"),
+             Node("b", "idle", 32, 256000, "gpu:a100:4,gpu:h100:4")]
+    assert shape_of(nodes) == NodeShape(32, 256000, 8, ("a100", "h100"))
+    assert shape_of([Node("c", "idle", 2, 1000, "(null)")]).gpus == 0
+
+
+def test_summary_is_what_the_comment_carries():
+    d = decide(profile({2: 100.0, 1: 100.0}, sweep=SWEEP), NODE, Policy(zeus_eta=0.0))
+    assert d.summary() == f"c{d.cpus},m{d.mem_mb},g1,w{d.workers},p400"

@@ -1,0 +1,165 @@
+"""etc/job_submit.lua run by Lua 5.1 outside slurmctld (tests/unit/lua/harness.lua):
+the rewrite, the profiling mark, and every fault passing jobs through unchanged.
+
+The same shim inside a real slurmctld is tested in tests/integration/test_plugin.py.
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.plugin.engine import NodeShape
+from slurm_synergy.plugin.policy import Policy
+from slurm_synergy.plugin.table import TABLE_NAME, render
+
+from .test_decision_table import decision
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = Path(__file__).parent / "lua" / "harness.lua"
+LUA = shutil.which("lua5.1")
+FP = "0123456789abcdef"
+OURS = {"name": "j", "comment": f"synergy:fp={FP} req=cpus,mem", "cpus_per_task": "2",
+        "min_cpus": "2", "pn_min_cpus": "2", "pn_min_memory": "3072",
+        "tres_per_node": "gres:gpu:2"}
+
+
+def run(tmp_path: Path, jobs: list[dict], table: str | None) -> tuple[list[dict], list[str]]:
+    assert LUA, "lua5.1 is missing: make setup installs it"
+    shutil.copy(ROOT / "etc" / "job_submit.lua", tmp_path / "job_submit.lua")
+    if table is not None:
+        (tmp_path / TABLE_NAME).write_text(table)
+    spec = tmp_path / "jobs.txt"
+    spec.write_text("\n\n".join("\n".join(f"{k}={v}" for k, v in job.items()) for job in jobs))
+    proc = subprocess.run([LUA, str(HARNESS), str(tmp_path / "job_submit.lua"), str(spec)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out, logs = [], []
+    for line in proc.stdout.splitlines():
+        if line.startswith("JOB "):
+            out.append({"rc": line.split("rc=")[1]})
+        elif line.startswith("LOG "):
+            logs.append(line[4:])
+        else:
+            key, _, value = line.partition("=")
+            out[-1][key] = value
+    return out, logs
+
+
+def table(*decisions, policy=Policy(), shape=NodeShape(16, 64000, 4)) -> str:
+    return render(list(decisions), policy, shape)
+
+
+def unchanged(job: dict) -> bool:
+    return all(job[k] == v for k, v in OURS.items()) and not any(
+        k.startswith("env.") for k in job)
+
+
+def test_a_decided_job_is_rewritten_and_told_its_workers(tmp_path):
+    (job,), logs = run(tmp_path, [OURS], table(decision(FP, cpus=5, mem_mb=1280, gpus=1,
+                                                         workers=4, power_limit_w=250)))
+    assert job["rc"] == "0"
+    assert (job["cpus_per_task"], job["min_cpus"], job["pn_min_cpus"]) == ("5", "5", "5")
+    assert job["pn_min_memory"] == "1280" and job["tres_per_node"] == "gres:gpu:1"
+    assert job["env.SYNERGY_WORKERS"] == "4" and job["env.SYNERGY_POWER_LIMIT_W"] == "250"
+    assert job["comment"] == f"synergy:fp={FP} req=cpus,mem decision=c5,m1280,g1,w4,p250"
+    assert any("cpus 2, mem 3072 MB, gres:gpu:2 -> cpus 5" in line for line in logs)
+
+
+def test_the_gpu_type_the_job_asked_for_is_kept(tmp_path):
+    (job,), _ = run(tmp_path, [dict(OURS, tres_per_node="gres:gpu:a100:2")],
+                    table(decision(FP, gpus=1)))
+    assert job["tres_per_node"] == "gres:gpu:a100:1"
+
+
+def test_without_a_decision_the_job_is_marked_for_profiling(tmp_path):
+    other = "fedcba9876543210"
+    jobs, _ = run(tmp_path, [OURS, dict(OURS, **{"env.SYNERGY_PROFILE": "0"})],
+                  table(decision(other)))
+    assert jobs[0]["env.SYNERGY_PROFILE"] == "1" and jobs[0]["comment"].endswith(" profile=1")
+    assert jobs[0]["cpus_per_task"] == "2"
+    # A job that said SYNERGY_PROFILE=0 itself (a resubmission, --no-profile) is not.
+    assert jobs[1]["env.SYNERGY_PROFILE"] == "0" and jobs[1]["comment"] == OURS["comment"]
+
+
+def test_site_policy_can_turn_profiling_off(tmp_path):
+    (job,), _ = run(tmp_path, [OURS], table(policy=Policy(profile_new=False)))
+    assert unchanged(job)
+
+
+def test_site_policy_can_let_the_users_request_win(tmp_path):
+    (job,), _ = run(tmp_path, [OURS], table(decision(FP, cpus=5, mem_mb=1280, gpus=1),
+                                            policy=Policy(user_request_wins=True)))
+    # req=cpus,mem: those stay; the GPUs were not pinned.
+    assert (job["cpus_per_task"], job["pn_min_memory"]) == ("2", "3072")
+    assert job["tres_per_node"] == "gres:gpu:1"
+
+
+@pytest.mark.parametrize("comment", ["", "someone else's job", "synergy:fp=0123",
+                                     "synergy:fp=0123456789ABCDEF"])
+def test_other_jobs_are_left_alone(tmp_path, comment):
+    job = dict(OURS, comment=comment) if comment else {k: v for k, v in OURS.items()
+                                                       if k != "comment"}
+    (out,), logs = run(tmp_path, [job], table(decision(FP)))
+    assert all(out.get(k) == v for k, v in job.items()) and not any(
+        k.startswith("env.") for k in out)
+
+
+def test_multi_task_jobs_are_left_as_asked(tmp_path):
+    (job,), logs = run(tmp_path, [dict(OURS, num_tasks="4")], table(decision(FP, cpus=5)))
+    assert job["cpus_per_task"] == "2" and any("more than one task" in line for line in logs)
+
+
+HOSTILE = {
+    "missing": None,
+    "empty": "",
+    "not a table": "hello\n",
+    "header out of range": f"synergy-decisions 1 gen=ab user_wins=0 profile_new=1 "
+                           f"max_cpus=999999999 max_mem_mb=1 max_gpus=1 entries=1\n"
+                           f"{FP} 2 1024 1 - 1 0\n",
+    "negative cores": None,
+    "10^12 MB": None,
+    "gres injection": None,
+    "count mismatch": None,
+    "huge file": None,
+}
+
+
+def hostile(kind: str) -> str | None:
+    head = ("synergy-decisions 1 gen=abc user_wins=0 profile_new=1 max_cpus=16 "
+            "max_mem_mb=64000 max_gpus=4 entries=1\n")
+    lines = {"negative cores": f"{FP} -4 1024 1 - 1 0\n",
+             "10^12 MB": f"{FP} 2 1000000000000 1 - 1 0\n",
+             "gres injection": f'{FP} 2 1024 1 a100";os.execute("id") 1 0\n',
+             "count mismatch": f"{FP} 2 1024 1 - 1 0\n{FP} 2 1024 1 - 1 0\n"}
+    if kind in lines:
+        return head + lines[kind]
+    if kind == "huge file":
+        return head + "#" * (17 * 1024 * 1024)
+    return HOSTILE[kind]
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_a_missing_corrupt_or_hostile_table_passes_every_job_unchanged(tmp_path, kind):
+    jobs, logs = run(tmp_path, [OURS, OURS], hostile(kind))
+    assert all(j["rc"] == "0" and unchanged(j) for j in jobs)
+    faults = [line for line in logs if line.startswith("error slurm-synergy")]
+    assert faults and all("pass through unchanged" in f for f in faults), logs
+    assert len(faults) == 1, "a lasting fault is logged once, not per job"
+
+
+def test_a_lua_error_midway_puts_the_job_back_and_is_logged(tmp_path):
+    (job,), logs = run(tmp_path, [dict(OURS, fail_on="tres_per_node")],
+                       table(decision(FP, cpus=5, mem_mb=1280, gpus=1)))
+    assert job["rc"] == "0"
+    assert (job["cpus_per_task"], job["pn_min_memory"], job["tres_per_node"]) == (
+        "2", "3072", "gres:gpu:2")
+    assert any("error in job_submit.lua" in line and "refused to set tres_per_node" in line
+               for line in logs)
+
+
+def test_the_table_is_read_once_until_it_changes(tmp_path):
+    jobs, logs = run(tmp_path, [OURS, OURS, OURS], table(decision(FP, cpus=3)))
+    assert [j["cpus_per_task"] for j in jobs] == ["3", "3", "3"]
+    assert sum("loaded decision table" in line for line in logs) == 1

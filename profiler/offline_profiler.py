@@ -51,7 +51,7 @@ from slurm_synergy.errors import SynergyError
 from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN
 from slurm_synergy.paths import TRAIN_SCRIPT
 from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
-                                   Profile, ProfileStore, ThroughputModel)
+                                   Profile, ProfileError, ProfileStore, ThroughputModel)
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.throughput import fit_components, fit_end_to_end, workers_for
 
@@ -221,6 +221,7 @@ class Step:
     measure: str
     cores: int
     workers: int
+    gpus: int | None = None     # None: all of the allocation's GPUs
 
 
 @dataclass
@@ -259,7 +260,7 @@ class Runner:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         argv = self.argv(step)
-        gpus = self.gpus if step.measure != "loader" else 0
+        gpus = 0 if step.measure == "loader" else self.gpus if step.gpus is None else step.gpus
         preexec: Callable[[], None] | None = None
         if self.launcher == "srun":
             argv = self.slurm.step_argv(argv, step.cores, self.mem_mb, gpus, self.name)
@@ -345,7 +346,7 @@ def to_point(step: Step, summary: dict[str, Any], wall: float, mem_mb: int) -> P
                  samples_per_s=num("samples_per_s"),
                  data_stall_fraction=num("data_stall_fraction"),
                  host_cpu_s_per_sample=num("host_cpu_s_per_sample"),
-                 peak_rss_mb=num("peak_rss_mb"), step_s=wall)
+                 peak_rss_mb=num("peak_rss_mb"), step_s=wall, gpus=step.gpus)
 
 
 # --- the sweep ---------------------------------------------------------------------------
@@ -507,10 +508,29 @@ def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Pr
             log(f"{PROG}: {p.fingerprint} is being profiled by another process now; not again")
             return None
         if p.store.has(p.fingerprint) and not args.force:
-            log(f"{PROG}: {p.fingerprint} is already profiled ({p.store.path(p.fingerprint)}); "
-                "--force measures again")
-            return None
-        return _profile(args, p, log)
+            try:
+                p.store.load(p.fingerprint)
+                log(f"{PROG}: {p.fingerprint} is already profiled "
+                    f"({p.store.path(p.fingerprint)}); --force measures again")
+                return None
+            except ProfileError as e:
+                log(f"{PROG}: {e}; measuring again")
+        profile = _profile(args, p, log)
+        if p.limits.job_id:
+            _sync_decisions(log)
+        return profile
+
+
+def _sync_decisions(log: Callable[[str], None]) -> None:
+    """Recompile the decision table (measured in a Slurm job: that cluster's), so the
+    plugin rewrites the resubmission; best effort: where this user may not write the
+    table, the site's own sync picks the profile up."""
+    from slurm_synergy.plugin.table import sync
+
+    try:
+        log(f"{PROG}: {sync()}")
+    except SynergyError as e:
+        log(f"{PROG}: decision table not updated: {e}")
 
 
 def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -> Profile:
@@ -534,8 +554,9 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     gpus = gpus[:ngpus]
     points: list[Point] = []
     summaries: dict[int, dict[str, Any]] = {}
-    # The most steps the sweep can take: log2(top) + 1 training steps and two components.
-    bar = tqdm(total=top.bit_length() + 2, desc=f"profile {fp[:8]}", unit="step",
+    # The most steps the sweep can take: log2(top) + 1 training steps, two components
+    # and one on a single GPU.
+    bar = tqdm(total=top.bit_length() + 2 + (ngpus >= 2), desc=f"profile {fp[:8]}", unit="step",
                file=sys.stderr, disable=None)
     sampler: gpus_mod.Sampler | None = None
 
@@ -589,6 +610,15 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
             notes.append("the script does not take --measure loader|compute: the model is "
                          "fitted to the training steps alone")
             components = []
+        if ngpus >= 2:
+            # Would fewer GPUs do? The best core count again, on one GPU.
+            best = max(train, key=lambda pt: pt.samples_per_s)
+            step = Step("train", best.cores, best.workers, gpus=1)
+            bar.set_postfix_str("1 GPU")
+            summary, wall = runner.run(step)
+            points.append(to_point(step, summary, wall, mem_mb))
+            advance(f"{best.cores} cores on 1 of {ngpus} GPUs: "
+                    f"{points[-1].samples_per_s:.1f} samples/s ({wall:.0f}s)")
         if components:
             model: ThroughputModel = fit_components(components[0], components[1], train,
                                                     on_gpu=bool(gpus), fetch=fetch)

@@ -34,7 +34,7 @@ def _submit(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / args.csv.stem
     opts = SubmitOptions(out=out, dry_run=args.dry_run, sequential=args.sequential,
                          force=args.force, arrays=args.arrays, hold=args.hold,
-                         profile=args.profile)
+                         profile=args.profile, mode=args.mode)
     # stdout carries only "job id<TAB>name" lines, for scripts; everything else is stderr.
     result = submit_csv(args.csv, opts, log=lambda line: print(line, file=sys.stderr))
     for name, job_id in result.job_ids.items():
@@ -77,6 +77,36 @@ def _profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plugin(args: argparse.Namespace) -> int:
+    from .plugin import cli as plugin_cli
+
+    return plugin_cli.run(args)
+
+
+def _plugin_parser(sub) -> None:
+    p = sub.add_parser("plugin", help="the decision engine and the job_submit shim")
+    actions = p.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("sync", help="compile the decision table from the profile store")
+    a.add_argument("--table", type=Path, help="where (default: beside slurm.conf)")
+    a.add_argument("--partition", help="size decisions for this partition (default: the "
+                   "default partition)")
+    a = actions.add_parser("explain", help="a workload's decision and every reason for it")
+    a.add_argument("fingerprint", help="16 hex digits, as in the job comment synergy:fp=...")
+    a.add_argument("--partition", help="as for sync")
+    a = actions.add_parser("install", help="the slurm.conf lines and files the shim needs")
+    a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
+    a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
+                   "else the local cluster's)")
+    a = actions.add_parser("chains", help="profiling jobs and the jobs they resubmitted")
+    a = actions.add_parser("resubmit", help="(run by a job after profiling) submit it again")
+    a.add_argument("--job", required=True)
+    a.add_argument("--script", type=Path, required=True)
+    a.add_argument("--comment", required=True)
+    a.add_argument("--job-name", default="")
+    a.add_argument("--array-task", default="")
+    p.set_defaults(func=_plugin)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="synergy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,8 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="submit rows with identical resources and workload as job arrays")
     p.add_argument("--hold", action="store_true",
                    help="leave the jobs held; release them with scontrol release")
-    p.add_argument("--profile", action="store_true",
-                   help="profile each workload that has no profile yet, first thing in its job")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--profile", dest="profile", action="store_const", const="always",
+                     default="auto", help="profile each workload first, inside its job, even "
+                     "where the site policy would not (default: as the policy says)")
+    how.add_argument("--no-profile", dest="profile", action="store_const", const="never",
+                     help="never profile these jobs; run them as decided or as written")
+    how.add_argument("--profile-only", dest="profile", action="store_const", const="only",
+                     help="profile each workload, then end the job without training")
+    p.add_argument("--mode", choices=("auto", "shim", "user"), default="auto",
+                   help="who applies the plugin's decisions: the cluster's job_submit shim, "
+                   "or this command (user mode, for clusters without the shim); "
+                   "default: the shim where the cluster has it")
     p.set_defaults(func=_submit)
 
     p = sub.add_parser("jobs", help="a table of jobs from sacct")
@@ -119,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the profiles as JSON")
     p.add_argument("--plot", type=Path, help="write throughput against cores to this PNG")
     p.set_defaults(func=_profiles)
+
+    _plugin_parser(sub)
 
     p = sub.add_parser("demo", help="local cluster up, example jobs in, sacct table out")
     p.set_defaults(func=_demo)

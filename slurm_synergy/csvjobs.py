@@ -205,7 +205,8 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         cpus=cpus or 1, mem_mb=mem_mb, time=time, partition=partition,
         iterations=iterations, epochs=epochs, loader=loader, args=args,
         output_folder=output_folder or "", port=port, submit_interval_s=interval,
-        source=row.ref, row_digest=digest)
+        source=row.ref, row_digest=digest,
+        pinned=tuple(c for c in ("cpus", "mem", "gpus") if row.get(c)))
 
 
 def _script(row: _Row, base: Path) -> str:

@@ -1,4 +1,10 @@
-"""`make demo`: the local cluster up, the example job list in, a sacct table out."""
+"""`make demo`: the local cluster up, and the plugin's whole flow on two workloads.
+
+A CPU-hungry and a CPU-light workload are submitted as a user writes them (2 cores,
+3 GB each). The first time, the shim marks them for profiling: each job profiles itself,
+the decision table is recompiled, and the job submits itself again, right-sized. Every
+later run is rewritten at submission. The sacct table shows both kinds of job.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,11 @@ from pathlib import Path
 from . import paths
 from .cluster.localbox import LocalCluster, tail
 from .jobs import records, table, wait
+from .plugin.resubmit import read_chains
 from .slurm import Slurm
 from .submit import SubmitOptions, submit_csv
 
-EXAMPLE = paths.JOBS_CSV / "example.csv"
+EXAMPLE = paths.JOBS_CSV / "rightsize.csv"
 
 
 def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
@@ -27,15 +34,23 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
     ids = list(result.job_ids.values())
     print(f"submitted {len(ids)} jobs from {csv}: {', '.join(ids)}")
     wait(slurm, ids)
-    recs = records(slurm, ids)
+    # A job that was profiled submitted itself again, right-sized: follow it.
+    chain = {c.profiled_job: c.resubmitted_job for c in read_chains() if c.profiled_job in ids}
+    if chain:
+        print("profiled, then resubmitted: "
+              + ", ".join(f"{old} -> {new}" for old, new in chain.items()))
+        wait(slurm, list(chain.values()))
+    recs = records(slurm, ids + list(chain.values()))
     print(table(recs))
     outputs = {t.spec.name: Path(t.output) for u in result.units for t in u.tasks}
-    for r in recs:
-        summary = outputs[r.name] / "summary.json"
+    for name, job in result.job_ids.items():
+        summary = outputs[name] / "summary.json"
         if summary.exists():
             s = json.loads(summary.read_text())
-            print(f"{r.name}: {s['samples_per_s']:.1f} samples/s on {s['device']}, "
-                  f"data stall {s['data_stall_fraction']:.0%}")
+            print(f"{name}: {s['samples_per_s']:.1f} samples/s with {s['workers']} loader "
+                  f"worker(s) on {s['device']}, data stall {s['data_stall_fraction']:.0%}")
+    fps = sorted({t.spec.fingerprint for u in result.units for t in u.tasks})
+    print("why these sizes: " + "; ".join(f"synergy plugin explain {fp}" for fp in fps))
     failed = [r for r in recs if r.state != "COMPLETED"]
     for r in failed:
         log = out / "logs" / f"{r.name}-{r.job_id}.out"

@@ -70,9 +70,23 @@ def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
             time.sleep(poll_s)
 
 
+def plugin_note(comment: str) -> str:
+    """What the plugin did to a job, from the marks in its comment."""
+    words = dict(w.split("=", 1) for w in comment.split()[1:] if "=" in w)
+    notes = []
+    if "profile" in words:
+        notes.append("profiling run")
+    if "decision" in words:
+        notes.append(f"decision {words['decision']}")
+    if "from" in words:
+        notes.append(f"resubmitted by {words['from']}")
+    return ", ".join(notes) or "-"
+
+
 def table(recs: Sequence[JobRecord]) -> str:
-    head = ("JobID", "Name", "State", "Elapsed", "CPUs", "Memory", "GPUs")
-    rows = [(r.job_id, r.name, r.state, r.elapsed, str(r.cpus), r.mem, str(r.gpus)) for r in recs]
+    head = ("JobID", "Name", "State", "Elapsed", "CPUs", "Memory", "GPUs", "Plugin")
+    rows = [(r.job_id, r.name, r.state, r.elapsed, str(r.cpus), r.mem, str(r.gpus),
+             plugin_note(r.comment)) for r in recs]
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))]

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 BUILTIN_DATA_KIND = {"resnet": "jpeg", "mobilenet": "jpeg", "alexnet": "jpeg",
                      "transformer": "text", "lstm": "text", "m5": "audio"}
 BUILTIN_ARCHS = tuple(BUILTIN_DATA_KIND)
+# The built-in trainer's options that change the generated data, and those that change
+# the workload's cost per sample (so its profile): pass-through args otherwise do not.
+BUILTIN_DATA_OPTIONS = ("--dataset-size", "--image-size", "--clip-seconds")
+BUILTIN_SHAPE_OPTIONS = BUILTIN_DATA_OPTIONS + ("--crop", "--seq-len", "--audio-crop")
 BUILTIN_SCRIPT = "builtin:train"
 SYNTHETIC_DATASET = "synthetic"
 LOADERS = ("pytorch", "dali")
@@ -54,6 +58,7 @@ class JobSpec:
     submit_interval_s: float
     source: RowRef
     row_digest: str             # hash of the row's cells: the ledger's identity of the row
+    pinned: tuple[str, ...] = ()  # resources the row sets itself (cpus, mem, gpus)
 
     @property
     def builtin(self) -> bool:
@@ -80,17 +85,44 @@ class JobSpec:
 
         Workers, CPUs and memory are left out on purpose: they are what gets tuned.
         The loader is in, because DALI and PyTorch decode answer differently to cores.
-        Pass-through args are out (a --seed must not split a sweep into many workloads);
-        rows whose args change the workload (image size, say) should name their own dataset.
+        Pass-through args are out (a --seed must not split a sweep into many workloads),
+        except the built-in trainer's options that change its cost per sample.
         """
         key = {"script": self.script, "arch": self.arch, "depth": self.depth,
                "batch": self.batch, "dataset": self.dataset, "gpus": self.gpus,
                "gpu_type": self.gpu_type, "loader": self.loader}
+        shape = self.builtin_options(BUILTIN_SHAPE_OPTIONS)
+        if shape:
+            key["shape"] = shape
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    def builtin_options(self, names: tuple[str, ...]) -> dict[str, str]:
+        """The values the pass-through args give these built-in trainer options."""
+        if not self.builtin:
+            return {}
+        found, args = {}, list(self.args)
+        for i, arg in enumerate(args):
+            name, eq, value = arg.partition("=")
+            if name in names:
+                found[name] = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        return found
+
+    @property
+    def synthetic_data_name(self) -> str:
+        """The generated dataset's folder: one per data kind and generation settings."""
+        kind = BUILTIN_DATA_KIND[self.arch]
+        opts = self.builtin_options(BUILTIN_DATA_OPTIONS)
+        if not opts:
+            return f"synthetic-{kind}"
+        digest = hashlib.sha256(json.dumps(opts, sort_keys=True).encode()).hexdigest()[:8]
+        return f"synthetic-{kind}-{digest}"
 
     @property
     def comment(self) -> str:
-        return COMMENT_PREFIX + self.fingerprint
+        """The job's Slurm comment: the fingerprint, and which resources the row set (the
+        site policy may let those win over a decision). Only [a-z0-9:=, ] appear."""
+        pinned = f" req={','.join(self.pinned)}" if self.pinned else ""
+        return COMMENT_PREFIX + self.fingerprint + pinned
 
     def script_argv(self) -> list[str]:
         """The training script's options from the row's columns (shell-quoted later).

@@ -20,7 +20,8 @@ import jinja2
 
 from . import paths
 from .errors import SynergyError
-from .jobspec import BUILTIN_DATA_KIND, SYNTHETIC_DATASET, JobSpec
+from .jobspec import SYNTHETIC_DATASET, JobSpec
+from .plugin.engine import Decision
 
 # #SBATCH lines are parsed by sbatch, not the shell, so paths there cannot be quoted.
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
@@ -66,8 +67,7 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
     argv = spec.script_argv()
     if spec.builtin:
         if spec.dataset == SYNTHETIC_DATASET:
-            kind = BUILTIN_DATA_KIND[spec.arch]
-            argv += ["--data", str(data_dir() / f"synthetic-{kind}"), "--generate-data"]
+            argv += ["--data", str(data_dir() / spec.synthetic_data_name), "--generate-data"]
         else:
             argv += ["--data", spec.dataset]
         argv += ["--output", str(output)]
@@ -78,22 +78,36 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
 
 
 def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "",
-           profile: bool = False) -> str:
+           profile: bool = False, decision: Decision | None = None,
+           profile_only: bool = False) -> str:
     """The sbatch script for one job, or for one array job when `array` is set.
 
     `profile` turns the profiling prolog on by default; SYNERGY_PROFILE in the job's
     environment (0 or 1) decides in the end, so the plugin can mark jobs itself.
+    `decision` (user mode) replaces the row's cores, memory and GPUs.
     """
     head = tasks[0].spec
     sources = sorted({t.spec.source.file for t in tasks})
     rows = ",".join(str(t.spec.source.row) for t in tasks)
+    comment = head.comment
+    cpus, mem_mb, gres = head.cpus, head.mem_mb, head.gres
+    if decision is not None:
+        cpus, mem_mb = decision.cpus, decision.mem_mb
+        if head.gpus:
+            gres = decision.gres if decision.gpu_type or not head.gpu_type \
+                else f"gpu:{head.gpu_type}:{decision.gpus}"
+        comment += f" decision={decision.summary()}"
+    elif profile:
+        comment += " profile=1"
     return environment().get_template("sbatch.sh.j2").render(
         source=f"{', '.join(sources)} row(s) {rows}",
         script_path=script_path,
-        name=name, cpus=head.cpus, mem_mb=head.mem_mb, time=head.time, gres=head.gres,
-        partition=head.partition, array=array, logs=out / "logs", comment=head.comment,
+        name=name, cpus=cpus, mem_mb=mem_mb, time=head.time, gres=gres,
+        partition=head.partition, array=array, logs=out / "logs", comment=comment,
         fingerprint=head.fingerprint, tasks=tasks, launcher=launcher(head),
         profiler=profiler_command(head), script=head.script, profile_default=int(profile),
+        resubmit=resubmit_command(head, script_path, comment), decision=decision,
+        profile_only=profile_only,
     )
 
 
@@ -102,6 +116,12 @@ def profiler_command(spec: JobSpec) -> list[str]:
     then the script and the task's own arguments."""
     return [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
             "--job-name", spec.name]
+
+
+def resubmit_command(spec: JobSpec, script_path: Path, comment: str) -> list[str]:
+    """What a profiled job runs to submit itself again (the template adds the job id)."""
+    return [python_for_jobs(), "-m", "slurm_synergy.cli", "plugin", "resubmit",
+            "--script", str(script_path), "--comment", comment, "--job-name", spec.name]
 
 
 def launcher(spec: JobSpec) -> list[str]:

@@ -8,7 +8,7 @@ already queued are cancelled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,11 +19,16 @@ from .errors import SlurmError, SynergyError
 from .fileio import atomic_write_text
 from .jobspec import JobSpec
 from .ledger import Entry, Ledger
+from .plugin.decisions import Decider, resolve_mode
+from .plugin.engine import Decision
+from .plugin.policy import load_policy
+from .profile import ProfileStore
 from .render import Task, check_out_dir, render, task_for
 from .slurm import Slurm
 
 
 DEFAULT_MAX_ARRAY = 1001  # Slurm's default MaxArraySize
+PROFILE_CHOICES = ("auto", "always", "never", "only")
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,9 @@ class SubmitOptions:
     force: bool = False           # submit rows the ledger says are already submitted
     arrays: bool = False          # rows with identical resources and workload as job arrays
     hold: bool = False            # leave the jobs held (release with scontrol release)
-    profile: bool = False         # profile unprofiled workloads first, inside each job
+    profile: str = "auto"         # auto: as the site policy says; always; never; only
+                                  # (profile, then end without training)
+    mode: str = "auto"            # who applies decisions: auto, shim (slurmctld), user (here)
 
 
 @dataclass(frozen=True)
@@ -106,9 +113,12 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         max_array = max_array_size(slurm) if opts.arrays and not opts.dry_run else DEFAULT_MAX_ARRAY
         result.units = plan(todo, opts, max_array)
         out = check_out_dir(opts.out)
+        choices = _decisions(result.units, opts, slurm, log)
         for unit in result.units:
+            decision, profile = choices[unit.name]
             atomic_write_text(unit.script, render(unit.name, unit.tasks, out, unit.script,
-                                                  unit.array, opts.profile), 0o755)
+                                                  unit.array, profile, decision,
+                                                  opts.profile == "only"), 0o755)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
@@ -123,6 +133,44 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
                 ledger.record(task.spec, task_id, unit.script)
         ledger.save()
     return result
+
+
+def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
+               log: Callable[[str], None]) -> dict[str, tuple[Decision | None, bool]]:
+    """Per unit: the decision to apply here (user mode only) and whether to profile first.
+
+    Under the shim, slurmctld decides and marks; here only --profile forces profiling.
+    In user mode this command does both, with the same engine and policy.
+    """
+    if opts.profile not in PROFILE_CHOICES:
+        raise SynergyError(f"profile {opts.profile!r} is not one of {', '.join(PROFILE_CHOICES)}")
+    mode = "user" if opts.mode == "user" else (
+        "shim" if opts.dry_run and opts.mode == "auto" else resolve_mode(opts.mode, slurm))
+    choices: dict[str, tuple[Decision | None, bool]] = {}
+    if mode == "shim":
+        return {u.name: (None, opts.profile in ("always", "only")) for u in units}
+    policy = load_policy()
+    decider = Decider(ProfileStore.default(), policy, slurm)
+    for unit in units:
+        decision = decider.decision(unit.tasks[0].spec.fingerprint)
+        if decision and policy.user_request_wins:
+            decision = _keep_pinned(decision, unit.tasks[0].spec)
+        profile = opts.profile in ("always", "only") or (
+            opts.profile == "auto" and decision is None and policy.profile_new)
+        choices[unit.name] = (decision, profile)
+    for problem in decider.problems:
+        log(problem)
+    decided = sum(d is not None for d, _ in choices.values())
+    marked = sum(p for _, p in choices.values())
+    log(f"user mode: {decided} job(s) sized from their profiles, {marked} to be profiled first")
+    return choices
+
+
+def _keep_pinned(decision: Decision, spec: JobSpec) -> Decision:
+    """The site lets a row's own cpus, mem and gpus win over the decision."""
+    keep = {"cpus": spec.cpus, "mem": spec.mem_mb, "gpus": spec.gpus}
+    fields = {"cpus": "cpus", "mem": "mem_mb", "gpus": "gpus"}
+    return replace(decision, **{fields[k]: keep[k] for k in spec.pinned})
 
 
 def _preflight(units: Sequence[Unit], slurm: Slurm) -> None:
@@ -149,6 +197,9 @@ def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm) -> l
     try:
         for unit in tqdm(units, desc="sbatch", unit="job", disable=None, leave=False):
             options = ["--hold"]
+            if opts.profile == "never":
+                # Set in the job's environment, so the shim does not mark it either.
+                options.append("--export=ALL,SYNERGY_PROFILE=0")
             if unit.begin_s > 0:
                 options.append(f"--begin=now+{int(round(unit.begin_s))}")
             if opts.sequential and ids:

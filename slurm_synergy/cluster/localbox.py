@@ -24,6 +24,8 @@ import jinja2
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import atomic_write_text, locked
+from ..plugin.install import install_shim
+from ..plugin.table import TABLE_NAME, sync
 from ..slurm import Slurm
 from . import node as nodemod
 
@@ -42,8 +44,9 @@ class Daemon:
 
 
 class LocalCluster:
-    def __init__(self, state: Path | None = None):
+    def __init__(self, state: Path | None = None, job_submit: bool = True):
         self.state = state or paths.state_dir()
+        self.job_submit = job_submit     # off only to measure the shim's cost (make bench)
         self.etc = self.state / "etc"
         self.conf = self.etc / "slurm.conf"
         self.slurm = Slurm(self.conf)
@@ -72,6 +75,7 @@ class LocalCluster:
         context = {
             "cluster_name": CLUSTER_NAME, "partition": PARTITION, "ports": PORTS,
             "state": str(self.state), "node": node, "cgroup_mode": mode,
+            "job_submit": self.job_submit,
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
             "prolog": str(paths.ETC / "prolog.sh"), "epilog": str(paths.ETC / "epilog.sh"),
         }
@@ -83,11 +87,9 @@ class LocalCluster:
             if not target.exists() or target.read_text() != text:
                 atomic_write_text(target, text, mode_bits)
                 changed = True
-        # slurmctld looks for job_submit.lua beside slurm.conf; a link keeps it the project's.
-        lua = self.etc / "job_submit.lua"
-        if not lua.is_symlink() or lua.resolve() != paths.ETC / "job_submit.lua":
-            lua.unlink(missing_ok=True)
-            lua.symlink_to(paths.ETC / "job_submit.lua")
+        # The plugin goes in as on any cluster (synergy plugin install): the shim beside
+        # slurm.conf; the decision table once slurmctld can size it (see up).
+        install_shim(self.etc)
         atomic_write_text(self.state / "mode", mode + "\n")
         return node, mode, changed
 
@@ -112,6 +114,7 @@ class LocalCluster:
             self._register_cluster()
             self._ensure("slurmctld", self.slurm.ping, self._start_slurm("slurmctld"), log)
             self._ensure("slurmd", self._node_ok, self._start_slurm("slurmd"), log)
+            log(sync(slurm=self.slurm, path=self.etc / TABLE_NAME))
             gpus = f"{node.gpus} {'real' if node.gpus_real else 'file-backed'} GPUs"
             log(f"cluster up: node {node.hostname}, {node.cpus} CPUs, {node.memory_mb} MB, "
                 f"{gpus}, cgroup enforcement: {describe_mode(mode)}")
@@ -137,7 +140,7 @@ class LocalCluster:
         mode = mode_file.read_text().strip() if mode_file.exists() else "unknown"
         lines.append(f"cgroup enforcement: {describe_mode(mode)}")
         if healthy:
-            for n in self.slurm.nodes():
+            for n in self.slurm.nodes(""):
                 lines.append(f"node {n.name}: {n.state}, {n.cpus} CPUs, {n.memory_mb} MB, "
                              f"gres {n.gres}")
         lines.append(f"SLURM_CONF={self.conf}")
@@ -169,7 +172,7 @@ class LocalCluster:
         if not self._alive("slurmd"):
             return False
         try:
-            states = [n.state for n in self.slurm.nodes()]
+            states = [n.state for n in self.slurm.nodes("")]
         except SynergyError:
             return False
         bad = ("down", "drain", "fail", "unknown", "not_responding")
@@ -258,7 +261,7 @@ class LocalCluster:
     def _resume_node(self) -> None:
         """A node left down or drained by an earlier run is put back in service."""
         try:
-            for n in self.slurm.nodes():
+            for n in self.slurm.nodes(""):
                 if n.state.rstrip("*~#").startswith(("down", "drain")):
                     self.slurm.run(["scontrol", "update", f"nodename={n.name}", "state=resume"])
         except SynergyError:

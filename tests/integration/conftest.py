@@ -16,6 +16,7 @@ import pytest
 
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import records, wait
+from slurm_synergy.plugin.resubmit import read_chains
 from slurm_synergy.slurm import Slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,8 @@ def box(tmp_path_factory) -> LocalCluster:
     # One generated dataset for the whole session, shared by every training job.
     os.environ["SYNERGY_DATA"] = str(home / "data")
     cluster = LocalCluster()
+    # `up` also compiles the decision table from this session's (empty) profile store,
+    # so no decision from an earlier run rewrites this session's jobs.
     cluster.up(log=lambda line: print(line, file=sys.stderr))
     return cluster
 
@@ -68,6 +71,13 @@ def finish(slurm: Slurm, ids, timeout: float = 600):
     return {r.job_id: r for r in recs}
 
 
+def resubmitted(job: str) -> str:
+    """The job that `job` submitted after profiling, from the recorded chain."""
+    links = [c for c in read_chains() if c.profiled_job == job]
+    assert len(links) == 1, f"job {job} did not resubmit itself once: {links}"
+    return links[0].resubmitted_job
+
+
 def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     """Our test job names that Slurm knows at all, queued or accounted."""
     out = slurm.run(["squeue", "--noheader", "--states=all", "--format=%j"])
@@ -77,4 +87,5 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records", "ROOT"]
+__all__ = ["synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records",
+           "resubmitted", "ROOT"]

@@ -50,7 +50,7 @@ def test_submit_with_dead_controller_fails_clearly_and_queues_nothing(box, slurm
     try:
         while slurm.ping():
             time.sleep(0.2)
-        proc = synergy("submit", str(csv), "--out", str(tmp_path / "out"))
+        proc = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "out"))
         assert proc.returncode != 0
         assert "is the cluster up?" in proc.stderr
         assert "one.csv row 1 (line 2)" in proc.stderr
@@ -65,7 +65,7 @@ def test_jobs_are_confined_and_hooks_run(box, slurm, tmp_path):
                         "#!/bin/bash\nnproc\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n")
     csv = tmp_path / "probe.csv"
     csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\nprobe,{script},probe,1,1,3,100M\n")
-    ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "out"))).values()
+    ids = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "out"))).values()
     recs = finish(slurm, ids)
     (rec,) = recs.values()
     assert rec.state == "COMPLETED" and rec.cpus == 1 and rec.gpus == 3 and rec.mem == "100M"

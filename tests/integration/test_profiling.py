@@ -10,7 +10,7 @@ import pytest
 from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.profile import ProfileStore
 
-from .conftest import ROOT, executable, finish, submitted_ids, synergy
+from .conftest import ROOT, executable, finish, resubmitted, submitted_ids, synergy
 
 PROFILER = ROOT / "profiler" / "offline_profiler.py"
 STEP_FIELDS = ("JobID", "JobName", "State", "AllocCPUS", "ExitCode")
@@ -33,11 +33,14 @@ def profiled(slurm, tmp_path_factory):
     job = ids["prof-resnet8"]
     recs = finish(slurm, [job], timeout=900)
     spec = load_jobs(csv)[0]
-    return job, recs[job], spec, out
+    # After profiling, the job submitted itself again and ended; that job trains.
+    again = resubmitted(job)
+    recs.update(finish(slurm, [again], timeout=900))
+    return job, recs[job], spec, out, recs[again]
 
 
 def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profiled):
-    job, rec, spec, out = profiled
+    job, rec, spec, out, _ = profiled
     assert rec.state == "COMPLETED"
     profile = store().load(spec.fingerprint)
     assert profile.allocation.launcher == "srun" and profile.allocation.job_id == job
@@ -53,12 +56,20 @@ def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profile
              if r["JobName"] == f"profile-{spec.fingerprint}"]
     assert [(s["AllocCPUS"], s["State"]) for s in steps] == [
         ("2", "COMPLETED"), ("1", "COMPLETED"), ("2", "COMPLETED"), ("1", "COMPLETED")]
-    # The job then trained as submitted.
+    # The resubmitted job then trained.
     assert (out / spec.name / "summary.json").exists()
 
 
+def test_the_profiled_job_resubmits_itself_never_to_be_profiled_again(slurm, profiled):
+    job, _, spec, out, again = profiled
+    assert again.state == "COMPLETED"
+    assert f"synergy:fp={spec.fingerprint}" in again.comment and f"from={job}" in again.comment
+    log = next((out / "logs").glob(f"*-{again.job_id}.out")).read_text()
+    assert "offline_profiler" not in log and "workers=" in log
+
+
 def test_a_profiled_workload_is_not_profiled_again(slurm, profiled, tmp_path):
-    _, _, spec, out = profiled
+    _, _, spec, out, _ = profiled
     before = store().path(spec.fingerprint).stat().st_mtime_ns
     ids = submitted_ids(synergy("submit", str(out / "jobs.csv"), "--out", str(tmp_path),
                                 "--profile", "--force"))
@@ -66,11 +77,12 @@ def test_a_profiled_workload_is_not_profiled_again(slurm, profiled, tmp_path):
     assert finish(slurm, [job])[job].state == "COMPLETED"
     log = next((tmp_path / "logs").glob(f"*-{job}.out")).read_text()
     assert "already profiled" in log
+    finish(slurm, [resubmitted(job)])
     assert store().path(spec.fingerprint).stat().st_mtime_ns == before
 
 
 def test_the_profiles_command_shows_the_table(profiled):
-    _, _, spec, _ = profiled
+    _, _, spec, _, _ = profiled
     proc = synergy("profiles", spec.fingerprint)
     assert proc.returncode == 0 and "prof-resnet8" in proc.stdout and "2c:" in proc.stdout
 

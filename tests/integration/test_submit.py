@@ -25,7 +25,7 @@ def torchloader_runs(slurm, tmp_path_factory):
     for name, extra in (("sequential", ["--sequential"]), ("simultaneous", []),
                         ("intervals", []), ("multi_device", [])):
         csv = TORCHLOADER / f"torchloader_{name}.csv"
-        ids = submitted_ids(synergy("submit", str(csv), "--out", str(out / name), *extra))
+        ids = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(out / name), *extra))
         runs[name] = (csv, out / name, list(ids.values()))
     every = [i for _, _, ids in runs.values() for i in ids]
     finish(slurm, every, timeout=1200)
@@ -84,7 +84,7 @@ def test_malformed_csv_exits_nonzero_and_queues_nothing(slurm, tmp_path, case, t
     text, message = (part.replace("-TAG", f"-{tag}") for part in MALFORMED[case])
     csv = tmp_path / f"{case}.csv"
     csv.write_text(text)
-    proc = synergy("submit", str(csv), "--out", str(tmp_path / "out"))
+    proc = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "out"))
     assert proc.returncode != 0
     assert message in proc.stderr and str(csv) in proc.stderr
     assert "nothing submitted" in proc.stderr
@@ -97,7 +97,7 @@ def test_row_slurm_would_refuse_stops_the_whole_list(slurm, tmp_path, tag):
     csv = tmp_path / "refused.csv"
     csv.write_text(f"name,arch,batch,iterations,gpu_type\nrefused-ok-{tag},resnet,8,1,\n"
                    f"refused-bad-{tag},resnet,8,1,nosuchgpu\n")
-    proc = synergy("submit", str(csv), "--out", str(tmp_path / "out"))
+    proc = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "out"))
     assert proc.returncode != 0
     assert "refused.csv row 2 (line 3): Slurm would refuse the job" in proc.stderr
     assert "Requested node configuration is not available" in proc.stderr
@@ -109,11 +109,11 @@ def test_resubmitting_the_same_file_does_not_duplicate(slurm, tmp_path, tag):
     script = executable(tmp_path / "true.sh", "#!/bin/sh\nexit 0\n")
     csv = tmp_path / "twice.csv"
     csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\ntwice-{tag},{script},noop,1,1,0,50M\n")
-    first = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "o")))
-    again = synergy("submit", str(csv), "--out", str(tmp_path / "o"))
+    first = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o")))
+    again = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"))
     assert again.returncode == 0 and again.stdout == ""
     assert f"as job {first[f'twice-{tag}']}" in again.stderr
-    forced = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "o"), "--force"))
+    forced = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"), "--force"))
     assert forced[f"twice-{tag}"] != first[f"twice-{tag}"]
     recs = finish(slurm, [first[f"twice-{tag}"], forced[f"twice-{tag}"]])
     assert {r.state for r in recs.values()} == {"COMPLETED"}
@@ -125,7 +125,7 @@ def test_identical_rows_go_in_as_one_array(slurm, tmp_path):
     csv = tmp_path / "sweep.csv"
     csv.write_text("name,script,arch,batch,cpus,gpus,mem,args\n"
                    + "".join(f"sweep-{i},{script},m,1,1,0,50M,--seed {i}\n" for i in range(5)))
-    ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path / "o"), "--arrays"))
+    ids = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"), "--arrays"))
     (array_id,) = {i.split("_")[0] for i in ids.values()}
     assert sorted(ids.values()) == [f"{array_id}_{i}" for i in range(5)]
     recs = finish(slurm, list(ids.values()))
@@ -139,16 +139,20 @@ def test_identical_rows_go_in_as_one_array(slurm, tmp_path):
 def test_dry_run_writes_scripts_and_submits_nothing(slurm, tmp_path, tag):
     csv = tmp_path / "dry.csv"
     csv.write_text(f"name,arch,batch\ndry-{tag},resnet,8\n")
-    proc = synergy("submit", str(csv), "--out", str(tmp_path / "o"), "--dry-run")
+    proc = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"), "--dry-run")
     assert proc.returncode == 0
     assert (tmp_path / "o" / "scripts" / f"dry-{tag}.sbatch").exists()
     assert job_names_in_queue(slurm, [f"dry-{tag}"]) == []
 
 
-def test_demo_ends_with_every_job_completed(box):
+def test_demo_ends_with_every_job_completed_and_right_sized(box):
     proc = synergy("demo")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("JobID"))
-    rows = lines[header + 2:header + 2 + len(load_jobs(ROOT / "jobs_csv" / "example.csv"))]
-    assert len(rows) == 4 and all(" COMPLETED " in row for row in rows), proc.stdout
+    rows = [line for line in lines[header + 2:] if line.strip() and line[0].isdigit()]
+    names = [s.name for s in load_jobs(ROOT / "jobs_csv" / "rightsize.csv")]
+    assert all(" COMPLETED " in row for row in rows), proc.stdout
+    # Each workload ends in a job that ran with a decision, first time or not.
+    for name in names:
+        assert any(name in row and "decision c" in row for row in rows), proc.stdout

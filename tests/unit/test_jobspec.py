@@ -38,3 +38,28 @@ def test_builtin_archs_match_the_trainer():
     from profiler.models import MODELS
 
     assert tuple(sorted(BUILTIN_ARCHS)) == tuple(sorted(MODELS))
+
+
+def test_builtin_options_that_change_the_cost_per_sample_are_in_the_fingerprint():
+    fp = spec().fingerprint
+    assert spec(args=("--seed", "3")).fingerprint == fp
+    assert spec(args=("--image-size", "512")).fingerprint != fp
+    assert spec(args=("--crop=32",)).fingerprint != fp
+    # A user's script: its args are its own business.
+    mine = spec(script="/home/u/train.py")
+    assert spec(script="/home/u/train.py", args=("--image-size", "512")).fingerprint == \
+        mine.fingerprint
+
+
+def test_generated_datasets_get_a_folder_per_generation_setting():
+    assert spec().synthetic_data_name == "synthetic-jpeg"
+    assert spec(args=("--crop", "32")).synthetic_data_name == "synthetic-jpeg"
+    big = spec(args=("--image-size", "512", "--dataset-size", "256")).synthetic_data_name
+    assert big.startswith("synthetic-jpeg-") and big != spec(
+        args=("--image-size", "256")).synthetic_data_name
+
+
+def test_the_comment_says_which_resources_the_row_pinned():
+    s = spec(pinned=("cpus", "mem"))
+    assert s.comment == f"synergy:fp={s.fingerprint} req=cpus,mem"
+    assert fingerprint_of_comment(s.comment) == s.fingerprint

@@ -55,3 +55,12 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         pool.map(_add, csvs)
     rows = json.loads((tmp_path / "ledger.json").read_text())["rows"]
     assert sorted(e["job_id"] for e in rows.values()) == [str(i) for i in range(6)]
+
+
+def test_plugin_note_reads_the_marks_in_a_comment():
+    from slurm_synergy.jobs import plugin_note
+
+    assert plugin_note("synergy:fp=0123456789abcdef req=cpus") == "-"
+    assert plugin_note("synergy:fp=0123456789abcdef profile=1") == "profiling run"
+    assert plugin_note("synergy:fp=0123456789abcdef from=12 decision=c1,m512,g1,w1") == \
+        "decision c1,m512,g1,w1, resubmitted by 12"

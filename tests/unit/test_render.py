@@ -48,7 +48,7 @@ def test_directives_and_fingerprint(tmp_path):
                       "j1,mine,8,3,2,4,6G,00:20:00,echo_args.py\n")
     text = script.read_text()
     for line in ("#SBATCH --job-name=j1", "#SBATCH --cpus-per-task=4", "#SBATCH --mem=6144M",
-                 "#SBATCH --time=00:20:00", "#SBATCH --gres=gpu:2", "#SBATCH --comment=synergy:fp="):
+                 "#SBATCH --time=00:20:00", "#SBATCH --gres=gpu:2", "#SBATCH --comment=\"synergy:fp="):
         assert line in text
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     spec = load_jobs(tmp_path / "jobs.csv")[0]

@@ -1,0 +1,83 @@
+"""`synergy plugin ...`: sync, explain, install, chains, and the jobs' own resubmit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .. import paths
+from ..errors import SynergyError
+from ..profile import ProfileStore
+from ..slurm import Slurm
+from .engine import Decision, decide
+from .install import apply, plan_text
+from .policy import load_policy, policy_path
+from .resubmit import read_chains, resubmit
+from .table import node_shape, read, sync, table_path
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "sync":
+        print(sync(path=args.table, partition=args.partition))
+    elif args.action == "explain":
+        print(explain(args.fingerprint, args.partition))
+    elif args.action == "install":
+        conf = args.conf or paths.slurm_conf()
+        if conf is None:
+            raise SynergyError("no slurm.conf: set SLURM_CONF, pass --conf, or start the "
+                               "local cluster (make cluster)")
+        print("\n".join(apply(conf)) if args.apply else plan_text(conf))
+    elif args.action == "chains":
+        print(chains())
+    else:
+        resubmit(args.job, args.script, args.comment, args.job_name, args.array_task,
+                 log=lambda line: print(line, file=sys.stderr))
+    return 0
+
+
+def describe(d: Decision) -> str:
+    power = f"{d.power_limit_w} W" if d.power_limit_w else "the site cap / device default"
+    return (f"{d.cpus} core(s), {d.mem_mb} MB, {d.gres or 'no GPU'}, {d.workers} loader "
+            f"worker(s), power limit {power}")
+
+
+def explain(fingerprint: str, partition: str | None = None) -> str:
+    store = ProfileStore.default()
+    profile = store.load(fingerprint)
+    policy = load_policy()
+    d = decide(profile, node_shape(Slurm(), partition), policy)
+    lines = [f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
+             f"decision: {describe(d)}",
+             f"  predicted {d.predicted_samples_per_s:.1f} samples/s, best within the cap "
+             f"{d.best_samples_per_s:.1f}; GPU-proportional share {d.share_cpus} core(s), "
+             f"{d.share_mem_mb} MB",
+             f"policy: {policy_path()}", "why:"]
+    lines += [f"  - {r}" for r in d.reasons]
+    path = table_path()
+    try:
+        _, entries = read(path)
+    except SynergyError as e:
+        lines.append(f"decision table: {e}")
+    else:
+        e = entries.get(fingerprint)
+        if e is None:
+            lines.append(f"decision table {path}: no entry yet (synergy plugin sync)")
+        elif (e.cpus, e.mem_mb, e.gpus, e.workers, e.power_limit_w) == (
+                d.cpus, d.mem_mb, d.gpus, d.workers, d.power_limit_w):
+            lines.append(f"decision table {path}: the shim applies this decision")
+        else:
+            lines.append(f"decision table {path}: holds an older decision ({e.cpus} cores, "
+                         f"{e.mem_mb} MB, {e.gpus} GPUs); synergy plugin sync updates it")
+    return "\n".join(lines)
+
+
+def chains() -> str:
+    links = read_chains()
+    if not links:
+        return "no job has been resubmitted after profiling yet"
+    rows = [("Profiled", "Resubmitted", "Name", "Fingerprint", "Mode", "At")]
+    rows += [(c.profiled_job, c.resubmitted_job, c.job_name, c.fingerprint, c.mode,
+              time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.at))) for c in links]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)

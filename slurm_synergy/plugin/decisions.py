@@ -1,0 +1,59 @@
+"""Who applies decisions: the cluster's job_submit shim, or `synergy submit` (user mode).
+
+User mode lets a researcher without admin rights get the same right-sizing: the same
+engine, the same profile store, applied to the sbatch script before it is submitted.
+"""
+
+from __future__ import annotations
+
+from ..errors import SynergyError
+from ..profile import ProfileError, ProfileStore
+from ..slurm import Slurm
+from .engine import Decision, NodeShape, decide
+from .policy import Policy
+from .table import node_shape, table_path
+
+MODES = ("auto", "shim", "user")
+
+
+def shim_installed(slurm: Slurm) -> bool:
+    """The cluster runs a job_submit/lua plugin and has our decision table beside
+    slurm.conf: the shim decides, so the client must not decide again."""
+    try:
+        plugins = slurm.config().get("JobSubmitPlugins", "")
+    except SynergyError:
+        return False
+    return "lua" in plugins.split(",") and table_path().is_file()
+
+
+def resolve_mode(mode: str, slurm: Slurm) -> str:
+    if mode not in MODES:
+        raise SynergyError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "auto":
+        return "shim" if shim_installed(slurm) else "user"
+    return mode
+
+
+class Decider:
+    """Decisions for user mode, one per fingerprint, against one node shape."""
+
+    def __init__(self, store: ProfileStore, policy: Policy, slurm: Slurm,
+                 partition: str | None = None):
+        self.store, self.policy, self.slurm, self.partition = store, policy, slurm, partition
+        self._shape: NodeShape | None = None
+        self.problems: list[str] = []
+
+    def shape(self) -> NodeShape:
+        if self._shape is None:
+            self._shape = node_shape(self.slurm, self.partition)
+        return self._shape
+
+    def decision(self, fingerprint: str) -> Decision | None:
+        """The decision, or None when the workload has no usable profile (noted)."""
+        if not self.store.has(fingerprint):
+            return None
+        try:
+            return decide(self.store.load(fingerprint), self.shape(), self.policy)
+        except ProfileError as e:
+            self.problems.append(f"{e}; submitted as written")
+            return None

@@ -1,0 +1,102 @@
+"""`synergy plugin install`: what slurmctld needs, printed, or applied with --apply.
+
+Three things: the job_submit/lua plugin and job comments in accounting (slurm.conf),
+the shim beside slurm.conf (where slurmctld looks for job_submit.lua), and a decision
+table beside it. Applying is idempotent: lines and files already right are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import paths
+from ..errors import SynergyError
+from ..fileio import atomic_write_text
+from .table import TABLE_NAME
+
+SHIM = paths.ETC / "job_submit.lua"
+# slurm.conf keys and the value each must include.
+CONF_NEEDS = (("JobSubmitPlugins", "lua"), ("AccountingStoreFlags", "job_comment"))
+
+
+@dataclass(frozen=True)
+class Change:
+    what: str
+    done: bool                  # already in place
+
+
+def conf_edit(text: str) -> tuple[str, list[Change]]:
+    """slurm.conf with every CONF_NEEDS value present; the changes it took."""
+    changes = []
+    for key, value in CONF_NEEDS:
+        pattern = re.compile(rf"^(\s*{key}\s*=\s*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
+        m = pattern.search(text)
+        if m and value in m.group(2).lower().split(","):
+            changes.append(Change(f"slurm.conf: {key} includes {value}", True))
+        elif m:
+            text = text[:m.start()] + f"{m.group(1)}{m.group(2)},{value}{m.group(3)}" \
+                + text[m.end():]
+            changes.append(Change(f"slurm.conf: {key}={m.group(2)},{value}", False))
+        else:
+            text = text.rstrip("\n") + f"\n# added by synergy plugin install\n{key}={value}\n"
+            changes.append(Change(f"slurm.conf: {key}={value}", False))
+    return text, changes
+
+
+def install_shim(conf_dir: Path) -> Change:
+    """Copy the shim beside slurm.conf (a copy, not a link: slurmctld's own file)."""
+    target = conf_dir / "job_submit.lua"
+    text = SHIM.read_text()
+    if target.is_file() and not target.is_symlink() and target.read_text() == text:
+        return Change(f"{target} is current", True)
+    if target.is_symlink():
+        target.unlink()
+    atomic_write_text(target, text, 0o644)
+    return Change(f"{target} <- {SHIM}", False)
+
+
+def plan_text(conf: Path) -> str:
+    try:
+        _, changes = conf_edit(conf.read_text())
+    except OSError as e:
+        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+    lines = [f"# slurm-synergy for the cluster of {conf}",
+             "# 1. slurm.conf (then: scontrol reconfigure)"]
+    lines += [f"#    {'ok  ' if c.done else 'add '} {c.what}" for c in changes]
+    lines += [
+        "# 2. files beside slurm.conf, readable by slurmctld",
+        f"#    {conf.parent / 'job_submit.lua'}  <- {SHIM}",
+        f"#    {conf.parent / TABLE_NAME}  <- synergy plugin sync (mode 0644, written only "
+        "by the account that runs it)",
+        "# 3. keep the table current: run `synergy plugin sync` from cron as that account",
+        "#    (a profiling job also syncs it when its user may write it)",
+        "# 4. site policy: etc/policy.toml, or SYNERGY_POLICY=<file>",
+        "# synergy plugin install --apply does 1-3 now.",
+    ]
+    return "\n".join(lines)
+
+
+def apply(conf: Path, reconfigure: bool = True) -> list[str]:
+    """Install into the cluster of `conf`; returns one line per change or check."""
+    from ..slurm import Slurm
+    from .table import sync
+
+    try:
+        text = conf.read_text()
+    except OSError as e:
+        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+    new, changes = conf_edit(text)
+    if new != text:
+        shutil.copy2(conf, conf.with_name(conf.name + ".synergy-backup"))
+        atomic_write_text(conf, new, conf.stat().st_mode & 0o777)
+    changes.append(install_shim(conf.parent))
+    slurm = Slurm(conf)
+    out = [("ok   " if c.done else "done ") + c.what for c in changes]
+    out.append("done " + sync(slurm=slurm, path=conf.parent / TABLE_NAME))
+    if reconfigure and new != text:
+        slurm.run(["scontrol", "reconfigure"])
+        out.append("done scontrol reconfigure")
+    return out

@@ -1,0 +1,101 @@
+"""After its profiling run, a job submits itself again, right-sized, and ends.
+
+A requeue would keep the job's old request (job_submit does not see requeues), so the
+profiled job runs a fresh sbatch of its own script: the shim rewrites that submission
+from the new decision, or, in user mode, this module applies the decision itself. The
+new job carries SYNERGY_PROFILE=0, so it is never profiled again, and `from=<job>` in
+its comment. The chain (row -> profiling job -> resubmitted job) is kept in
+chains.jsonl in the user's synergy home.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from .. import paths
+from ..errors import SynergyError
+from ..fileio import locked
+from ..jobspec import fingerprint_of_comment
+from ..profile import ProfileStore
+from ..slurm import Slurm
+from .decisions import Decider, resolve_mode
+from .policy import load_policy
+
+# Tokens a job's comment gains on its way (the shim's marks and decision, the chain).
+_TOKEN_RE = re.compile(r" (?:profile|decision|from)=\S*")
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    fingerprint: str
+    job_name: str
+    profiled_job: str
+    resubmitted_job: str
+    mode: str                   # shim: slurmctld's shim decided; user: this command did
+    decision: str               # the decision's summary in user mode ("" under the shim)
+    at: float
+
+
+def chains_path() -> Path:
+    return paths.home_dir() / "chains.jsonl"
+
+
+def record(link: ChainLink, path: Path | None = None) -> None:
+    path = path or chains_path()
+    with locked(path.with_suffix(".lock")):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(asdict(link), sort_keys=True) + "\n")
+
+
+def read_chains(path: Path | None = None) -> list[ChainLink]:
+    path = path or chains_path()
+    if not path.exists():
+        return []
+    links = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            links.append(ChainLink(**json.loads(line)))
+        except (ValueError, TypeError) as e:
+            raise SynergyError(f"{path} line {number} is not a chain record ({e})") from None
+    return links
+
+
+def resubmit(job_id: str, script: Path, comment: str, job_name: str,
+             array_task: str = "", mode: str = "auto", slurm: Slurm | None = None,
+             log: Callable[[str], None] = print) -> str:
+    """Submit `script` again after profiling job `job_id`; returns the new job id."""
+    slurm = slurm or Slurm()
+    fp = fingerprint_of_comment(comment)
+    if fp is None:
+        raise SynergyError(f"comment {comment!r} carries no workload fingerprint")
+    if not script.is_file():
+        raise SynergyError(f"the job's script {script} is gone; cannot resubmit")
+    base = _TOKEN_RE.sub("", comment)
+    mode = resolve_mode(mode, slurm)
+    exports = ["SYNERGY_PROFILE=0"]
+    options = []
+    summary = ""
+    if mode == "user":
+        decision = Decider(ProfileStore.default(), load_policy(), slurm).decision(fp)
+        if decision is not None:
+            summary = decision.summary()
+            options += [f"--cpus-per-task={decision.cpus}", f"--mem={decision.mem_mb}M"]
+            if decision.gres:
+                options.append(f"--gres={decision.gres}")
+            exports.append(f"SYNERGY_WORKERS={decision.workers}")
+            if decision.power_limit_w:
+                exports.append(f"SYNERGY_POWER_LIMIT_W={decision.power_limit_w}")
+            base += f" decision={summary}"
+    options += [f"--export=ALL,{','.join(exports)}", f"--comment={base} from={job_id}"]
+    if array_task:
+        options.append(f"--array={array_task}")
+    new_id = slurm.sbatch(script, options)
+    record(ChainLink(fp, job_name, job_id, new_id, mode, summary, time.time()))
+    how = f"decision {summary}" if summary else "the cluster's shim applies the decision"
+    log(f"slurm-synergy: profiled in job {job_id}; resubmitted as job {new_id} ({how})")
+    return new_id

@@ -1,0 +1,192 @@
+"""The plugin on the real local cluster: an unprofiled workload is profiled, resubmits
+itself and is rewritten by the job_submit shim inside slurmctld; a second submission is
+rewritten at once; user mode does the same without the shim; and a missing, corrupt or
+hostile decision table lets every job through unchanged, with slurmctld's log saying why.
+"""
+
+import re
+import time
+
+import pytest
+
+from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.jobs import _tres
+from slurm_synergy.plugin.table import TABLE_NAME, read
+
+from .conftest import ROOT, finish, resubmitted, submitted_ids, synergy
+
+# A CPU-hungry workload (large JPEGs decoded and cropped) and a CPU-light one (a small
+# Transformer on text): the right-sizing example of README and `make demo`.
+CSV = ROOT / "jobs_csv" / "rightsize.csv"
+ACCT = ("JobID", "JobName", "State", "AllocCPUS", "ReqCPUS", "ReqMem", "ReqTRES", "AllocTRES",
+        "Comment")
+
+
+def mem_mb(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([MG])", text)
+    assert m, text
+    return int(float(m.group(1)) * (1024 if m.group(2) == "G" else 1))
+
+
+def table_entries(box):
+    return read(box.etc / TABLE_NAME)[1]
+
+
+@pytest.fixture(scope="module")
+def rightsized(slurm, box, tmp_path_factory):
+    """Both workloads submitted with nothing known about them, followed to the end of
+    their resubmitted jobs."""
+    out = tmp_path_factory.mktemp("rightsize")
+    first = submitted_ids(synergy("submit", str(CSV), "--out", str(out), "--sequential"))
+    finish(slurm, first.values(), timeout=1200)
+    second = {name: resubmitted(job) for name, job in first.items()}
+    finish(slurm, second.values(), timeout=1200)
+    acct = {r["JobID"]: r for r in slurm.sacct([*first.values(), *second.values()], ACCT)}
+    specs = {s.name: s for s in load_jobs(CSV)}
+    return specs, {n: acct[j] for n, j in first.items()}, {n: acct[j] for n, j in second.items()}
+
+
+def test_unprofiled_jobs_are_profiled_then_resubmitted_with_the_decision(box, rightsized):
+    specs, first, second = rightsized
+    entries = table_entries(box)
+    for name, spec in specs.items():
+        assert first[name]["State"] == "COMPLETED" and second[name]["State"] == "COMPLETED"
+        assert first[name]["Comment"].endswith(" profile=1"), "the shim marked it"
+        d = entries[spec.fingerprint]
+        row = second[name]
+        # sacct: the resubmitted job ran with the decision's cores, memory and GPUs.
+        assert int(row["AllocCPUS"]) == d.cpus
+        assert mem_mb(_tres(row["AllocTRES"], "mem")) == d.mem_mb
+        assert int(_tres(row["AllocTRES"], "gres/gpu") or 0) == d.gpus
+        assert f"from={first[name]['JobID']}" in row["Comment"]
+        assert f"decision=c{d.cpus},m{d.mem_mb},g{d.gpus},w{d.workers}" in row["Comment"]
+
+
+def test_hungry_and_light_workloads_get_different_allocations_and_explain_why(rightsized):
+    specs, _, second = rightsized
+    hungry, light = second["rs-resnet8-jpeg512"], second["rs-transformer"]
+    assert (hungry["AllocCPUS"], hungry["AllocTRES"]) != (light["AllocCPUS"],
+                                                          light["AllocTRES"])
+    for name, spec in specs.items():
+        proc = synergy("plugin", "explain", spec.fingerprint)
+        assert proc.returncode == 0, proc.stderr
+        text = proc.stdout
+        assert f"workload {spec.fingerprint} ({name})" in text
+        assert "tolerance" in text and "GPU-proportional share" in text
+        assert "the shim applies this decision" in text
+        # The decision follows the measurements: 2 cores only if they gave 5% more.
+        cores = re.search(r"samples/s by cores, measured unless marked: 1c ([\d.]+), "
+                          r"2c ([\d.]+)", text)
+        one, two = float(cores.group(1)), float(cores.group(2))
+        expected = 2 if two * 0.95 > one else 1
+        assert int(second[name]["AllocCPUS"]) == expected, text
+
+
+def test_a_second_submission_is_rewritten_at_once_without_profiling(slurm, box, rightsized,
+                                                                    tmp_path):
+    specs, _, _ = rightsized
+    ids = submitted_ids(synergy("submit", str(CSV), "--out", str(tmp_path), "--hold",
+                                "--force"))
+    try:
+        # Held, so not run: slurmctld's view of the request (accounting gets the comment
+        # only once a job starts).
+        queued = slurm.run(["squeue", "--noheader", "--format=%j|%C|%m|%b|%k",
+                            "--jobs=" + ",".join(ids.values())])
+        rows = {line.split("|")[0]: line.split("|") for line in queued.splitlines()}
+        entries = table_entries(box)
+        for name, spec in specs.items():
+            d = entries[spec.fingerprint]
+            _, cpus, mem, gres, comment = rows[name]
+            assert (int(cpus), mem_mb(mem), gres) == (d.cpus, d.mem_mb, f"gres:gpu:{d.gpus}")
+            assert "profile=1" not in comment
+            assert f"decision=c{d.cpus},m{d.mem_mb}" in comment
+    finally:
+        slurm.cancel(list(ids.values()))
+
+
+def test_user_mode_applies_the_same_decision_in_the_script(slurm, box, rightsized, tmp_path):
+    specs, _, _ = rightsized
+    ids = submitted_ids(synergy("submit", str(CSV), "--out", str(tmp_path), "--hold", "--force",
+                                "--mode", "user"))
+    try:
+        entries = table_entries(box)
+        for name, spec in specs.items():
+            d = entries[spec.fingerprint]
+            script = (tmp_path / "scripts" / f"{name}.sbatch").read_text()
+            assert f"#SBATCH --cpus-per-task={d.cpus}\n" in script
+            assert f"#SBATCH --mem={d.mem_mb}M\n" in script
+            assert f'export SYNERGY_WORKERS="${{SYNERGY_WORKERS:-{d.workers}}}"' in script
+    finally:
+        slurm.cancel(list(ids.values()))
+
+
+def test_install_on_the_local_cluster_is_already_done(box):
+    shown = synergy("plugin", "install")
+    assert shown.returncode == 0 and "ok   slurm.conf: JobSubmitPlugins includes lua" in \
+        shown.stdout.replace("#    ", "")
+    applied = synergy("plugin", "install", "--apply")
+    assert applied.returncode == 0, applied.stderr
+    assert "ok   slurm.conf: JobSubmitPlugins includes lua" in applied.stdout
+    assert "is current" in applied.stdout and "decision table" in applied.stdout
+
+
+# --- faults: a made-up workload with a known decision, then the table broken ------------
+
+FP = "00000000000000aa"
+HEAD = ("synergy-decisions 1 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
+        "max_mem_mb=20000 max_gpus=4 entries={n}\n")
+GOOD = HEAD.format(gen="a1", n=1) + f"{FP} 1 700 0 - 1 0\n"
+FAULTS = {
+    "missing": (None, "cannot open the decision table"),
+    "corrupt": ("}{ not a table\n", "is not a version 1 decision table"),
+    "negative cores": (HEAD.format(gen="b2", n=1) + f"{FP} -1 700 0 - 1 0\n", "bad line(s)"),
+    "10^12 MB": (HEAD.format(gen="c3", n=1) + f"{FP} 1 1000000000000 0 - 1 0\n", "bad line(s)"),
+    "gres injection": (HEAD.format(gen="d4", n=1) + f'{FP} 1 700 1 a";os.exit(1) 1 0\n',
+                       "bad line(s)"),
+    "cut short": (HEAD.format(gen="e5", n=3) + f"{FP} 1 700 0 - 1 0\n", "cut short"),
+    "huge": (HEAD.format(gen="f6", n=1) + "#" * (17 << 20), "over the limit"),
+}
+
+
+def submit_probe(slurm, tmp_path) -> dict:
+    """A held job of the made-up workload asking 2 cores and 1500 MB; its request as
+    slurmctld recorded it."""
+    job = slurm.run(["sbatch", "--parsable", "--hold", "--cpus-per-task=2", "--mem=1500M",
+                     f"--comment=synergy:fp={FP}", f"--output={tmp_path}/probe-%j.out",
+                     "--wrap", "true"]).strip()
+    try:
+        text = slurm.run(["scontrol", "show", "job", job])
+    finally:
+        slurm.cancel([job])
+    return {"cpus": re.search(r"NumCPUs=(\d+)", text).group(1),
+            "mem": re.search(r"MinMemoryNode=(\S+)", text).group(1)}
+
+
+@pytest.fixture
+def broken_table(box):
+    path = box.etc / TABLE_NAME
+    yield path
+    assert synergy("plugin", "sync").returncode == 0
+
+
+@pytest.mark.parametrize("kind", list(FAULTS))
+def test_a_missing_corrupt_or_hostile_table_never_stops_a_job(slurm, box, broken_table,
+                                                              tmp_path, kind):
+    broken_table.write_text(GOOD)
+    assert submit_probe(slurm, tmp_path) == {"cpus": "1", "mem": "700M"}, \
+        "with a good table the shim rewrites the probe"
+    text, why = FAULTS[kind]
+    if text is None:
+        broken_table.unlink()
+    else:
+        broken_table.write_text(text)
+    log = box.state / "log" / "slurmctld.log"
+    offset = log.stat().st_size
+    assert submit_probe(slurm, tmp_path) == {"cpus": "2", "mem": "1500M"}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        new = log.read_bytes()[offset:].decode(errors="replace")
+        if why in new:
+            break
+        time.sleep(0.2)
+    assert why in new and "pass through unchanged" in new, new[-2000:]

@@ -54,5 +54,6 @@ test: setup
 
 bench: setup
 	$(PY) bench/bench_submit.py
+	$(PY) bench/bench_shim.py
 	$(PY) bench/bench_loaders.py
 	$(PY) bench/bench_profiles.py

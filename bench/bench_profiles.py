@@ -1,6 +1,6 @@
 """Profile the built-in workloads on the cluster and report what profiling costs.
 
-Submits jobs_csv/profile_suite.csv with --profile into a fresh profile store, so every
+Submits jobs_csv/profile_suite.csv with --profile-only into a fresh profile store, so every
 workload is profiled inside its own allocation (srun steps, Slurm's cgroups), waits, and
 writes the profiles' table (bench/results/profiles.md), a plot of throughput against
 cores (bench/results/profiles.png) and the figures (bench/results/profiles.json): the
@@ -43,10 +43,11 @@ def main() -> int:
     work = args.results / "profiles-run"
     shutil.rmtree(work, ignore_errors=True)
     store = ProfileStore(work / "store")
+    # The profiles' decisions go to a table of the bench's own, not the cluster's.
     env = dict(os.environ, SYNERGY_PROFILES=str(store.root), SYNERGY_HOME=str(work / "home"),
-               SYNERGY_DATA=str(work / "data"))
+               SYNERGY_DATA=str(work / "data"), SYNERGY_DECISIONS=str(work / "decisions.tbl"))
     proc = subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "submit", str(args.csv),
-                           "--out", str(work / "jobs"), "--profile", "--sequential"],
+                           "--out", str(work / "jobs"), "--profile-only", "--sequential"],
                           env=env, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)

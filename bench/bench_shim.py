@@ -1,0 +1,101 @@
+"""Benchmark the job_submit shim's cost: submissions per second through slurmctld with
+the shim and without it, side by side in one run.
+
+slurmctld is restarted between rounds with JobSubmitPlugins=lua on and off; rounds
+alternate (off, on, off, on, ...) so that drift on a shared machine hits both alike.
+Every job carries the fingerprint of a workload the table decides, so the shim does its
+whole work (header read, lookup, rewrite, log) on each one; the table holds 1,000
+decisions. Jobs are submitted held and cancelled, so nothing runs. Figures go to
+bench/results/shim.json.
+
+    make bench                     # or: .venv/bin/python bench/bench_shim.py --jobs 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
+from slurm_synergy.plugin.engine import Decision, NodeShape  # noqa: E402
+from slurm_synergy.plugin.policy import Policy  # noqa: E402
+from slurm_synergy.plugin.table import TABLE_NAME, render, sync, write  # noqa: E402
+
+FP = "0123456789abcdef"
+
+
+def bench_table(path: Path, entries: int) -> None:
+    ds = [Decision(fp, "bench", 1, 512, 1, "", 1, 0, 1.0, 1.0, 1, 2000, ())
+          for fp in [FP] + [f"{i:016x}" for i in range(1, entries)]]
+    write(path, render(ds, Policy(), NodeShape(2, 8000, 4)))
+
+
+def round_rate(box: LocalCluster, jobs: int, out: Path) -> float:
+    """Submissions per second for `jobs` sequential sbatch calls (held, then cancelled)."""
+    script = out / "noop.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    ids = []
+    t0 = time.perf_counter()
+    for _ in range(jobs):
+        ids.append(box.slurm.sbatch(script, [
+            "--hold", "--cpus-per-task=2", "--mem=1000M", "--gres=gpu:1",
+            f"--comment=synergy:fp={FP}", f"--output={out}/bench-%j.out"]))
+    rate = jobs / (time.perf_counter() - t0)
+    for start in range(0, len(ids), 200):
+        box.slurm.cancel(ids[start:start + 200])
+    return rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=150, help="submissions per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per setting")
+    parser.add_argument("--entries", type=int, default=1000, help="decisions in the table")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "shim.json")
+    args = parser.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    logs = args.out.parent / "shim-jobs"
+    logs.mkdir(exist_ok=True)
+    rates: dict[str, list[float]] = {"without": [], "with": []}
+    quiet = lambda line: None  # noqa: E731
+    try:
+        for n in range(args.rounds):
+            for setting in ("without", "with"):
+                box = LocalCluster(job_submit=setting == "with")
+                box.up(log=quiet)
+                bench_table(box.etc / TABLE_NAME, args.entries)
+                round_rate(box, 10, logs)           # warm up the restarted slurmctld
+                rates[setting].append(round_rate(box, args.jobs, logs))
+                print(f"round {n + 1} {setting:>7} shim: {rates[setting][-1]:.1f} "
+                      "submissions/s", file=sys.stderr)
+    finally:
+        box = LocalCluster()
+        box.up(log=quiet)
+        print(sync(slurm=box.slurm, path=box.etc / TABLE_NAME), file=sys.stderr)
+    plain, shim = statistics.median(rates["without"]), statistics.median(rates["with"])
+    result = {
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(), "cpus": os.cpu_count(),
+        "jobs_per_round": args.jobs, "rounds": args.rounds, "table_entries": args.entries,
+        "submissions_per_s": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
+        "median_without": round(plain, 1), "median_with": round(shim, 1),
+        "ratio_with_over_without": round(shim / plain, 3), "goal": 0.95,
+    }
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"shim: {shim:.1f} submissions/s, plain: {plain:.1f}; ratio {shim / plain:.3f} "
+          f"(goal >= 0.95); {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import platform
 import statistics
 import sys
@@ -40,8 +41,18 @@ def bench_table(path: Path, entries: int) -> None:
     write(path, render(ds, Policy(), NodeShape(2, 8000, 4)))
 
 
-def round_rate(box: LocalCluster, jobs: int, out: Path) -> float:
-    """Submissions per second for `jobs` sequential sbatch calls (held, then cancelled)."""
+def rpc_usec(box: LocalCluster, ids: list[str]) -> list[int]:
+    """slurmctld's own time for each submission RPC, from its log (job_submit included)."""
+    wanted = set(ids)
+    text = (box.state / "log" / "slurmctld.log").read_text(errors="replace")
+    return [int(m.group(2)) for m in re.finditer(
+        r"_slurm_rpc_submit_batch_job: JobId=(\d+) .*?usec=(\d+)", text)
+        if m.group(1) in wanted]
+
+
+def round_rate(box: LocalCluster, jobs: int, out: Path) -> tuple[float, list[str]]:
+    """Submissions per second for `jobs` sequential sbatch calls (held, then cancelled),
+    and the job ids."""
     script = out / "noop.sh"
     script.write_text("#!/bin/sh\ntrue\n")
     ids = []
@@ -53,7 +64,7 @@ def round_rate(box: LocalCluster, jobs: int, out: Path) -> float:
     rate = jobs / (time.perf_counter() - t0)
     for start in range(0, len(ids), 200):
         box.slurm.cancel(ids[start:start + 200])
-    return rate
+    return rate, ids
 
 
 def main() -> int:
@@ -67,6 +78,7 @@ def main() -> int:
     logs = args.out.parent / "shim-jobs"
     logs.mkdir(exist_ok=True)
     rates: dict[str, list[float]] = {"without": [], "with": []}
+    usec: dict[str, list[int]] = {"without": [], "with": []}
     quiet = lambda line: None  # noqa: E731
     try:
         for n in range(args.rounds):
@@ -75,7 +87,9 @@ def main() -> int:
                 box.up(log=quiet)
                 bench_table(box.etc / TABLE_NAME, args.entries)
                 round_rate(box, 10, logs)           # warm up the restarted slurmctld
-                rates[setting].append(round_rate(box, args.jobs, logs))
+                rate, ids = round_rate(box, args.jobs, logs)
+                rates[setting].append(rate)
+                usec[setting] += rpc_usec(box, ids)
                 print(f"round {n + 1} {setting:>7} shim: {rates[setting][-1]:.1f} "
                       "submissions/s", file=sys.stderr)
     finally:
@@ -90,10 +104,15 @@ def main() -> int:
         "submissions_per_s": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
         "median_without": round(plain, 1), "median_with": round(shim, 1),
         "ratio_with_over_without": round(shim / plain, 3), "goal": 0.95,
+        "slurmctld_rpc_usec_median": {k: statistics.median(v) for k, v in usec.items() if v},
+        "slurmctld_rpc_usec_p90": {k: sorted(v)[int(0.9 * len(v))] for k, v in usec.items()
+                                   if v},
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    rpc = result["slurmctld_rpc_usec_median"]
     print(f"shim: {shim:.1f} submissions/s, plain: {plain:.1f}; ratio {shim / plain:.3f} "
-          f"(goal >= 0.95); {args.out}")
+          f"(goal >= 0.95); slurmctld's submit RPC, median: {rpc.get('with')} us with the "
+          f"shim, {rpc.get('without')} us without; {args.out}")
     return 0
 
 

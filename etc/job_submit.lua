@@ -177,7 +177,10 @@ local function plan(job_desc, tbl)
 	local entry = tbl.entries[fp]
 	if entry == nil then
 		if tbl.head.profile_new and env ~= nil and env.SYNERGY_PROFILE == nil then
-			return { fp = fp, profile = true, comment = comment .. " profile=1" }
+			-- (user mode may have marked the comment already)
+			local marked = comment:find(" profile=1", 1, true)
+			return { fp = fp, profile = true, comment = marked and comment
+				or comment .. " profile=1" }
 		end
 		return nil
 	end

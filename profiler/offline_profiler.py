@@ -478,9 +478,6 @@ def plan(args: argparse.Namespace) -> Plan:
             raise UsageError(f"--cpu {args.cpu} is more than the {limits.cores} core(s) this "
                              "allocation has")
         top = args.cpu
-    if top < 2:
-        raise UsageError(f"the allocation has {top} core(s); a CPU sweep needs at least 2 "
-                         "(submit the profiling job with --cpus-per-task=2 or more)")
     mem_mb = args.memory or limits.mem_mb
     if mem_mb > limits.mem_mb:
         raise UsageError(f"--memory {mem_mb}M is more than the allocation's {limits.mem_mb}M")
@@ -515,6 +512,12 @@ def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Pr
                 return None
             except ProfileError as e:
                 log(f"{PROG}: {e}; measuring again")
+        # Checked after the store: a right-sized job on one core may still ask, and is
+        # told it is profiled already.
+        if p.top < 2:
+            raise UsageError(f"the allocation has {p.top} core(s); a CPU sweep needs at "
+                             "least 2 (submit the profiling job with --cpus-per-task=2 or "
+                             "more)")
         profile = _profile(args, p, log)
         if p.limits.job_id:
             _sync_decisions(log)

@@ -104,6 +104,7 @@ def _plugin_parser(sub) -> None:
     a.add_argument("--comment", required=True)
     a.add_argument("--job-name", default="")
     a.add_argument("--array-task", default="")
+    a.add_argument("--mode", choices=("auto", "shim", "user"), default="auto")
     p.set_defaults(func=_plugin)
 
 

@@ -89,5 +89,6 @@ def table(recs: Sequence[JobRecord]) -> str:
              plugin_note(r.comment)) for r in recs]
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    return "\n".join(line.rstrip() for line in
+                     [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
                      + [fmt.format(*r) for r in rows])

@@ -79,12 +79,13 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
 
 def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "",
            profile: bool = False, decision: Decision | None = None,
-           profile_only: bool = False) -> str:
+           profile_only: bool = False, mode: str = "auto") -> str:
     """The sbatch script for one job, or for one array job when `array` is set.
 
     `profile` turns the profiling prolog on by default; SYNERGY_PROFILE in the job's
     environment (0 or 1) decides in the end, so the plugin can mark jobs itself.
-    `decision` (user mode) replaces the row's cores, memory and GPUs.
+    `decision` (user mode) replaces the row's cores, memory and GPUs; `mode` is who
+    decides for the job's resubmission after profiling (auto, shim, user).
     """
     head = tasks[0].spec
     sources = sorted({t.spec.source.file for t in tasks})
@@ -106,7 +107,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         partition=head.partition, array=array, logs=out / "logs", comment=comment,
         fingerprint=head.fingerprint, tasks=tasks, launcher=launcher(head),
         profiler=profiler_command(head), script=head.script, profile_default=int(profile),
-        resubmit=resubmit_command(head, script_path, comment), decision=decision,
+        resubmit=resubmit_command(head, script_path, comment, mode), decision=decision,
         profile_only=profile_only,
     )
 
@@ -118,10 +119,12 @@ def profiler_command(spec: JobSpec) -> list[str]:
             "--job-name", spec.name]
 
 
-def resubmit_command(spec: JobSpec, script_path: Path, comment: str) -> list[str]:
+def resubmit_command(spec: JobSpec, script_path: Path, comment: str,
+                     mode: str = "auto") -> list[str]:
     """What a profiled job runs to submit itself again (the template adds the job id)."""
     return [python_for_jobs(), "-m", "slurm_synergy.cli", "plugin", "resubmit",
-            "--script", str(script_path), "--comment", comment, "--job-name", spec.name]
+            "--script", str(script_path), "--comment", comment, "--job-name", spec.name,
+            "--mode", mode]
 
 
 def launcher(spec: JobSpec) -> list[str]:

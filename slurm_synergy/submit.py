@@ -118,7 +118,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
             decision, profile = choices[unit.name]
             atomic_write_text(unit.script, render(unit.name, unit.tasks, out, unit.script,
                                                   unit.array, profile, decision,
-                                                  opts.profile == "only"), 0o755)
+                                                  opts.profile == "only", opts.mode), 0o755)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
@@ -152,9 +152,10 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
     policy = load_policy()
     decider = Decider(ProfileStore.default(), policy, slurm)
     for unit in units:
-        decision = decider.decision(unit.tasks[0].spec.fingerprint)
+        head = unit.tasks[0].spec
+        decision = decider.decision(head.fingerprint, head.partition)
         if decision and policy.user_request_wins:
-            decision = _keep_pinned(decision, unit.tasks[0].spec)
+            decision = _keep_pinned(decision, head)
         profile = opts.profile in ("always", "only") or (
             opts.profile == "auto" and decision is None and policy.profile_new)
         choices[unit.name] = (decision, profile)

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         print(chains())
     else:
         resubmit(args.job, args.script, args.comment, args.job_name, args.array_task,
-                 log=lambda line: print(line, file=sys.stderr))
+                 args.mode, log=lambda line: print(line, file=sys.stderr))
     return 0
 
 

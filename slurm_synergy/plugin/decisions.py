@@ -35,25 +35,25 @@ def resolve_mode(mode: str, slurm: Slurm) -> str:
 
 
 class Decider:
-    """Decisions for user mode, one per fingerprint, against one node shape."""
+    """Decisions for user mode, one per fingerprint, against the partition's node shape."""
 
-    def __init__(self, store: ProfileStore, policy: Policy, slurm: Slurm,
-                 partition: str | None = None):
-        self.store, self.policy, self.slurm, self.partition = store, policy, slurm, partition
-        self._shape: NodeShape | None = None
+    def __init__(self, store: ProfileStore, policy: Policy, slurm: Slurm):
+        self.store, self.policy, self.slurm = store, policy, slurm
+        self._shapes: dict[str, NodeShape] = {}
         self.problems: list[str] = []
 
-    def shape(self) -> NodeShape:
-        if self._shape is None:
-            self._shape = node_shape(self.slurm, self.partition)
-        return self._shape
+    def shape(self, partition: str) -> NodeShape:
+        """The smallest node of `partition` ("": the default partition)."""
+        if partition not in self._shapes:
+            self._shapes[partition] = node_shape(self.slurm, partition or None)
+        return self._shapes[partition]
 
-    def decision(self, fingerprint: str) -> Decision | None:
+    def decision(self, fingerprint: str, partition: str = "") -> Decision | None:
         """The decision, or None when the workload has no usable profile (noted)."""
         if not self.store.has(fingerprint):
             return None
         try:
-            return decide(self.store.load(fingerprint), self.shape(), self.policy)
+            return decide(self.store.load(fingerprint), self.shape(partition), self.policy)
         except ProfileError as e:
             self.problems.append(f"{e}; submitted as written")
             return None

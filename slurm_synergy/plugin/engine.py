@@ -123,8 +123,8 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
         cap_c = min(shape.cores, max(share_c, int(policy.fairness_cap * share_c)))
         cap_m = min(shape.mem_mb, int(policy.fairness_cap * share_m))
         why.append(f"node: {shape.describe()}; GPU-proportional share for {gpus} GPU(s): "
-                   f"{share_c} cores, {share_m} MB; fairness cap {policy.fairness_cap:g}x: "
-                   f"at most {cap_c} cores, {cap_m} MB")
+                   f"{share_c} core(s), {share_m} MB; fairness cap {policy.fairness_cap:g}x: "
+                   f"at most {cap_c} core(s), {cap_m} MB")
     else:
         share_c, share_m, cap_c, cap_m = shape.cores, shape.mem_mb, shape.cores, shape.mem_mb
         why.append(f"node: {shape.describe()}; a job without GPUs has no GPU-proportional "

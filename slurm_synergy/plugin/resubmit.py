@@ -11,6 +11,7 @@ chains.jsonl in the user's synergy home.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -81,7 +82,9 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
     options = []
     summary = ""
     if mode == "user":
-        decision = Decider(ProfileStore.default(), load_policy(), slurm).decision(fp)
+        # Run inside the profiled job: Slurm names its partition in the environment.
+        partition = os.environ.get("SLURM_JOB_PARTITION", "")
+        decision = Decider(ProfileStore.default(), load_policy(), slurm).decision(fp, partition)
         if decision is not None:
             summary = decision.summary()
             options += [f"--cpus-per-task={decision.cpus}", f"--mem={decision.mem_mb}M"]

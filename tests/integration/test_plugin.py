@@ -13,6 +13,8 @@ from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.jobs import _tres
 from slurm_synergy.plugin.table import TABLE_NAME, read
 
+from slurm_synergy.plugin.resubmit import read_chains
+
 from .conftest import ROOT, finish, resubmitted, submitted_ids, synergy
 
 # A CPU-hungry workload (large JPEGs decoded and cropped) and a CPU-light one (a small
@@ -190,3 +192,22 @@ def test_a_missing_corrupt_or_hostile_table_never_stops_a_job(slurm, box, broken
             break
         time.sleep(0.2)
     assert why in new and "pass through unchanged" in new, new[-2000:]
+
+
+def test_user_mode_profiles_and_resubmits_without_the_shim(slurm, box, tmp_path):
+    """--mode user: this command and the job decide, not slurmctld (whose shim has no
+    decision for this workload and is told SYNERGY_PROFILE by the job itself)."""
+    csv = tmp_path / "user.csv"
+    csv.write_text("name,arch,batch,workers,gpus,cpus,mem,time,iterations\n"
+                   "um-lstm,lstm,16,1,1,2,3G,00:10:00,6\n")
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path), "--mode", "user"))
+    first = ids["um-lstm"]
+    finish(slurm, [first], timeout=900)
+    again = resubmitted(first)
+    rec = finish(slurm, [again], timeout=900)[again]
+    assert rec.state == "COMPLETED"
+    link = next(c for c in read_chains() if c.resubmitted_job == again)
+    assert link.mode == "user" and link.decision
+    cpus, mem = re.match(r"c(\d+),m(\d+),", link.decision).groups()
+    assert rec.cpus == int(cpus) and mem_mb(rec.mem) == int(mem)
+    assert f"decision={link.decision}" in rec.comment and f"from={first}" in rec.comment

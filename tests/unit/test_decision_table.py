@@ -71,3 +71,15 @@ def test_a_bad_policy_is_refused_naming_the_setting(tmp_path, text, words):
     path.write_text(text)
     with pytest.raises(SynergyError, match=words.replace("(", r"\(").replace(")", r"\)")):
         load_policy(path)
+
+
+def test_install_adds_what_slurm_conf_lacks_and_is_idempotent():
+    from slurm_synergy.plugin.install import conf_edit
+
+    text = "ClusterName=x\nJobSubmitPlugins=require_timelimit  # site's own\n"
+    new, changes = conf_edit(text)
+    assert "JobSubmitPlugins=require_timelimit,lua  # site's own" in new
+    assert "\nAccountingStoreFlags=job_comment\n" in new
+    assert [c.done for c in changes] == [False, False]
+    again, changes = conf_edit(new)
+    assert again == new and all(c.done for c in changes)

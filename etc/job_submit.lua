@@ -55,11 +55,12 @@ local function parse_header(line)
 		return nil, "is not a version 1 decision table"
 	end
 	local h = {}
-	for key, value in rest:gmatch("([%a_]+)=(%w+)") do
+	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-]*)") do
 		h[key] = value
 	end
 	local head = {
 		gen = h.gen,
+		partition = h.partition or "",
 		user_wins = h.user_wins == "1",
 		profile_new = h.profile_new == "1",
 		max_cpus = whole(h.max_cpus, 1, HARD.cpus),
@@ -163,6 +164,35 @@ local function is_set(n)
 	return n ~= nil and n < NO_VAL
 end
 
+local function whole_text(n)
+	return n and string.format("%.0f", n) or "?"
+end
+
+-- Why a decided job is left as asked, or nil: the decision is per task on one node of
+-- the table's partition, and Slurm refuses --cpus-per-task or --mem beside their
+-- per-GPU forms.
+local function leave_alone(job_desc, head)
+	if is_set(job_desc.num_tasks) and job_desc.num_tasks > 1
+			or is_set(job_desc.min_nodes) and job_desc.min_nodes > 1
+			or job_desc.ntasks_per_node ~= nil and job_desc.ntasks_per_node < 65534
+				and job_desc.ntasks_per_node > 1 then
+		return "more than one task or node: left as asked"
+	end
+	for _, field in ipairs({ "cpus_per_tres", "mem_per_tres", "tres_per_job",
+			"tres_per_socket", "tres_per_task" }) do
+		local value = job_desc[field]
+		if value ~= nil and value ~= "" then
+			return field .. " is set: left as asked"
+		end
+	end
+	local part = job_desc.partition
+	if part ~= nil and part ~= "" and part ~= head.partition then
+		return "partition " .. part .. ": the decisions are sized for "
+			.. (head.partition ~= "" and head.partition or "the default partition")
+	end
+	return nil
+end
+
 -- What to change in a job, worked out without touching it: nil when nothing.
 local function plan(job_desc, tbl)
 	local comment = job_desc.comment
@@ -178,15 +208,15 @@ local function plan(job_desc, tbl)
 	if entry == nil then
 		if tbl.head.profile_new and env ~= nil and env.SYNERGY_PROFILE == nil then
 			-- (user mode may have marked the comment already)
-			local marked = comment:find(" profile=1", 1, true)
+			local marked = (comment .. " "):find(" profile=1 ", 1, true)
 			return { fp = fp, profile = true, comment = marked and comment
 				or comment .. " profile=1" }
 		end
 		return nil
 	end
-	if is_set(job_desc.num_tasks) and job_desc.num_tasks > 1
-			or is_set(job_desc.min_nodes) and job_desc.min_nodes > 1 then
-		return { fp = fp, skip = "more than one task or node: left as asked" }
+	local why = leave_alone(job_desc, tbl.head)
+	if why then
+		return { fp = fp, skip = why }
 	end
 	local pinned = {}
 	if tbl.head.user_wins then
@@ -195,26 +225,36 @@ local function plan(job_desc, tbl)
 		end
 	end
 	local p = { fp = fp, entry = entry, env = env ~= nil }
+	local cpus, mem = job_desc.cpus_per_task, job_desc.pn_min_memory
 	if not pinned.cpus then
-		p.cpus = entry.cpus
+		p.cpus, cpus = entry.cpus, entry.cpus
 	end
 	if not pinned.mem then
-		p.mem_mb = entry.mem_mb
+		p.mem_mb, mem = entry.mem_mb, entry.mem_mb
+	end
+	-- Workers follow the cores the job ends up with: one core stays with the trainer.
+	p.workers = entry.workers
+	if pinned.cpus and is_set(cpus) and cpus < 65534 then
+		p.workers = math.max(1, cpus - 1)
 	end
 	local tpn = job_desc.tres_per_node
-	if not pinned.gpus and entry.gpus > 0 and tpn ~= nil then
-		local count = tpn:match("^gres:gpu:(%d+)$")
-		local gtype
+	local gpus = entry.gpus
+	local count, gtype
+	if tpn ~= nil then
+		count = tpn:match("^gres:gpu:(%d+)$")
 		if count == nil then
 			gtype, count = tpn:match("^gres:gpu:([%w_%.%-]+):(%d+)$")
 		end
-		if count ~= nil then
-			gtype = entry.gpu_type or gtype
-			p.tres_per_node = "gres:gpu:" .. (gtype and (gtype .. ":") or "") .. entry.gpus
-		end
 	end
-	local summary = string.format("c%d,m%d,g%d,w%d", p.cpus or -1, p.mem_mb or -1,
-		entry.gpus, entry.workers)
+	if pinned.gpus or entry.gpus == 0 or count == nil then
+		gpus = tonumber(count) or 0
+	else
+		-- The decision's GPU type where it names one, else the type the job asked for.
+		gtype = entry.gpu_type or gtype
+		p.tres_per_node = "gres:gpu:" .. (gtype and (gtype .. ":") or "") .. entry.gpus
+	end
+	local summary = string.format("c%s,m%s,g%d,w%d", whole_text(cpus), whole_text(mem),
+		gpus, p.workers)
 	if entry.power_w > 0 then
 		summary = summary .. ",p" .. entry.power_w
 	end
@@ -244,14 +284,14 @@ local function apply(job_desc, p)
 	end
 	job_desc.comment = p.comment
 	if p.env then
-		job_desc.environment.SYNERGY_WORKERS = tostring(p.entry.workers)
+		job_desc.environment.SYNERGY_WORKERS = tostring(p.workers)
 		if p.entry.power_w > 0 then
 			job_desc.environment.SYNERGY_POWER_LIMIT_W = tostring(p.entry.power_w)
 		end
 	end
 	return string.format("%s -> cpus %s, mem %s MB, %s, workers %d", before,
 		tostring(job_desc.cpus_per_task), tostring(job_desc.pn_min_memory),
-		tostring(job_desc.tres_per_node), p.entry.workers)
+		tostring(job_desc.tres_per_node), p.workers)
 end
 
 local SAVED = { "cpus_per_task", "min_cpus", "pn_min_cpus", "pn_min_memory",

@@ -60,6 +60,7 @@ PROG = "offline_profiler"
 CONTROLLED = {"--batch": ("-b",), "--workers": ("-j",), "--max-iterations": (),
               "--measure": (), "--output": (), "--warmup": ()}
 USAGE_EXIT = 2          # what argparse (and profiler/train.py) exit with on bad options
+BUSY_EXIT = 3           # another job holds this workload's profiling lock
 
 
 class ProfilingError(SynergyError):
@@ -68,6 +69,10 @@ class ProfilingError(SynergyError):
 
 class UsageError(ProfilingError):
     """The command line or the allocation cannot be profiled."""
+
+
+class Busy(SynergyError):
+    """Another job is profiling this workload now: this one should run as it is."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -269,6 +274,10 @@ class Runner:
             preexec = lambda: os.sched_setaffinity(0, allowed)  # noqa: E731
         log = folder / "step.log"
         env = dict(self.slurm.env(), SYNERGY_OUTPUT=str(folder))
+        if self.launcher != "srun" and gpus != self.gpus:
+            # srun gives a step its GPUs; locally, hide the others from the script.
+            visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[:gpus])
         t0 = time.perf_counter()
         with open(log, "w") as out:
             out.write("$ " + " ".join(argv) + "\n")
@@ -498,12 +507,12 @@ def plan(args: argparse.Namespace) -> Plan:
 
 
 def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Profile | None:
-    """Profile and store; None when there was nothing to do (profiled, or being profiled)."""
+    """Profile and store; None when it was profiled already; Busy when another job is
+    profiling it now."""
     p = plan(args)
     with profiling_lock(p.store, p.fingerprint) as mine:
         if not mine:
-            log(f"{PROG}: {p.fingerprint} is being profiled by another process now; not again")
-            return None
+            raise Busy(f"{p.fingerprint} is being profiled by another job now; not again")
         if p.store.has(p.fingerprint) and not args.force:
             try:
                 p.store.load(p.fingerprint)
@@ -658,6 +667,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except UsageError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return USAGE_EXIT
+    except Busy as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return BUSY_EXIT
     except (SynergyError, ValueError, OSError) as e:
         print(f"{prog}: error: {e}; nothing was stored", file=sys.stderr)
         return 1

@@ -151,5 +151,6 @@ class JobSpec:
 def fingerprint_of_comment(comment: str) -> str | None:
     """The fingerprint a job carries in its Slurm comment, if it is one of ours."""
     if comment.startswith(COMMENT_PREFIX):
-        return comment[len(COMMENT_PREFIX):].split()[0] or None
+        words = comment[len(COMMENT_PREFIX):].split()
+        return words[0] if words else None
     return None

@@ -79,13 +79,14 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
 
 def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "",
            profile: bool = False, decision: Decision | None = None,
-           profile_only: bool = False, mode: str = "auto") -> str:
+           profile_only: bool = False, resubmit: str = "auto") -> str:
     """The sbatch script for one job, or for one array job when `array` is set.
 
     `profile` turns the profiling prolog on by default; SYNERGY_PROFILE in the job's
     environment (0 or 1) decides in the end, so the plugin can mark jobs itself.
-    `decision` (user mode) replaces the row's cores, memory and GPUs; `mode` is who
-    decides for the job's resubmission after profiling (auto, shim, user).
+    `decision` (user mode) replaces the row's cores, memory and GPUs. `resubmit` is who
+    decides for the job's resubmission after profiling (auto, shim, user), or "" for a
+    job that trains in place after profiling.
     """
     head = tasks[0].spec
     sources = sorted({t.spec.source.file for t in tasks})
@@ -107,7 +108,8 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         partition=head.partition, array=array, logs=out / "logs", comment=comment,
         fingerprint=head.fingerprint, tasks=tasks, launcher=launcher(head),
         profiler=profiler_command(head), script=head.script, profile_default=int(profile),
-        resubmit=resubmit_command(head, script_path, comment, mode), decision=decision,
+        resubmit=resubmit and resubmit_command(head, script_path, comment, resubmit),
+        decision=decision,
         profile_only=profile_only,
     )
 

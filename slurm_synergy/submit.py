@@ -8,7 +8,7 @@ already queued are cancelled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,7 +19,7 @@ from .errors import SlurmError, SynergyError
 from .fileio import atomic_write_text
 from .jobspec import JobSpec
 from .ledger import Entry, Ledger
-from .plugin.decisions import Decider, resolve_mode
+from .plugin.decisions import Decider, apply_pins, resolve_mode
 from .plugin.engine import Decision
 from .plugin.policy import load_policy
 from .profile import ProfileStore
@@ -113,12 +113,15 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         max_array = max_array_size(slurm) if opts.arrays and not opts.dry_run else DEFAULT_MAX_ARRAY
         result.units = plan(todo, opts, max_array)
         out = check_out_dir(opts.out)
-        choices = _decisions(result.units, opts, slurm, log)
+        mode, choices = _decisions(result.units, opts, slurm, log)
         for unit in result.units:
             decision, profile = choices[unit.name]
+            # Sequential rows wait on the job before them, so a profiled job must train
+            # in place: a resubmission would escape the chain.
+            resubmit = "" if opts.sequential or opts.profile == "only" else mode
             atomic_write_text(unit.script, render(unit.name, unit.tasks, out, unit.script,
                                                   unit.array, profile, decision,
-                                                  opts.profile == "only", opts.mode), 0o755)
+                                                  opts.profile == "only", resubmit), 0o755)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
@@ -136,11 +139,14 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
 
 
 def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
-               log: Callable[[str], None]) -> dict[str, tuple[Decision | None, bool]]:
-    """Per unit: the decision to apply here (user mode only) and whether to profile first.
+               log: Callable[[str], None]
+               ) -> tuple[str, dict[str, tuple[Decision | None, bool]]]:
+    """The mode, and per unit: the decision to apply here (user mode only) and whether
+    to profile first.
 
     Under the shim, slurmctld decides and marks; here only --profile forces profiling.
-    In user mode this command does both, with the same engine and policy.
+    In user mode this command does both, with the same engine and policy. A dry run
+    cannot ask the cluster, so `auto` renders as under the shim.
     """
     if opts.profile not in PROFILE_CHOICES:
         raise SynergyError(f"profile {opts.profile!r} is not one of {', '.join(PROFILE_CHOICES)}")
@@ -148,14 +154,14 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
         "shim" if opts.dry_run and opts.mode == "auto" else resolve_mode(opts.mode, slurm))
     choices: dict[str, tuple[Decision | None, bool]] = {}
     if mode == "shim":
-        return {u.name: (None, opts.profile in ("always", "only")) for u in units}
+        return mode, {u.name: (None, opts.profile in ("always", "only")) for u in units}
     policy = load_policy()
     decider = Decider(ProfileStore.default(), policy, slurm)
     for unit in units:
         head = unit.tasks[0].spec
         decision = decider.decision(head.fingerprint, head.partition)
         if decision and policy.user_request_wins:
-            decision = _keep_pinned(decision, head)
+            decision = apply_pins(decision, head.pinned, head.cpus, head.mem_mb, head.gpus)
         profile = opts.profile in ("always", "only") or (
             opts.profile == "auto" and decision is None and policy.profile_new)
         choices[unit.name] = (decision, profile)
@@ -164,14 +170,7 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
     decided = sum(d is not None for d, _ in choices.values())
     marked = sum(p for _, p in choices.values())
     log(f"user mode: {decided} job(s) sized from their profiles, {marked} to be profiled first")
-    return choices
-
-
-def _keep_pinned(decision: Decision, spec: JobSpec) -> Decision:
-    """The site lets a row's own cpus, mem and gpus win over the decision."""
-    keep = {"cpus": spec.cpus, "mem": spec.mem_mb, "gpus": spec.gpus}
-    fields = {"cpus": "cpus", "mem": "mem_mb", "gpus": "gpus"}
-    return replace(decision, **{fields[k]: keep[k] for k in spec.pinned})
+    return mode, choices
 
 
 def _preflight(units: Sequence[Unit], slurm: Slurm) -> None:

@@ -13,7 +13,9 @@ from ..slurm import Slurm
 from .engine import Decision, decide
 from .install import apply, plan_text
 from .policy import load_policy, policy_path
-from .resubmit import read_chains, resubmit
+from .resubmit import NothingToGain, read_chains, resubmit
+
+NOTHING_TO_GAIN = 3      # the job script then trains in place (templates/sbatch.sh.j2)
 from .table import node_shape, read, sync, table_path
 
 
@@ -31,8 +33,12 @@ def run(args: argparse.Namespace) -> int:
     elif args.action == "chains":
         print(chains())
     else:
-        resubmit(args.job, args.script, args.comment, args.job_name, args.array_task,
-                 args.mode, log=lambda line: print(line, file=sys.stderr))
+        try:
+            resubmit(args.job, args.script, args.comment, args.job_name, args.array_task,
+                     args.mode, log=lambda line: print(line, file=sys.stderr))
+        except NothingToGain as e:
+            print(f"slurm-synergy: not resubmitted: {e}", file=sys.stderr)
+            return NOTHING_TO_GAIN
     return 0
 
 

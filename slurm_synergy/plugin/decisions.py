@@ -6,9 +6,13 @@ engine, the same profile store, applied to the sbatch script before it is submit
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Sequence
+
 from ..errors import SynergyError
 from ..profile import ProfileError, ProfileStore
 from ..slurm import Slurm
+from ..throughput import workers_for
 from .engine import Decision, NodeShape, decide
 from .policy import Policy
 from .table import node_shape, table_path
@@ -23,7 +27,8 @@ def shim_installed(slurm: Slurm) -> bool:
         plugins = slurm.config().get("JobSubmitPlugins", "")
     except SynergyError:
         return False
-    return "lua" in plugins.split(",") and table_path().is_file()
+    names = {p.strip().rsplit("/", 1)[-1] for p in plugins.split(",")}
+    return "lua" in names and table_path().is_file()
 
 
 def resolve_mode(mode: str, slurm: Slurm) -> str:
@@ -32,6 +37,20 @@ def resolve_mode(mode: str, slurm: Slurm) -> str:
     if mode == "auto":
         return "shim" if shim_installed(slurm) else "user"
     return mode
+
+
+def apply_pins(decision: Decision, pinned: Sequence[str], cpus: int, mem_mb: int,
+               gpus: int) -> Decision:
+    """The decision with the resources the row set itself kept (user_request_wins), and
+    workers that follow the cores kept, as the shim does."""
+    keep: dict[str, int] = {}
+    if "cpus" in pinned:
+        keep.update(cpus=cpus, workers=workers_for(cpus))
+    if "mem" in pinned:
+        keep["mem_mb"] = mem_mb
+    if "gpus" in pinned:
+        keep["gpus"] = gpus
+    return replace(decision, **keep)
 
 
 class Decider:
@@ -54,6 +73,6 @@ class Decider:
             return None
         try:
             return decide(self.store.load(fingerprint), self.shape(partition), self.policy)
-        except ProfileError as e:
-            self.problems.append(f"{e}; submitted as written")
+        except (ProfileError, ValueError, ArithmeticError) as e:
+            self.problems.append(f"workload {fingerprint}: {e}; submitted as written")
             return None

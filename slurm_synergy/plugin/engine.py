@@ -142,6 +142,8 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
     rates = {k: speed(profile, k, cap_m) for k in range(1, cap_c + 1)}
     best_k = max(rates, key=lambda k: rates[k])
     best = rates[best_k]
+    if not best > 0:
+        raise ValueError("the profile predicts no throughput at any core count")
     target = (1 - policy.tolerance) * best
     mems = _memory_candidates(profile, floor_m, cap_m)
     cpus, mem_mb = best_k, cap_m

@@ -24,8 +24,10 @@ from ..fileio import locked
 from ..jobspec import fingerprint_of_comment
 from ..profile import ProfileStore
 from ..slurm import Slurm
-from .decisions import Decider, resolve_mode
+from .decisions import Decider, apply_pins, resolve_mode
 from .policy import load_policy
+from .table import read as read_table
+from .table import table_path
 
 # Tokens a job's comment gains on its way (the shim's marks and decision, the chain).
 _TOKEN_RE = re.compile(r" (?:profile|decision|from)=\S*")
@@ -58,10 +60,13 @@ def read_chains(path: Path | None = None) -> list[ChainLink]:
     if not path.exists():
         return []
     links = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
         try:
             links.append(ChainLink(**json.loads(line)))
         except (ValueError, TypeError) as e:
+            if number == len(lines):
+                break           # a record being appended right now
             raise SynergyError(f"{path} line {number} is not a chain record ({e})") from None
     return links
 
@@ -82,23 +87,62 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
     options = []
     summary = ""
     if mode == "user":
-        # Run inside the profiled job: Slurm names its partition in the environment.
-        partition = os.environ.get("SLURM_JOB_PARTITION", "")
-        decision = Decider(ProfileStore.default(), load_policy(), slurm).decision(fp, partition)
-        if decision is not None:
-            summary = decision.summary()
-            options += [f"--cpus-per-task={decision.cpus}", f"--mem={decision.mem_mb}M"]
-            if decision.gres:
-                options.append(f"--gres={decision.gres}")
-            exports.append(f"SYNERGY_WORKERS={decision.workers}")
-            if decision.power_limit_w:
-                exports.append(f"SYNERGY_POWER_LIMIT_W={decision.power_limit_w}")
-            base += f" decision={summary}"
+        options, more, summary = _user_mode(fp, base, script, slurm)
+        exports += more
+        base += f" decision={summary}"
+    else:
+        try:
+            decided = fp in read_table(table_path())[1]
+        except SynergyError:
+            decided = False
+        if not decided:
+            raise NothingToGain(f"the decision table {table_path()} has no decision for "
+                                f"{fp} yet (its owner's next `synergy plugin sync` adds it)")
     options += [f"--export=ALL,{','.join(exports)}", f"--comment={base} from={job_id}"]
     if array_task:
         options.append(f"--array={array_task}")
     new_id = slurm.sbatch(script, options)
-    record(ChainLink(fp, job_name, job_id, new_id, mode, summary, time.time()))
+    # Submitted: from here on nothing may fail the job, or it would also train in place.
+    try:
+        record(ChainLink(fp, job_name, job_id, new_id, mode, summary, time.time()))
+    except (OSError, SynergyError) as e:
+        log(f"slurm-synergy: could not record the chain {job_id} -> {new_id}: {e}")
     how = f"decision {summary}" if summary else "the cluster's shim applies the decision"
     log(f"slurm-synergy: profiled in job {job_id}; resubmitted as job {new_id} ({how})")
     return new_id
+
+
+class NothingToGain(SynergyError):
+    """A resubmission would run as this job did: the job trains in place instead."""
+
+
+_GRES_LINE = re.compile(r"^#SBATCH --gres=gpu:(?:([A-Za-z0-9_.-]+):)?\d+$", re.MULTILINE)
+
+
+def _user_mode(fp: str, comment: str, script: Path,
+               slurm: Slurm) -> tuple[list[str], list[str], str]:
+    """sbatch options, exports and the summary of the decision, as `synergy submit`
+    applies it in user mode."""
+    # Run inside the profiled job: Slurm names its partition in the environment.
+    partition = os.environ.get("SLURM_JOB_PARTITION", "")
+    policy = load_policy()
+    decision = Decider(ProfileStore.default(), policy, slurm).decision(fp, partition)
+    if decision is None:
+        raise NothingToGain(f"no usable profile of {fp} in {ProfileStore.default().root}")
+    if policy.user_request_wins:
+        words = dict(w.split("=", 1) for w in comment.split()[1:] if "=" in w)
+        pinned = words.get("req", "").split(",")
+        env = os.environ
+        decision = apply_pins(decision, pinned, int(env.get("SLURM_CPUS_PER_TASK", "1")),
+                              int(env.get("SLURM_MEM_PER_NODE", decision.mem_mb)),
+                              int(env.get("SLURM_GPUS_ON_NODE", decision.gpus)))
+    options = [f"--cpus-per-task={decision.cpus}", f"--mem={decision.mem_mb}M"]
+    if decision.gpus:
+        # The GPU type the script asked for, unless the decision names one.
+        asked = _GRES_LINE.search(script.read_text())
+        gtype = decision.gpu_type or (asked.group(1) if asked and asked.group(1) else "")
+        options.append(f"--gres=gpu:{gtype + ':' if gtype else ''}{decision.gpus}")
+    exports = [f"SYNERGY_WORKERS={decision.workers}"]
+    if decision.power_limit_w:
+        exports.append(f"SYNERGY_POWER_LIMIT_W={decision.power_limit_w}")
+    return options, exports, decision.summary()

@@ -4,11 +4,13 @@ slurmctld runs the Lua shim on every submission, so the table is plain lines tha
 matches with one pattern each, and its first line carries a generation (a hash of the
 rest): the shim reads that one line per submission and reloads only when it changes.
 
-    synergy-decisions 1 gen=<hash> user_wins=0 profile_new=1 max_cpus=64 max_mem_mb=515000 max_gpus=8 entries=2
+    synergy-decisions 1 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64 max_mem_mb=515000 max_gpus=8 entries=2
     <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers> <power_limit_w or 0>
 
-It lives beside slurm.conf (where slurmctld finds job_submit.lua), is written whole
-(temporary file + rename), readable by all and writable only by its owner.
+Decisions are sized for one partition's nodes (the default one unless told); the shim
+leaves jobs sent to another partition alone. The table lives beside slurm.conf (where
+slurmctld finds job_submit.lua), is written whole (temporary file + rename), readable by
+all and writable only by its owner.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Sequence
 
 from .. import paths
 from ..errors import SynergyError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, locked
 from ..profile import ProfileError, ProfileStore
 from ..slurm import Slurm
 from .engine import Decision, NodeShape, decide, shape_of
@@ -59,12 +61,14 @@ def table_path() -> Path:
     return conf.parent / TABLE_NAME
 
 
-def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape) -> str:
+def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape,
+           partition: str = "") -> str:
     body = "".join(f"{d.fingerprint} {d.cpus} {d.mem_mb} {d.gpus} {d.gpu_type or '-'} "
                    f"{d.workers} {d.power_limit_w}\n"
                    for d in sorted(decisions, key=lambda d: d.fingerprint))
     gen = hashlib.sha256(body.encode()).hexdigest()[:12]
-    head = (f"{MAGIC} {FORMAT} gen={gen} user_wins={int(policy.user_request_wins)} "
+    head = (f"{MAGIC} {FORMAT} gen={gen} partition={partition} "
+            f"user_wins={int(policy.user_request_wins)} "
             f"profile_new={int(policy.profile_new)} max_cpus={min(shape.cores, MAX_CPUS)} "
             f"max_mem_mb={min(shape.mem_mb, MAX_MEM_MB)} max_gpus={min(shape.gpus, MAX_GPUS)} "
             f"entries={len(decisions)}\n")
@@ -100,14 +104,14 @@ def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
 
 def compile_decisions(store: ProfileStore, shape: NodeShape,
                       policy: Policy) -> tuple[list[Decision], list[str]]:
-    """A decision per usable profile; a profile that cannot be read is left out (its jobs
-    pass through unchanged) and named in the second list."""
+    """A decision per usable profile; a profile that cannot be read or decided from is
+    left out (its jobs are profiled again) and named in the second list."""
     decisions, skipped = [], []
     for fp in store.fingerprints():
         try:
             decisions.append(decide(store.load(fp), shape, policy))
-        except ProfileError as e:
-            skipped.append(str(e))
+        except (ProfileError, ValueError, ArithmeticError) as e:
+            skipped.append(f"{fp}: {e}")
     return decisions, skipped
 
 
@@ -139,9 +143,14 @@ def sync(store: ProfileStore | None = None, policy: Policy | None = None,
     store = store or ProfileStore.default()
     policy = policy or load_policy()
     path = path or table_path()
-    shape = node_shape(slurm or Slurm(), partition)
-    decisions, skipped = compile_decisions(store, shape, policy)
-    write(path, render(decisions, policy, shape))
+    slurm = slurm or Slurm()
+    partition = partition or slurm.default_partition()
+    shape = node_shape(slurm, partition)
+    # One sync at a time: two profiles finishing together must not let the older
+    # store's table land last.
+    with locked(path.with_name(f".{path.name}.lock")):
+        decisions, skipped = compile_decisions(store, shape, policy)
+        write(path, render(decisions, policy, shape, partition))
     line = f"decision table {path}: {len(decisions)} decision(s) from {store.root}"
     if skipped:
         line += f"; {len(skipped)} unreadable profile(s) left out:\n  " + "\n  ".join(skipped)

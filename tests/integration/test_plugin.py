@@ -39,7 +39,7 @@ def rightsized(slurm, box, tmp_path_factory):
     """Both workloads submitted with nothing known about them, followed to the end of
     their resubmitted jobs."""
     out = tmp_path_factory.mktemp("rightsize")
-    first = submitted_ids(synergy("submit", str(CSV), "--out", str(out), "--sequential"))
+    first = submitted_ids(synergy("submit", str(CSV), "--out", str(out)))
     finish(slurm, first.values(), timeout=1200)
     second = {name: resubmitted(job) for name, job in first.items()}
     finish(slurm, second.values(), timeout=1200)

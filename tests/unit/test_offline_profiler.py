@@ -169,3 +169,24 @@ def test_table_and_plot_of_stored_profiles(tmp_path, fake):
     assert markdown(profiles).startswith("| job |")
     png = plot(profiles, tmp_path / "p.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_workload_another_job_is_profiling_exits_3(tmp_path, fake):
+    import fcntl
+
+    fp = "00000000000000bb"
+    (tmp_path / "store").mkdir()
+    with open(tmp_path / "store" / f".{fp}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = profile(tmp_path, "--fingerprint", fp, str(fake), cores="0,1")
+    assert proc.returncode == 3 and "being profiled by another job" in proc.stderr
+    assert stored(tmp_path) == []
+
+
+def test_a_corrupt_profile_is_measured_again(tmp_path, fake):
+    fp = "00000000000000cc"
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / f"{fp}.json").write_text("{ not json")
+    proc = profile(tmp_path, "--fingerprint", fp, str(fake), cores="0,1")
+    assert proc.returncode == 0 and "measuring again" in proc.stderr, proc.stderr
+    assert ProfileStore(tmp_path / "store").load(fp).fingerprint == fp

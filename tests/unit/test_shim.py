@@ -47,8 +47,8 @@ def run(tmp_path: Path, jobs: list[dict], table: str | None) -> tuple[list[dict]
     return out, logs
 
 
-def table(*decisions, policy=Policy(), shape=NodeShape(16, 64000, 4)) -> str:
-    return render(list(decisions), policy, shape)
+def table(*decisions, policy=Policy(), shape=NodeShape(16, 64000, 4), partition="") -> str:
+    return render(list(decisions), policy, shape, partition)
 
 
 def unchanged(job: dict) -> bool:
@@ -163,3 +163,38 @@ def test_the_table_is_read_once_until_it_changes(tmp_path):
     jobs, logs = run(tmp_path, [OURS, OURS, OURS], table(decision(FP, cpus=3)))
     assert [j["cpus_per_task"] for j in jobs] == ["3", "3", "3"]
     assert sum("loaded decision table" in line for line in logs) == 1
+
+
+def test_a_job_without_an_environment_is_resized_but_not_told(tmp_path):
+    (job,), logs = run(tmp_path, [dict(OURS, no_env="1")], table(decision(FP, cpus=3)))
+    assert job["cpus_per_task"] == "3" and not any(k.startswith("env.") for k in job)
+    unmarked, _ = run(tmp_path, [dict(OURS, no_env="1")], table())
+    assert unchanged(unmarked[0])
+
+
+@pytest.mark.parametrize("extra,why", [
+    ({"partition": "other"}, "partition other"),
+    ({"cpus_per_tres": "gres:gpu:4"}, "cpus_per_tres is set"),
+    ({"mem_per_tres": "gres:gpu:4096"}, "mem_per_tres is set"),
+    ({"ntasks_per_node": "2"}, "more than one task"),
+])
+def test_jobs_the_decision_does_not_fit_are_left_as_asked(tmp_path, extra, why):
+    (job,), logs = run(tmp_path, [dict(OURS, **extra)], table(decision(FP, cpus=5),
+                                                             partition="gpu"))
+    assert all(job[k] == v for k, v in OURS.items()), job
+    assert any(why in line for line in logs), logs
+
+
+def test_the_tables_partition_is_the_jobs_default(tmp_path):
+    jobs, _ = run(tmp_path, [OURS, dict(OURS, partition="gpu"), dict(OURS, ntasks_per_node=
+                  "65534")], table(decision(FP, cpus=5), partition="gpu"))
+    assert [j["cpus_per_task"] for j in jobs] == ["5", "5", "5"]
+
+
+def test_pinned_cores_keep_their_workers_and_the_comment_tells_the_truth(tmp_path):
+    (job,), _ = run(tmp_path, [dict(OURS, comment=f"synergy:fp={FP} req=cpus,gpus")],
+                    table(decision(FP, cpus=5, mem_mb=1280, gpus=1, workers=4),
+                          policy=Policy(user_request_wins=True)))
+    assert job["cpus_per_task"] == "2" and job["env.SYNERGY_WORKERS"] == "1"
+    assert job["tres_per_node"] == "gres:gpu:2" and job["pn_min_memory"] == "1280"
+    assert job["comment"].endswith("decision=c2,m1280,g2,w1")

@@ -12,6 +12,7 @@ slurm.log_error = function(fmt, ...) table.insert(logs, "error " .. string.forma
 local function numeric(key)
 	return key == "cpus_per_task" or key == "min_cpus" or key == "pn_min_cpus"
 		or key == "pn_min_memory" or key == "num_tasks" or key == "min_nodes"
+		or key == "ntasks_per_node"
 end
 
 local function make_job(fields)
@@ -24,8 +25,12 @@ local function make_job(fields)
 			data[key] = numeric(key) and tonumber(value) or value
 		end
 	end
-	local environment = fields.no_env and nil or setmetatable({}, {
-		__index = env, __newindex = function(_, k, v) env[k] = v end })
+	-- srun and salloc jobs reach job_submit without an environment.
+	local environment = nil
+	if not fields.no_env then
+		environment = setmetatable({}, {
+			__index = env, __newindex = function(_, k, v) env[k] = v end })
+	end
 	data.no_env = nil
 	local job = setmetatable({}, {
 		__index = function(_, k)

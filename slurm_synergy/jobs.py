@@ -9,7 +9,9 @@ from typing import Sequence
 
 from tqdm import tqdm
 
+from .columns import aligned
 from .errors import SynergyError
+from .jobspec import comment_marks
 from .slurm import Slurm
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
@@ -72,7 +74,7 @@ def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
 
 def plugin_note(comment: str) -> str:
     """What the plugin did to a job, from the marks in its comment."""
-    words = dict(w.split("=", 1) for w in comment.split()[1:] if "=" in w)
+    words = comment_marks(comment)
     notes = []
     if "profile" in words:
         notes.append("profiling run")
@@ -87,8 +89,4 @@ def table(recs: Sequence[JobRecord]) -> str:
     head = ("JobID", "Name", "State", "Elapsed", "CPUs", "Memory", "GPUs", "Plugin")
     rows = [(r.job_id, r.name, r.state, r.elapsed, str(r.cpus), r.mem, str(r.gpus),
              plugin_note(r.comment)) for r in recs]
-    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(line.rstrip() for line in
-                     [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
-                     + [fmt.format(*r) for r in rows])
+    return aligned(head, rows, rule=True)

@@ -148,6 +148,12 @@ class JobSpec:
         return argv
 
 
+def comment_marks(comment: str) -> dict[str, str]:
+    """The key=value marks after the fingerprint: req= (from the row), profile=, decision=
+    (from the plugin) and from= (a resubmission)."""
+    return dict(w.split("=", 1) for w in comment.split()[1:] if "=" in w)
+
+
 def fingerprint_of_comment(comment: str) -> str | None:
     """The fingerprint a job carries in its Slurm comment, if it is one of ours."""
     if comment.startswith(COMMENT_PREFIX):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from .columns import aligned
 from .profile import Profile
 from .throughput import predict
 
@@ -53,10 +54,7 @@ def table(profiles: Sequence[Profile]) -> str:
     if not data:
         return "no profiles"
     cols = list(data[0])
-    widths = {c: max(len(c), *(len(r[c]) for r in data)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols) for r in data]
-    return "\n".join(line.rstrip() for line in lines)
+    return aligned(cols, [[r[c] for c in cols] for r in data])
 
 
 def markdown(profiles: Sequence[Profile]) -> str:

@@ -96,8 +96,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
     if decision is not None:
         cpus, mem_mb = decision.cpus, decision.mem_mb
         if head.gpus:
-            gres = decision.gres if decision.gpu_type or not head.gpu_type \
-                else f"gpu:{head.gpu_type}:{decision.gpus}"
+            gres = decision.gres_for(head.gpu_type)
         comment += f" decision={decision.summary()}"
     elif profile:
         comment += " profile=1"

@@ -7,6 +7,7 @@ import sys
 import time
 
 from .. import paths
+from ..columns import aligned
 from ..errors import SynergyError
 from ..profile import ProfileStore
 from ..slurm import Slurm
@@ -14,9 +15,9 @@ from .engine import Decision, decide
 from .install import apply, plan_text
 from .policy import load_policy, policy_path
 from .resubmit import NothingToGain, read_chains, resubmit
+from .table import node_shape, read, sync, table_path
 
 NOTHING_TO_GAIN = 3      # the job script then trains in place (templates/sbatch.sh.j2)
-from .table import node_shape, read, sync, table_path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,8 +83,7 @@ def chains() -> str:
     links = read_chains()
     if not links:
         return "no job has been resubmitted after profiling yet"
-    rows = [("Profiled", "Resubmitted", "Name", "Fingerprint", "Mode", "At")]
-    rows += [(c.profiled_job, c.resubmitted_job, c.job_name, c.fingerprint, c.mode,
-              time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.at))) for c in links]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+    return aligned(("Profiled", "Resubmitted", "Name", "Fingerprint", "Mode", "At"),
+                   [(c.profiled_job, c.resubmitted_job, c.job_name, c.fingerprint, c.mode,
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.at)))
+                    for c in links])

@@ -58,9 +58,15 @@ class Decision:
 
     @property
     def gres(self) -> str:
+        return self.gres_for("")
+
+    def gres_for(self, asked_type: str) -> str:
+        """The --gres value: the decision's GPU type where it names one, else the type
+        the job asked for (the shim follows the same rule)."""
         if not self.gpus:
             return ""
-        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+        gtype = self.gpu_type or asked_type
+        return f"gpu:{gtype}:{self.gpus}" if gtype else f"gpu:{self.gpus}"
 
     def summary(self) -> str:
         """The short form that goes into the job's comment (and so into sacct)."""
@@ -87,10 +93,10 @@ def shape_of(nodes: Sequence[Node]) -> NodeShape:
                      gpus=min(gpus), gpu_types=tuple(sorted(types)))
 
 
-def speed(profile: Profile, cores: int, mem_mb: float) -> float:
-    """Samples/s at (cores, mem_mb): measured where the profiler measured those cores
-    (Synergy's empirical CPU sweep), the model elsewhere; page cache limits either."""
-    measured = {p.cores: p.samples_per_s for p in profile.train_points()}
+def speed(profile: Profile, measured: dict[int, float], cores: int, mem_mb: float) -> float:
+    """Samples/s at (cores, mem_mb): `measured` (the profile's sweep, by cores) where the
+    profiler measured those cores (Synergy's empirical CPU sweep), the model elsewhere;
+    page cache limits either."""
     rate = measured.get(cores) or predict(profile.model, cores)
     fetch = profile.model.fetch
     if fetch is not None:
@@ -139,7 +145,8 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
         cap_m = min(shape.mem_mb, floor_m)
         floor_m = cap_m
 
-    rates = {k: speed(profile, k, cap_m) for k in range(1, cap_c + 1)}
+    measured = {p.cores: p.samples_per_s for p in profile.train_points()}
+    rates = {k: speed(profile, measured, k, cap_m) for k in range(1, cap_c + 1)}
     best_k = max(rates, key=lambda k: rates[k])
     best = rates[best_k]
     if not best > 0:
@@ -148,12 +155,11 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
     mems = _memory_candidates(profile, floor_m, cap_m)
     cpus, mem_mb = best_k, cap_m
     for k in range(1, cap_c + 1):
-        fits = [m for m in mems if speed(profile, k, m) >= target]
+        fits = [m for m in mems if speed(profile, measured, k, m) >= target]
         if fits:
             cpus, mem_mb = k, fits[0]
             break
-    chosen = speed(profile, cpus, mem_mb)
-    measured = {p.cores for p in profile.train_points()}
+    chosen = speed(profile, measured, cpus, mem_mb)
     curve = ", ".join(f"{k}c {rates[k]:.1f}{'' if k in measured else ' (model)'}"
                       for k in rates)
     why.append(f"cores: the best within the cap is {best:.1f} samples/s at {best_k} "

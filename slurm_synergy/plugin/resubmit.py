@@ -21,7 +21,7 @@ from typing import Callable
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import locked
-from ..jobspec import fingerprint_of_comment
+from ..jobspec import comment_marks, fingerprint_of_comment
 from ..profile import ProfileStore
 from ..slurm import Slurm
 from .decisions import Decider, apply_pins, resolve_mode
@@ -130,8 +130,7 @@ def _user_mode(fp: str, comment: str, script: Path,
     if decision is None:
         raise NothingToGain(f"no usable profile of {fp} in {ProfileStore.default().root}")
     if policy.user_request_wins:
-        words = dict(w.split("=", 1) for w in comment.split()[1:] if "=" in w)
-        pinned = words.get("req", "").split(",")
+        pinned = comment_marks(comment).get("req", "").split(",")
         env = os.environ
         decision = apply_pins(decision, pinned, int(env.get("SLURM_CPUS_PER_TASK", "1")),
                               int(env.get("SLURM_MEM_PER_NODE", decision.mem_mb)),
@@ -140,8 +139,8 @@ def _user_mode(fp: str, comment: str, script: Path,
     if decision.gpus:
         # The GPU type the script asked for, unless the decision names one.
         asked = _GRES_LINE.search(script.read_text())
-        gtype = decision.gpu_type or (asked.group(1) if asked and asked.group(1) else "")
-        options.append(f"--gres=gpu:{gtype + ':' if gtype else ''}{decision.gpus}")
+        asked_type = (asked.group(1) or "") if asked else ""
+        options.append(f"--gres={decision.gres_for(asked_type)}")
     exports = [f"SYNERGY_WORKERS={decision.workers}"]
     if decision.power_limit_w:
         exports.append(f"SYNERGY_POWER_LIMIT_W={decision.power_limit_w}")

@@ -12,7 +12,7 @@ APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
 CSV ?= jobs_csv/example.csv
 ARGS ?=
 
-.PHONY: setup apt-packages cluster cluster-stop cluster-status demo submit test bench
+.PHONY: setup apt-packages cluster cluster-stop cluster-status demo submit report test bench
 
 setup: apt-packages $(VENV)/.installed
 
@@ -48,6 +48,9 @@ demo: setup
 
 submit: setup
 	$(SYNERGY) submit $(CSV) $(ARGS)
+
+report: setup
+	$(SYNERGY) report $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q tests

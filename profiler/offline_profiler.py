@@ -44,12 +44,16 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from tqdm import tqdm
 
-from profiler import gpu as gpus_mod
 from profiler.fetch import measure_fetch
+from profiler.gpu import open_gpus, power_limits_to_try
 from slurm_synergy import __version__
 from slurm_synergy.errors import SynergyError
+from slurm_synergy.gpu import Gpu, GpuError
+from slurm_synergy.gpu.sampler import Sampler
+from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN
 from slurm_synergy.paths import TRAIN_SCRIPT
+from slurm_synergy.plugin.policy import load_policy
 from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
                                    Profile, ProfileError, ProfileStore, ThroughputModel)
 from slurm_synergy.slurm import Slurm
@@ -378,46 +382,55 @@ def core_sweep(top: int, measure: Callable[[int], float], plateau: float) -> lis
     return tried
 
 
-def gpu_readings(sampler: gpus_mod.Sampler | None, reason: str,
-                 gpus: list[gpus_mod.Gpu], summary: dict[str, Any]) -> GpuReadings:
+def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],
+                 summary: dict[str, Any]) -> GpuReadings:
     if not gpus:
         return GpuReadings(available=False, reason=reason)
-    r = sampler.readings() if sampler else None
-    low, high = gpus[0].power_limit_range_w()
+    rng = gpus[0].power_range()
     peak = summary.get("peak_gpu_mem_mb")
+    utils = [t.util_mean for t in sampler.totals if t.util_mean is not None] if sampler else []
+    powers = [t.power_mean_w for t in sampler.totals
+              if t.power_mean_w is not None] if sampler else []
     return GpuReadings(
-        available=True, name=gpus[0].name, count=len(gpus),
-        util_pct=r.util_pct if r else None, mem_used_mb=r.mem_used_mb if r else None,
+        available=True, name=gpus[0].info.name, count=len(gpus),
+        util_pct=sum(utils) / len(utils) if utils else None,
+        mem_used_mb=max(t.mem_peak_mb for t in sampler.totals) if utils and sampler else None,
         peak_torch_mem_mb=float(peak) if isinstance(peak, (int, float)) else None,
-        avg_power_w=r.avg_power_w if r else None, energy_j=r.energy_j if r else None,
-        power_limit_w=gpus[0].power_limit_w(), min_limit_w=low, max_limit_w=high)
+        avg_power_w=sum(powers) if powers else None,
+        energy_j=sampler.energy_j() if sampler else None,
+        power_limit_w=gpus[0].power_limit_mw() / 1000, min_limit_w=rng.min_mw / 1000,
+        max_limit_w=rng.max_mw / 1000)
 
 
-def power_sweep(runner: Runner, step: Step, gpus: list[gpus_mod.Gpu],
+def power_sweep(runner: Runner, step: Step, gpus: list[Gpu],
                 readings: GpuReadings) -> GpuReadings:
     """Zeus's sweep: each limit from the top down, the step's warm-up left out of the
-    throughput (the trainer does that), the limit put back afterwards whatever happens."""
-    low, high = readings.min_limit_w or 0.0, readings.max_limit_w or 0.0
-    before = [g.power_limit_w() for g in gpus]
+    throughput (the trainer does that), the limit put back afterwards whatever happens.
+    The top is the GPU's ceiling (site cap, else default limit), which no job exceeds."""
+    try:
+        cap_w = load_policy().power_cap_w
+    except SynergyError as e:
+        return replace(readings, power_sweep_note=f"no power sweep: {e}")
+    top = ceiling_mw(gpus[0].power_range(), cap_w) / 1000
+    before = [g.power_limit_mw() for g in gpus]
     points: list[PowerPoint] = []
     try:
-        for limit in gpus_mod.power_limits_to_try(low, high):
+        for limit in power_limits_to_try(readings.min_limit_w or top, top):
             try:
                 for g in gpus:
-                    g.set_power_limit_w(limit)
-            except Exception as e:   # NVML_ERROR_NO_PERMISSION for a normal user
+                    g.set_power_limit_mw(int(limit * 1000))
+            except GpuError as e:   # no permission for a normal user
                 return replace(readings, power_sweep_note=f"power limits cannot be set by this "
                                f"job ({e}); the node prolog applies them as root")
-            with gpus_mod.Sampler(gpus) as sampler:
+            with Sampler(gpus) as sampler:
                 summary, _ = runner.run(step)
-            r = sampler.readings()
-            points.append(PowerPoint(limit, float(summary["samples_per_s"]),
-                                     r.avg_power_w if r else 0.0))
+            powers = [t.power_mean_w for t in sampler.totals if t.power_mean_w is not None]
+            points.append(PowerPoint(limit, float(summary["samples_per_s"]), sum(powers)))
     finally:
-        for g, watts in zip(gpus, before):
+        for g, mw in zip(gpus, before):
             try:
-                g.set_power_limit_w(watts)
-            except Exception:
+                g.set_power_limit_mw(mw)
+            except GpuError:
                 pass
     return replace(readings, power_sweep=tuple(points))
 
@@ -562,7 +575,7 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
         f"cores, {mem_mb}M, {ngpus} GPU(s), {args.max_iterations} iterations per step, "
         f"{launcher} steps; logs in {workdir}")
-    gpus, gpu_reason = gpus_mod.open_gpus() if ngpus else ([], "the job has no GPU")
+    gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
     points: list[Point] = []
     summaries: dict[int, dict[str, Any]] = {}
@@ -570,14 +583,14 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     # and one on a single GPU.
     bar = tqdm(total=top.bit_length() + 2 + (ngpus >= 2), desc=f"profile {fp[:8]}", unit="step",
                file=sys.stderr, disable=None)
-    sampler: gpus_mod.Sampler | None = None
+    sampler: Sampler | None = None
 
     def measure(k: int) -> float:
         nonlocal sampler
         step = Step("train", k, workers_for(k))
         bar.set_postfix_str(f"{k} cores")
         if k == top and gpus:
-            with gpus_mod.Sampler(gpus) as sampler:
+            with Sampler(gpus) as sampler:
                 summary, wall = runner.run(step)
         else:
             summary, wall = runner.run(step)

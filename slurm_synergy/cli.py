@@ -55,6 +55,27 @@ def _jobs(args: argparse.Namespace) -> int:
     return 0 if not args.wait or all(r.state == "COMPLETED" for r in recs) else 1
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .report import output
+    from .report.jobs import gather
+    from .slurm import Slurm
+
+    if not args.jobs and args.since is None:
+        args.since = "now-1days"
+    rows, problems = gather(Slurm(), args.jobs, args.since, args.until, args.user)
+    for line in problems:
+        print(f"synergy report: {line}", file=sys.stderr)
+    if args.format == "json":
+        print(output.as_json(rows))
+    elif args.format == "csv":
+        print(output.as_csv(rows), end="")
+    elif rows:
+        print(output.table(rows))
+    else:
+        print("no jobs in that range" + (f" for {','.join(args.user)}" if args.user else ""))
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -106,6 +127,25 @@ def _plugin_parser(sub) -> None:
     a.add_argument("--array-task", default="")
     a.add_argument("--mode", choices=("auto", "shim", "user"), default="auto")
     p.set_defaults(func=_plugin)
+
+
+def _hooks(args: argparse.Namespace) -> int:
+    from .hooks import cli as hooks_cli
+
+    return hooks_cli.run(args)
+
+
+def _hooks_parser(sub) -> None:
+    p = sub.add_parser("hooks", help="the node prolog/epilog: GPU power caps and energy")
+    actions = p.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("install", help="the slurm.conf lines and wrappers the hooks need")
+    a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
+    a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
+                   "else the local cluster's)")
+    a.add_argument("--stats-dir", type=Path, help="per-job GPU stats, on storage the report "
+                   "host shares (default: SYNERGY_GPU_STATS, else /var/lib/slurm-synergy/gpustats)")
+    actions.add_parser("gpus", help="this node's GPUs, their limits and the ceiling")
+    p.set_defaults(func=_hooks)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,6 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_profiles)
 
     _plugin_parser(sub)
+    _hooks_parser(sub)
+    p = sub.add_parser("report", help="per-job resources, GPU energy and utilisation, "
+                       "from sacct and the node epilogs' GPU stats")
+    p.add_argument("--jobs", type=lambda v: [j for j in v.split(",") if j], default=[],
+                   help="these job ids (comma-separated) instead of a period")
+    p.add_argument("--since", help="start of the period, as sacct takes it (default: now-1days)")
+    p.add_argument("--until", help="end of the period (default: now)")
+    p.add_argument("--user", type=lambda v: [u for u in v.split(",") if u], default=[],
+                   help="only these users' jobs (comma-separated)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.set_defaults(func=_report)
 
     p = sub.add_parser("demo", help="local cluster up, example jobs in, sacct table out")
     p.set_defaults(func=_demo)

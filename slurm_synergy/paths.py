@@ -38,3 +38,18 @@ def slurm_conf() -> Path | None:
         return Path(os.environ["SLURM_CONF"])
     local = local_slurm_conf()
     return local if local.exists() else None
+
+
+def gpu_stats_dir(env: dict[str, str] | None = None) -> Path:
+    """Where node epilogs leave per-job GPU stats and reports read them.
+
+    On a site cluster this must be storage the report host shares with the GPU nodes;
+    SYNERGY_GPU_STATS names it. The local cluster keeps them in its state folder.
+    """
+    env = dict(os.environ) if env is None else env
+    if env.get("SYNERGY_GPU_STATS"):
+        return Path(env["SYNERGY_GPU_STATS"])
+    conf = Path(env["SLURM_CONF"]) if env.get("SLURM_CONF") else slurm_conf()
+    if conf is not None and conf.resolve() == local_slurm_conf():
+        return state_dir() / "gpustats"
+    return Path("/var/lib/slurm-synergy/gpustats")

@@ -150,14 +150,21 @@ class Slurm:
         return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
     def sacct(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
-              allocations_only: bool = True) -> list[dict[str, str]]:
-        """Accounting records, one dict per job (per step unless allocations_only)."""
-        if not job_ids:
+              allocations_only: bool = True, since: str | None = None,
+              until: str | None = None, users: Sequence[str] = ()) -> list[dict[str, str]]:
+        """Accounting records, one dict per job (per step unless allocations_only): the
+        jobs named, or without names the jobs of a period (`since`, `until`: any time
+        sacct takes, e.g. 2026-11-01 or now-7days)."""
+        if not job_ids and since is None:
             return []
         # A unit separator, not "|": job names and comments may hold any printable text.
         args = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
-                "--format=" + ",".join(fields),
-                "--jobs=" + ",".join(job_ids)]
+                "--format=" + ",".join(fields)]
+        if job_ids:
+            args.append("--jobs=" + ",".join(job_ids))
+        if since is not None:
+            args += [f"--starttime={since}", f"--endtime={until or 'now'}"]
+        args.append("--users=" + ",".join(users) if users else "--allusers")
         if allocations_only:
             args.append("--allocations")
         rows = []

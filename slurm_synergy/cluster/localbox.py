@@ -24,7 +24,9 @@ import jinja2
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import atomic_write_text, locked
+from ..hooks.install import MIN_TIMEOUT_S, WRAPPERS, HookPaths, render_wrappers
 from ..plugin.install import install_shim
+from ..plugin.policy import policy_path
 from ..plugin.table import TABLE_NAME, sync
 from ..slurm import Slurm
 from . import node as nodemod
@@ -77,7 +79,9 @@ class LocalCluster:
             "state": str(self.state), "node": node, "cgroup_mode": mode,
             "job_submit": self.job_submit,
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
-            "prolog": str(paths.ETC / "prolog.sh"), "epilog": str(paths.ETC / "epilog.sh"),
+            "prolog": str(self.etc / WRAPPERS["prolog"]),
+            "epilog": str(self.etc / WRAPPERS["epilog"]),
+            "hook_timeout_s": MIN_TIMEOUT_S,
         }
         changed = False
         for name, mode_bits in (("slurm.conf", 0o644), ("gres.conf", 0o644),
@@ -90,8 +94,14 @@ class LocalCluster:
         # The plugin goes in as on any cluster (synergy plugin install): the shim beside
         # slurm.conf; the decision table once slurmctld can size it (see up).
         install_shim(self.etc)
+        render_wrappers(self.etc, self.hook_paths)
         atomic_write_text(self.state / "mode", mode + "\n")
         return node, mode, changed
+
+    @property
+    def hook_paths(self) -> HookPaths:
+        return HookPaths(stats_dir=self.state / "gpustats", log=self.state / "log" / "hooks.log",
+                         run_dir=self.state / "run" / "hooks", policy=policy_path())
 
     def _db_password(self) -> str:
         secret = self.etc / "dbpass"

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -23,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SYNERGY = [sys.executable, "-m", "slurm_synergy.cli"]
 
 
+# Jobs whose epilog a test makes fail on purpose; any other failing epilog is a defect.
+EXPECTED_DRAINS: set[str] = set()
+
+
 @pytest.fixture(scope="session")
-def box(tmp_path_factory) -> LocalCluster:
+def box(tmp_path_factory) -> Iterator[LocalCluster]:
     os.environ.pop("SLURM_CONF", None)
     home = tmp_path_factory.mktemp("synergy-home")
     os.environ["SYNERGY_HOME"] = str(home)
@@ -34,7 +39,18 @@ def box(tmp_path_factory) -> LocalCluster:
     # `up` also compiles the decision table from this session's (empty) profile store,
     # so no decision from an earlier run rewrites this session's jobs.
     cluster.up(log=lambda line: print(line, file=sys.stderr))
-    return cluster
+    hooks_log = cluster.state / "log" / "hooks.log"
+    start = hooks_log.stat().st_size if hooks_log.exists() else 0
+    yield cluster
+    # The suite's ordinary jobs must never drain the node: an epilog fails only when it
+    # cannot enforce the power cap, which only test_node_hooks provokes.
+    with open(hooks_log, encoding="utf-8") as fh:
+        fh.seek(start)
+        failed = {line.split("job=")[1].split()[0] for line in fh
+                  if line.split()[1:2] == ["epilog"] and "node will drain" in line}
+    assert failed <= EXPECTED_DRAINS, f"epilogs failed for jobs {sorted(failed - EXPECTED_DRAINS)}"
+    states = [n.state for n in cluster.slurm.nodes("")]
+    assert not any("drain" in s for s in states), f"node left {states}"
 
 
 @pytest.fixture(scope="session")
@@ -87,5 +103,5 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records",
+__all__ = ["EXPECTED_DRAINS", "synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records",
            "resubmitted", "ROOT"]

@@ -74,4 +74,5 @@ def test_jobs_are_confined_and_hooks_run(box, slurm, tmp_path):
         assert log[-2] == "1"  # the cgroup's cpuset holds one core
     assert log[-1] == "gpus=0,1,2"
     hooks = (box.state / "log" / "hooks.log").read_text()
-    assert f"prolog job={rec.job_id}\n" in hooks and f"epilog job={rec.job_id}\n" in hooks
+    assert f"prolog job={rec.job_id} no GPUs on this node" in hooks
+    assert f"epilog job={rec.job_id} GPU stats -> " in hooks

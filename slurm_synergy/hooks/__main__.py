@@ -1,0 +1,85 @@
+"""Entry points for slurm.conf's Prolog= and Epilog= (through the wrappers that
+`synergy hooks install` writes) and for the sampler the prolog starts.
+
+    python -m slurm_synergy.hooks prolog|epilog
+    python -m slurm_synergy.hooks sample --job ID --gpus UUID[,UUID...]
+
+Each hook runs in a worker thread under a deadline (hook_timeout_s in the site policy):
+NVML can hang on a failing GPU, and slurmd would otherwise wait until its own
+PrologEpilogTimeout and then drain the node with no word of why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import traceback
+
+from ..errors import SynergyError
+from ..gpu import open_backend
+from . import epilog, prolog, sampling
+from .context import HookLog, context, log_path
+
+# Exit status when a hook fails in a way it did not foresee, or runs out of time: the
+# prolog never drains a node; the epilog does, since it could not confirm the cap.
+ON_FAILURE = {"prolog": 0, "epilog": 1}
+
+
+def run_hook(hook: str) -> int:
+    try:
+        ctx = context(hook)
+    except SynergyError as e:
+        HookLog(log_path(dict(os.environ)), hook, "?")(f"refused: {e}")
+        return ON_FAILURE[hook]
+    result: list[int] = []
+
+    def work() -> None:
+        try:
+            backend = open_backend()
+            result.append(prolog.run(ctx, backend) if hook == "prolog"
+                          else epilog.run(ctx, backend))
+        except Exception:
+            ctx.log(f"failed: {traceback.format_exc(limit=4).strip()}".replace("\n", " | "))
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(ctx.policy.hook_timeout_s)
+    if worker.is_alive():
+        ctx.log(f"did not finish in {ctx.policy.hook_timeout_s:g} s (hook_timeout_s); "
+                f"exit {ON_FAILURE[hook]}")
+        return ON_FAILURE[hook]
+    if not result:
+        ctx.log(f"exit {ON_FAILURE[hook]}")
+        return ON_FAILURE[hook]
+    return result[0]
+
+
+def run_sampler(job_id: str, uuids: list[str]) -> int:
+    ctx = context("sampler", {**os.environ, "SLURM_JOB_ID": job_id})
+    stop = threading.Event()
+    sampling.install_stop_handler(stop)
+    return sampling.sample_job(open_backend(), job_id, uuids, ctx.policy.gpu_sample_period_s,
+                               ctx.totals_path, ctx.prolog_path, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slurm_synergy.hooks")
+    sub = parser.add_subparsers(dest="hook", required=True)
+    sub.add_parser("prolog")
+    sub.add_parser("epilog")
+    sample = sub.add_parser("sample")
+    sample.add_argument("--job", required=True)
+    sample.add_argument("--gpus", required=True)
+    args = parser.parse_args(argv)
+    if args.hook == "sample":
+        return run_sampler(args.job, args.gpus.split(","))
+    code = run_hook(args.hook)
+    sys.stdout.flush()
+    # os._exit: a worker stuck in NVML must not hold the process open past the deadline.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""`synergy hooks ...`: install the node prolog/epilog, and show this node's GPUs as the
+hooks see them."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import paths
+from ..columns import aligned
+from ..errors import SynergyError
+from ..gpu import GpuError, open_backend
+from ..plugin.policy import load_policy
+from .install import HookPaths, apply, plan_text
+from .power import ceiling_mw
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "gpus":
+        print(gpus_table())
+        return 0
+    conf = args.conf or paths.slurm_conf()
+    if conf is None:
+        raise SynergyError("no slurm.conf: set SLURM_CONF, pass --conf, or start the "
+                           "local cluster (make cluster)")
+    conf = conf.resolve()
+    where = HookPaths.site()
+    if args.stats_dir:
+        where = HookPaths(args.stats_dir, where.log, where.run_dir, where.policy)
+    print("\n".join(apply(conf, where)) if args.apply else plan_text(conf, where))
+    return 0
+
+
+def gpus_table() -> str:
+    """Each GPU of this node: how Slurm (minor), NVML (UUID, PCI) name it, and its limits
+    against the ceiling the epilog restores."""
+    backend = open_backend()
+    if not backend.gpus:
+        return backend.reason
+    cap_w = load_policy().power_cap_w
+    rows = []
+    for g in backend.gpus:
+        try:
+            rng, now = g.power_range(), g.power_limit_mw()
+            limits = [f"{now / 1000:g}", f"{rng.min_mw / 1000:g}-{rng.max_mw / 1000:g}",
+                      f"{rng.default_mw / 1000:g}", f"{ceiling_mw(rng, cap_w) / 1000:g}"]
+        except GpuError as e:
+            limits = [f"unreadable: {e}", "", "", ""]
+        energy = g.energy_mj()
+        rows.append(["-" if g.info.minor is None else str(g.info.minor), g.info.uuid,
+                     g.info.pci_bus_id, g.info.name, *limits,
+                     "yes" if energy is not None else "no"])
+    head = ["minor", "uuid", "pci", "name", "limit W", "range W", "default W", "ceiling W",
+            "energy counter"]
+    cap = f"site cap {cap_w:g} W" if cap_w > 0 else "no site cap: the default limit is the ceiling"
+    return aligned(head, rows) + f"\n{backend.name}: {len(rows)} GPU(s); {cap}"

@@ -1,0 +1,177 @@
+"""Node epilog: every GPU of the job back to its ceiling, and what the job used.
+
+Exit status 1 only when a GPU of the job may still be above its ceiling (the limit was
+refused and reads back higher, or cannot be read at all): Slurm then drains the node,
+which is right for a GPU that will not obey. Anything else (no prolog record, a dead or
+missing sampler, unreadable totals) is logged and the epilog succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from ..gpu import Backend, Gpu, GpuError
+from ..gpu.sampler import Totals
+from .context import HookContext
+from .power import ceiling_mw
+from .records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError, read_prolog,
+                      stats_path, write_json)
+from .sampling import read_totals
+
+STOP_WAIT_S = 3.0
+
+
+def stop_sampler(ctx: HookContext, pid: int | None) -> None:
+    """SIGTERM to the job's sampler (only if that pid is still our sampler of this job),
+    a short wait for its last totals, then SIGKILL."""
+    if pid is None:
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        ctx.log(f"sampler (pid {pid}) had already ended")
+        return
+    if b"slurm_synergy.hooks" not in cmdline or ctx.job_id.encode() not in cmdline:
+        ctx.log(f"pid {pid} is no longer this job's sampler: left alone")
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+            ctx.log(f"sampler (pid {pid}) stopped")
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    ctx.log(f"sampler (pid {pid}) killed after {STOP_WAIT_S:g} s; its last totals are used")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def restore(ctx: HookContext, gpu: Gpu) -> tuple[bool, float | None]:
+    """Put one GPU back to its ceiling. (enforced, limit it was left at in W)."""
+    uuid, log = gpu.info.uuid, ctx.log
+    try:
+        rng, now = gpu.power_range(), gpu.power_limit_mw()
+    except GpuError as e:
+        log(f"gpu {uuid}: CANNOT READ its power limit ({e}): cap not enforced")
+        return False, None
+    top = ceiling_mw(rng, ctx.policy.power_cap_w)
+    if ctx.policy.power_cap_w > 0 and top > ctx.policy.power_cap_w * 1000:
+        log(f"gpu {uuid}: site cap {ctx.policy.power_cap_w:g} W is below the device's "
+            f"minimum {rng.min_mw / 1000:g} W; held at the minimum")
+    if now != top:
+        try:
+            gpu.set_power_limit_mw(top)
+            log(f"gpu {uuid}: limit {now / 1000:g} W -> {top / 1000:g} W (ceiling)")
+        except GpuError as e:
+            log(f"gpu {uuid}: refused the ceiling {top / 1000:g} W ({e})")
+        try:
+            now = gpu.power_limit_mw()
+        except GpuError as e:
+            log(f"gpu {uuid}: CANNOT READ its power limit back ({e}): cap not enforced")
+            return False, None
+    else:
+        log(f"gpu {uuid}: limit {now / 1000:g} W is the ceiling already")
+    if now > top:
+        log(f"gpu {uuid}: STILL AT {now / 1000:g} W, above the ceiling {top / 1000:g} W: "
+            f"cap not enforced")
+        return False, now / 1000
+    return True, now / 1000
+
+
+def _use(gpu: Gpu, start: GpuStart | None, totals: Totals | None, limit_after_w: float | None,
+         notes: list[str]) -> GpuUse:
+    energy, source = None, ""
+    end = gpu.energy_mj()
+    if start and start.energy_start_mj is not None and end is not None \
+            and end >= start.energy_start_mj:
+        energy, source = (end - start.energy_start_mj) / 1000, "counter"
+    elif totals and totals.samples >= 2:
+        energy, source = totals.energy_mj / 1000, "power"
+    else:
+        notes.append("energy unknown: no counter at both ends and too few power samples")
+    if totals is None:
+        notes.append("no samples: the sampler did not run or left no totals")
+    limit = (start.limit_set_mw if start.limit_set_mw is not None
+             else start.limit_before_mw) if start else None
+    info = gpu.info
+    return GpuUse(
+        uuid=info.uuid, pci_bus_id=info.pci_bus_id, name=info.name,
+        power_limit_w=limit / 1000 if limit is not None else None,
+        energy_j=energy, energy_source=source,
+        util_mean_pct=totals.util_mean if totals else None,
+        sm_active_mean_pct=totals.sm_active_mean if totals else None,
+        mem_peak_mb=totals.mem_peak_mb if totals and totals.samples else None,
+        samples=totals.samples if totals else 0, limit_after_w=limit_after_w,
+        note="; ".join(notes))
+
+
+def run(ctx: HookContext, backend: Backend) -> int:
+    log = ctx.log
+    if ctx.policy_error:
+        log(f"site policy unreadable, using the default limit as the ceiling: {ctx.policy_error}")
+    if not ctx.gpu_ids:
+        log("no GPUs allocated to this job")
+        return 0
+    ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out = stats_path(ctx.stats_dir, ctx.job_id, ctx.node)
+    if not backend.gpus:
+        log(f"{backend.reason}; nothing to restore for GPUs {','.join(ctx.gpu_ids)}")
+        if not out.exists():
+            _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node, None, ended,
+                                               note=backend.reason))
+        return 0
+    record: PrologRecord | None = None
+    try:
+        record = read_prolog(ctx.prolog_path)
+    except RecordError as e:
+        log(f"no usable prolog record ({e}); energy from the sampler only, if any")
+    stop_sampler(ctx, record.sampler_pid if record else None)
+    totals: dict[str, Totals] = {}
+    if ctx.totals_path.exists():
+        try:
+            totals = read_totals(ctx.totals_path)
+        except RecordError as e:
+            log(f"sampler totals unreadable ({e})")
+    gpus, missing = backend.find(ctx.gpu_ids)
+    enforced = not missing
+    if missing:
+        log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS NOT FOUND by {backend.name}: "
+            f"cannot confirm their power cap")
+    starts = {s.uuid: s for s in record.gpus} if record else {}
+    uses = []
+    for gpu in gpus:
+        ok, after = restore(ctx, gpu)
+        enforced &= ok
+        uses.append(_use(gpu, starts.get(gpu.info.uuid), totals.get(gpu.info.uuid), after, []))
+    if out.exists():
+        log(f"GPU stats {out} exist already (epilog run twice): kept")
+    else:
+        _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node,
+                                           record.started if record else None, ended,
+                                           tuple(uses)))
+    for path in (ctx.prolog_path, ctx.totals_path):
+        path.unlink(missing_ok=True)
+    if not enforced:
+        log("exit 1: a GPU of this job may be above the power cap; Slurm drains the node")
+        return 1
+    return 0
+
+
+def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
+    try:
+        write_json(out, stats)
+    except OSError as e:   # a full or unmounted stats folder costs the report, not the node
+        ctx.log(f"GPU stats could not be written to {out} ({e})")
+        return
+    used = ", ".join(f"{g.uuid}: {g.energy_j:.0f} J" if g.energy_j is not None else
+                     f"{g.uuid}: energy unknown" for g in stats.gpus)
+    ctx.log(f"GPU stats -> {out}" + (f" ({used})" if used else f" ({stats.note})"))

@@ -1,0 +1,128 @@
+"""`synergy hooks install`: the node prolog and epilog, printed, or applied with --apply.
+
+The wrappers go beside slurm.conf (one file each, naming this installation's Python and
+the folders the hooks use); slurm.conf gets Prolog=, Epilog= and a PrologEpilogTimeout
+that leaves the hooks' own deadline room. A site that runs its own prolog already keeps
+it: install then says how to call ours from it instead of replacing it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .. import paths
+from ..errors import SynergyError
+from ..fileio import atomic_write_text
+from ..plugin.install import Change
+from ..plugin.policy import load_policy, policy_path
+
+WRAPPERS = {"prolog": "synergy-prolog", "epilog": "synergy-epilog"}
+MIN_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class HookPaths:
+    """Where the hooks keep things on the nodes; the stats folder must be shared with the
+    host that runs `synergy report`."""
+
+    stats_dir: Path
+    log: Path
+    run_dir: Path
+    policy: Path
+
+    @classmethod
+    def site(cls) -> "HookPaths":
+        return cls(paths.gpu_stats_dir(), Path("/var/log/slurm-synergy/hooks.log"),
+                   Path("/run/slurm-synergy"), policy_path())
+
+
+def render_wrappers(conf_dir: Path, where: HookPaths) -> list[Change]:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.ETC)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    timeout = load_policy(where.policy).hook_timeout_s
+    changes = []
+    for hook, name in WRAPPERS.items():
+        text = env.get_template("node_hook.sh.j2").render(
+            hook=hook, key=hook.capitalize(), python=sys.executable, policy=where.policy,
+            stats_dir=where.stats_dir, log=where.log, run_dir=where.run_dir,
+            kill_after_s=int(timeout) + 15)
+        target = conf_dir / name
+        if target.is_file() and target.read_text() == text:
+            changes.append(Change(f"{target} is current", True))
+            continue
+        atomic_write_text(target, text, 0o755)
+        changes.append(Change(f"{target} written", False))
+    return changes
+
+
+def conf_edit(text: str, conf_dir: Path) -> tuple[str, list[Change]]:
+    """slurm.conf with our Prolog/Epilog and a long enough PrologEpilogTimeout."""
+    changes = []
+    for hook, name in WRAPPERS.items():
+        key, ours = hook.capitalize(), str(conf_dir / name)
+        m = re.search(rf"^(\s*{key}\s*=\s*)(\S+)(.*)$", text, re.IGNORECASE | re.MULTILINE)
+        if m and m.group(2) == ours:
+            changes.append(Change(f"slurm.conf: {key}={ours}", True))
+        elif m:
+            raise SynergyError(
+                f"slurm.conf already runs {key}={m.group(2)}; keep it and add this line to "
+                f"it (it exits as our {hook} does):\n    {ours} || exit $?")
+        else:
+            text = text.rstrip("\n") + f"\n# added by synergy hooks install\n{key}={ours}\n"
+            changes.append(Change(f"slurm.conf: {key}={ours}", False))
+    m = re.search(r"^(\s*PrologEpilogTimeout\s*=\s*)(\d+)(.*)$", text, re.IGNORECASE | re.MULTILINE)
+    if m and int(m.group(2)) >= MIN_TIMEOUT_S:
+        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={m.group(2)}", True))
+    elif m:
+        text = text[:m.start()] + f"{m.group(1)}{MIN_TIMEOUT_S}{m.group(3)}" + text[m.end():]
+        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={MIN_TIMEOUT_S}", False))
+    else:
+        text = text.rstrip("\n") + f"\nPrologEpilogTimeout={MIN_TIMEOUT_S}\n"
+        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={MIN_TIMEOUT_S}", False))
+    return text, changes
+
+
+def plan_text(conf: Path, where: HookPaths) -> str:
+    try:
+        _, changes = conf_edit(conf.read_text(), conf.parent)
+    except OSError as e:
+        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+    lines = [f"# slurm-synergy node hooks for the cluster of {conf}",
+             "# 1. slurm.conf on every node (then: scontrol reconfigure)"]
+    lines += [f"#    {'ok  ' if c.done else 'add '} {c.what}" for c in changes]
+    lines += [
+        "# 2. the wrappers, beside slurm.conf on every GPU node (root-owned, mode 0755):",
+        *(f"#    {conf.parent / n}" for n in WRAPPERS.values()),
+        f"# 3. per-job GPU stats in {where.stats_dir}: storage the report host shares",
+        "#    (SYNERGY_GPU_STATS names another); node log "
+        f"{where.log}; site cap: power_cap_w in {where.policy}",
+        "# synergy hooks install --apply does 1-2 on this host.",
+    ]
+    return "\n".join(lines)
+
+
+def apply(conf: Path, where: HookPaths) -> list[str]:
+    from ..slurm import Slurm
+    try:
+        text = conf.read_text()
+    except OSError as e:
+        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+    new, changes = conf_edit(text, conf.parent)
+    changes += render_wrappers(conf.parent, where)
+    if new != text:
+        atomic_write_text(conf.with_name(conf.name + ".synergy-backup"), text,
+                          conf.stat().st_mode & 0o777)
+        atomic_write_text(conf, new, conf.stat().st_mode & 0o777)
+    out = [("ok   " if c.done else "done ") + c.what for c in changes]
+    if new != text:
+        Slurm(conf).run(["scontrol", "reconfigure"])
+        out.append("done scontrol reconfigure")
+    return out

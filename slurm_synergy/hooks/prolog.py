@@ -1,0 +1,96 @@
+"""Node prolog: the job's GPUs at its decided power limit, under the site's ceiling, and
+their energy counters noted so the epilog can tell what the job used.
+
+Always succeeds: a failed prolog drains the node and requeues the job, and nothing here
+is worth that. The GPUs are already at their ceiling (the last epilog saw to it), so a
+limit that cannot be applied only costs the job's energy saving.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Sequence
+
+from ..gpu import Backend, Gpu, GpuError
+from .context import HookContext
+from .power import asked_power_w, job_target
+from .records import GpuStart, PrologRecord, read_prolog, RecordError, write_json
+
+StartSampler = Callable[[HookContext, Sequence[Gpu]], "int | None"]
+
+
+def start_sampler(ctx: HookContext, gpus: Sequence[Gpu]) -> int | None:
+    """A detached sampler for the job's life, outside the job's cgroup so its memory and
+    CPU are not the job's (a new session: slurmd kills the prolog's process group)."""
+    argv = [sys.executable, "-m", "slurm_synergy.hooks", "sample", "--job", ctx.job_id,
+            "--gpus", ",".join(g.info.uuid for g in gpus)]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                            env={**os.environ, "SLURM_JOB_ID": ctx.job_id})
+    return proc.pid
+
+
+def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None) -> GpuStart:
+    info, log = gpu.info, ctx.log
+    energy = gpu.energy_mj()
+    try:
+        rng, before = gpu.power_range(), gpu.power_limit_mw()
+    except GpuError as e:
+        log(f"gpu {info.uuid}: cannot read its power limits ({e}); left as it is")
+        return GpuStart(info.uuid, info.pci_bus_id, info.name, None, None, energy, str(e))
+    target = job_target(rng, ctx.policy.power_cap_w, asked_w)
+    if target.mw == before:
+        log(f"gpu {info.uuid}: limit {before / 1000:g} W kept ({target.why})")
+        return GpuStart(info.uuid, info.pci_bus_id, info.name, before, before, energy)
+    try:
+        gpu.set_power_limit_mw(target.mw)
+    except GpuError as e:
+        log(f"gpu {info.uuid}: refused limit {target.mw / 1000:g} W ({e}); "
+            f"runs at {before / 1000:g} W")
+        return GpuStart(info.uuid, info.pci_bus_id, info.name, before, None, energy, str(e))
+    log(f"gpu {info.uuid}: limit {before / 1000:g} W -> {target.mw / 1000:g} W ({target.why})")
+    return GpuStart(info.uuid, info.pci_bus_id, info.name, before, target.mw, energy)
+
+
+def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sampler) -> int:
+    log = ctx.log
+    if ctx.policy_error:
+        log(f"site policy unreadable, using the default limit as the ceiling: {ctx.policy_error}")
+    if not ctx.gpu_ids:
+        log("no GPUs allocated to this job")
+        return 0
+    if not backend.gpus:
+        log(f"{backend.reason}; nothing to do for GPUs {','.join(ctx.gpu_ids)}")
+        return 0
+    gpus, missing = backend.find(ctx.gpu_ids)
+    if missing:
+        log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS not found by {backend.name} "
+            f"(gres.conf File= numbers should be the devices' minor numbers)")
+    asked = asked_power_w(ctx.comment)
+    starts = [_apply(ctx, g, asked) for g in gpus]
+    if ctx.prolog_path.exists():
+        # Run twice for one job (slurmd retries, an admin by hand): the first record holds
+        # the energy counters at the job's real start and stays.
+        try:
+            read_prolog(ctx.prolog_path)
+            log("prolog record exists already: kept, with its start counters")
+            return 0
+        except RecordError as e:
+            log(f"replacing an unreadable prolog record ({e})")
+    ctx.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record = PrologRecord(ctx.job_id, started, tuple(starts))
+    write_json(ctx.prolog_path, record, 0o600)   # written before the sampler looks for it
+    pid = None
+    if gpus:
+        try:
+            pid = sampler(ctx, gpus)
+            log(f"sampler started (pid {pid}, every {ctx.policy.gpu_sample_period_s:g} s)")
+        except OSError as e:
+            log(f"sampler could not start ({e}); the epilog has the energy counters only")
+    if pid is not None:
+        write_json(ctx.prolog_path, PrologRecord(ctx.job_id, started, tuple(starts), pid), 0o600)
+    return 0

@@ -1,0 +1,149 @@
+"""What the node hooks keep: the prolog's record of a running job (node-local), the
+sampler's running totals, and the per-job GPU stats the epilog leaves for reports.
+
+All are JSON written whole (temporary file + rename); readers treat a file they cannot
+parse as absent and say so, never as zeros.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..fileio import atomic_write_text
+
+JOB_ID = re.compile(r"^\d{1,12}$")
+NODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class GpuStart:
+    """One GPU as the prolog found and left it."""
+
+    uuid: str
+    pci_bus_id: str
+    name: str
+    limit_before_mw: int | None
+    limit_set_mw: int | None       # None: the GPU refused or could not be read
+    energy_start_mj: int | None    # None: no hardware energy counter
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PrologRecord:
+    job_id: str
+    started: str                   # ISO time, UTC
+    gpus: tuple[GpuStart, ...]
+    sampler_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """One GPU over one job, as the epilog measured it."""
+
+    uuid: str
+    pci_bus_id: str
+    name: str
+    power_limit_w: float | None    # what the job ran at (set by the prolog)
+    energy_j: float | None
+    energy_source: str             # "counter" (NVML total energy), "power" (integrated), ""
+    util_mean_pct: float | None
+    sm_active_mean_pct: float | None
+    mem_peak_mb: float | None
+    samples: int
+    limit_after_w: float | None    # what the epilog left it at
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class JobGpuStats:
+    job_id: str
+    node: str
+    started: str | None
+    ended: str
+    gpus: tuple[GpuUse, ...] = field(default_factory=tuple)
+    note: str = ""
+
+    @property
+    def energy_j(self) -> float | None:
+        values = [g.energy_j for g in self.gpus]
+        return sum(values) if values and None not in values else None  # type: ignore[arg-type]
+
+    @property
+    def util_mean_pct(self) -> float | None:
+        values = [g.util_mean_pct for g in self.gpus if g.util_mean_pct is not None]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def sm_active_mean_pct(self) -> float | None:
+        values = [g.sm_active_mean_pct for g in self.gpus if g.sm_active_mean_pct is not None]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def mem_peak_mb(self) -> float | None:
+        values = [g.mem_peak_mb for g in self.gpus if g.mem_peak_mb is not None]
+        return max(values) if values else None
+
+
+class RecordError(Exception):
+    """A hook file that exists but cannot be read back."""
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise RecordError(f"{path}: {e}") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a JSON object")
+    return data
+
+
+def _build(cls: type, data: dict[str, Any], path: Path) -> Any:
+    try:
+        return cls(**data)
+    except TypeError as e:
+        raise RecordError(f"{path}: {e}") from None
+
+
+def write_json(path: Path, record: object, mode: int = 0o644) -> None:
+    atomic_write_text(path, json.dumps(asdict(record), indent=1) + "\n", mode)  # type: ignore[call-overload]
+
+
+def read_prolog(path: Path) -> PrologRecord:
+    data = _load(path)
+    gpus = tuple(_build(GpuStart, g, path) for g in data.pop("gpus", []))
+    return _build(PrologRecord, {**data, "gpus": gpus}, path)
+
+
+def read_stats(path: Path) -> JobGpuStats:
+    data = _load(path)
+    gpus = tuple(_build(GpuUse, g, path) for g in data.pop("gpus", []))
+    return _build(JobGpuStats, {**data, "gpus": gpus}, path)
+
+
+def stats_path(stats_dir: Path, job_id: str, node: str) -> Path:
+    """One file per job and node: a job on several nodes gets one from each epilog."""
+    return stats_dir / f"{job_id}.{node}.json"
+
+
+def stats_for(stats_dir: Path, job_ids: set[str]) -> tuple[dict[str, list[JobGpuStats]], list[str]]:
+    """The stats of these jobs (raw job ids), and a line for each file that is unreadable."""
+    found: dict[str, list[JobGpuStats]] = {}
+    problems: list[str] = []
+    if not stats_dir.is_dir():
+        return found, problems
+    for path in sorted(stats_dir.glob("*.json")):
+        job_id = path.name.split(".", 1)[0]
+        if job_id not in job_ids:
+            continue
+        try:
+            stats = read_stats(path)
+        except RecordError as e:
+            problems.append(f"GPU stats {e}")
+            continue
+        found.setdefault(job_id, []).append(stats)
+    return found, problems

@@ -1,0 +1,1 @@
+"""Reports from accounting: sacct joined with what slurm-synergy knows about each job."""

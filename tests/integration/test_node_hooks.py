@@ -1,0 +1,154 @@
+"""The node prolog and epilog inside the real slurmd.
+
+On this machine there is no GPU, so the hooks run on the none backend and say so. The
+power-cap paths run inside slurmd too: for those tests the wrappers also put a stand-in
+pynvml (tests/fakes/nvml) on the path, so slurmd's prolog and epilog drive GPUs through
+the package's NVML backend, and a GPU that will not obey drains the node for real.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.hooks.install import WRAPPERS, render_wrappers
+
+from .conftest import EXPECTED_DRAINS, ROOT, executable, finish, synergy
+
+FAKE_NVML = ROOT / "tests" / "fakes" / "nvml"
+
+
+def report(*job_ids: str) -> dict[str, dict]:
+    proc = synergy("report", "--jobs", ",".join(job_ids), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return {r["job_id"]: r for r in json.loads(proc.stdout)}
+
+
+def test_without_gpus_the_hooks_say_so_and_the_report_shows_why(box, slurm, tmp_path):
+    gpu_job = slurm.sbatch(executable(tmp_path / "g.sh", "#!/bin/sh\nsleep 1\n"),
+                           ["--gres=gpu:2", "--output=/dev/null",
+                            "--comment=fp=0123456789abcdef decision=c1,m512,g2,w0,p200"])
+    cpu_job = slurm.sbatch(tmp_path / "g.sh", ["--output=/dev/null"])
+    finish(slurm, [gpu_job, cpu_job])
+    log = (box.state / "log" / "hooks.log").read_text()
+    assert f"prolog job={gpu_job} no GPUs on this node" in log
+    assert f"epilog job={gpu_job} no GPUs on this node" in log
+    assert f"epilog job={cpu_job} no GPUs allocated to this job" in log
+    rows = report(gpu_job, cpu_job)
+    assert rows[gpu_job]["gpus"] == 2 and rows[gpu_job]["gpu_energy_j"] is None
+    assert rows[gpu_job]["gpu_note"].startswith("no GPUs on this node")
+    assert rows[cpu_job]["gpus"] == 0 and rows[cpu_job]["gpu_note"] == ""
+
+
+@contextlib.contextmanager
+def fake_gpus(box, tmp_path: Path, gpus: list[dict]):
+    """slurmd's prolog and epilog see `gpus` (minor numbers 0-3, as the local cluster's
+    gres files are numbered) until the block ends; then the real wrappers come back."""
+    state = tmp_path / "nvml.json"
+    state.write_text(json.dumps({"gpus": gpus}))
+    for name in WRAPPERS.values():
+        wrapper = box.etc / name
+        text = wrapper.read_text().replace(
+            "export PATH\n", f"export PATH\nPYTHONPATH={FAKE_NVML}\nFAKE_NVML_STATE={state}\n"
+            "export PYTHONPATH FAKE_NVML_STATE\n", 1)
+        wrapper.write_text(text)
+    try:
+        yield state
+    finally:
+        render_wrappers(box.etc, box.hook_paths)
+
+
+def gpu(minor: int, **kw) -> dict:
+    return {"uuid": f"GPU-{minor:08d}-feed", "pci": f"00000000:{0x17 + minor:02X}:00.0",
+            "name": "NVIDIA Fake", "minor": minor, "limit_mw": 300_000, "min_mw": 100_000,
+            "max_mw": 400_000, "default_mw": 300_000, "energy_mj": 7_000_000,
+            "power_mw": 180_000, "util": 60, "mem_used_mb": 5000, "refuse": False, **kw}
+
+
+# The job reads its GPU's limit while it runs (proof the prolog came first), then "uses"
+# 900 J by advancing the stand-in's energy counter.
+JOB = """#!/usr/bin/env python3
+import json, os, time
+path = os.environ["STATE"]
+mine = os.environ["SLURM_JOB_GPUS"].split(",")
+gpus = [g for g in json.load(open(path))["gpus"] if str(g["minor"]) in mine]
+print("limits", [g["limit_mw"] for g in gpus], flush=True)
+time.sleep(3)
+for minor in mine:
+    used = path + f".energy{minor}"
+    before = int(open(used).read()) if os.path.exists(used) else 0
+    with open(used, "w") as fh:
+        fh.write(str(before + 900_000))
+time.sleep(float(os.environ.get("LINGER", "0")))
+"""
+
+
+def test_power_limits_and_energy_through_slurmd(box, slurm, tmp_path):
+    script = executable(tmp_path / "job.py", JOB)
+    with fake_gpus(box, tmp_path, [gpu(m) for m in range(4)]) as state:
+        env = f"--export=ALL,STATE={state}"
+        decided = slurm.sbatch(script, ["--gres=gpu:1", env, f"--output={tmp_path}/a.out",
+                                        "--comment=fp=0123456789abcdef "
+                                        "decision=c1,m512,g1,w0,p200"])
+        plain = slurm.sbatch(script, ["--gres=gpu:1", env, f"--output={tmp_path}/b.out"])
+        killed = slurm.sbatch(script, ["--gres=gpu:1", f"{env},LINGER=60",
+                                       f"--output={tmp_path}/c.out",
+                                       "--comment=decision=c1,m512,g1,w0,p150"])
+        deadline = time.monotonic() + 120
+        while "limits" not in _text(tmp_path / "c.out") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        slurm.run(["scancel", "--signal=KILL", "--full", killed])
+        recs = finish(slurm, [decided, plain, killed])
+        limits = [g["limit_mw"] for g in json.loads(state.read_text())["gpus"]]
+    assert recs[decided].state == "COMPLETED" and recs[plain].state == "COMPLETED"
+    assert recs[killed].state.startswith(("CANCELLED", "FAILED")), recs[killed].state
+    assert _text(tmp_path / "a.out").startswith("limits [200000]")   # the decision, applied
+    assert _text(tmp_path / "b.out").startswith("limits [300000]")   # no decision: ceiling
+    assert _text(tmp_path / "c.out").startswith("limits [150000]")
+    assert limits == [300_000] * 4                # every GPU back to the ceiling
+    rows = report(decided, plain, killed)
+    assert rows[decided]["gpu_energy_j"] == pytest.approx(900.0)
+    assert rows[decided]["gpu_power_limit_w"] == 200
+    assert rows[decided]["gpu_util_pct"] == 60 and rows[decided]["gpu_mem_peak_mb"] == 5000
+    assert rows[plain]["gpu_power_limit_w"] == 300
+    # Killed before it used any: the counter says 0 J, which is a measurement, not a gap.
+    assert rows[killed]["gpu_power_limit_w"] == 150 and rows[killed]["gpu_energy_j"] == 0
+    log = (box.state / "log" / "hooks.log").read_text()
+    assert f"prolog job={decided} gpu GPU-" in log and "-> 200 W (decision 200 W" in log
+    assert f"epilog job={killed} gpu GPU-" in log
+
+
+def test_an_epilog_that_cannot_enforce_the_cap_drains_the_node(box, slurm, tmp_path):
+    """The one case the epilog fails: a GPU above the cap that refuses to come down."""
+    stuck = [gpu(0, limit_mw=400_000, refuse=True)] + [gpu(m) for m in (1, 2, 3)]
+    job = ""
+    try:
+        with fake_gpus(box, tmp_path, stuck):
+            job = slurm.sbatch(executable(tmp_path / "s.sh", "#!/bin/sh\ntrue\n"),
+                               ["--gres=gpu:1", "--output=/dev/null"])
+            EXPECTED_DRAINS.add(job)
+            finish(slurm, [job])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not _drained(slurm):
+                time.sleep(0.5)
+        assert _drained(slurm)
+        reason = slurm.run(["sinfo", "--noheader", "--format=%E"]).strip()
+        assert "epilog" in reason.lower(), reason
+        assert f"epilog job={job} exit 1: node will drain" in \
+            (box.state / "log" / "hooks.log").read_text()
+    finally:
+        slurm.run(["scontrol", "update", f"nodename={box.slurm.nodes('')[0].name}",
+                   "state=resume"])
+    assert not _drained(slurm)
+
+
+def _drained(slurm) -> bool:
+    return any("drain" in n.state for n in slurm.nodes(""))
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""

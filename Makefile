@@ -60,3 +60,4 @@ bench: setup
 	$(PY) bench/bench_shim.py
 	$(PY) bench/bench_loaders.py
 	$(PY) bench/bench_profiles.py
+	$(PY) bench/bench_sampler.py

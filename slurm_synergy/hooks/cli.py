@@ -23,7 +23,11 @@ def run(args: argparse.Namespace) -> int:
         raise SynergyError("no slurm.conf: set SLURM_CONF, pass --conf, or start the "
                            "local cluster (make cluster)")
     conf = conf.resolve()
-    where = HookPaths.site()
+    if conf == paths.local_slurm_conf():
+        from ..cluster.localbox import LocalCluster
+        where = LocalCluster().hook_paths
+    else:
+        where = HookPaths.site()
     if args.stats_dir:
         where = HookPaths(args.stats_dir, where.log, where.run_dir, where.policy)
     print("\n".join(apply(conf, where)) if args.apply else plan_text(conf, where))

@@ -87,9 +87,9 @@ def restore(ctx: HookContext, gpu: Gpu) -> tuple[bool, float | None]:
     return True, now / 1000
 
 
-def _use(gpu: Gpu, start: GpuStart | None, totals: Totals | None, limit_after_w: float | None,
-         notes: list[str]) -> GpuUse:
-    energy, source = None, ""
+def _use(gpu: Gpu, start: GpuStart | None, totals: Totals | None,
+         limit_after_w: float | None) -> GpuUse:
+    energy, source, notes = None, "", []
     end = gpu.energy_mj()
     if start and start.energy_start_mj is not None and end is not None \
             and end >= start.energy_start_mj:
@@ -151,7 +151,7 @@ def run(ctx: HookContext, backend: Backend) -> int:
     for gpu in gpus:
         ok, after = restore(ctx, gpu)
         enforced &= ok
-        uses.append(_use(gpu, starts.get(gpu.info.uuid), totals.get(gpu.info.uuid), after, []))
+        uses.append(_use(gpu, starts.get(gpu.info.uuid), totals.get(gpu.info.uuid), after))
     if out.exists():
         log(f"GPU stats {out} exist already (epilog run twice): kept")
     else:

@@ -386,7 +386,10 @@ def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],
                  summary: dict[str, Any]) -> GpuReadings:
     if not gpus:
         return GpuReadings(available=False, reason=reason)
-    rng = gpus[0].power_range()
+    try:
+        rng, limit = gpus[0].power_range(), gpus[0].power_limit_mw()
+    except GpuError as e:     # readings go on; only the power fields stay empty
+        rng, limit, reason = None, None, str(e)
     peak = summary.get("peak_gpu_mem_mb")
     utils = [t.util_mean for t in sampler.totals if t.util_mean is not None] if sampler else []
     powers = [t.power_mean_w for t in sampler.totals
@@ -397,9 +400,10 @@ def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],
         mem_used_mb=max(t.mem_peak_mb for t in sampler.totals) if utils and sampler else None,
         peak_torch_mem_mb=float(peak) if isinstance(peak, (int, float)) else None,
         avg_power_w=sum(powers) if powers else None,
-        energy_j=sampler.energy_j() if sampler else None,
-        power_limit_w=gpus[0].power_limit_mw() / 1000, min_limit_w=rng.min_mw / 1000,
-        max_limit_w=rng.max_mw / 1000)
+        energy_j=sampler.energy_j() if sampler else None, reason=reason,
+        power_limit_w=limit / 1000 if limit is not None else None,
+        min_limit_w=rng.min_mw / 1000 if rng else None,
+        max_limit_w=rng.max_mw / 1000 if rng else None)
 
 
 def power_sweep(runner: Runner, step: Step, gpus: list[Gpu],
@@ -411,8 +415,11 @@ def power_sweep(runner: Runner, step: Step, gpus: list[Gpu],
         cap_w = load_policy().power_cap_w
     except SynergyError as e:
         return replace(readings, power_sweep_note=f"no power sweep: {e}")
-    top = ceiling_mw(gpus[0].power_range(), cap_w) / 1000
-    before = [g.power_limit_mw() for g in gpus]
+    try:
+        top = ceiling_mw(gpus[0].power_range(), cap_w) / 1000
+        before = [g.power_limit_mw() for g in gpus]
+    except GpuError as e:
+        return replace(readings, power_sweep_note=f"no power sweep: {e}")
     points: list[PowerPoint] = []
     try:
         for limit in power_limits_to_try(readings.min_limit_w or top, top):

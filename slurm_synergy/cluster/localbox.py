@@ -24,9 +24,9 @@ import jinja2
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import atomic_write_text, locked
-from ..hooks.install import MIN_TIMEOUT_S, WRAPPERS, HookPaths, render_wrappers
+from ..hooks.install import WRAPPERS, HookPaths, needed_timeout_s, render_wrappers
 from ..plugin.install import install_shim
-from ..plugin.policy import policy_path
+from ..plugin.policy import load_policy, policy_path
 from ..plugin.table import TABLE_NAME, sync
 from ..slurm import Slurm
 from . import node as nodemod
@@ -81,7 +81,7 @@ class LocalCluster:
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
             "prolog": str(self.etc / WRAPPERS["prolog"]),
             "epilog": str(self.etc / WRAPPERS["epilog"]),
-            "hook_timeout_s": MIN_TIMEOUT_S,
+            "hook_timeout_s": needed_timeout_s(load_policy().hook_timeout_s),
         }
         changed = False
         for name, mode_bits in (("slurm.conf", 0o644), ("gres.conf", 0o644),

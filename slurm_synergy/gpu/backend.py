@@ -11,11 +11,16 @@ from .device import Gpu
 
 @dataclass
 class Backend:
-    """The GPUs of one node. `reason` says why there are none; '' when there are."""
+    """The GPUs of one node. `reason` says why there are none; '' when there are.
+
+    `broken`: the node has NVIDIA GPUs but they cannot be reached (NVML fails for a reason
+    other than a missing driver), so nothing about their limits can be confirmed.
+    """
 
     name: str
     gpus: list[Gpu] = field(default_factory=list)
     reason: str = ""
+    broken: bool = False
 
     def find(self, ids: Sequence[str]) -> tuple[list[Gpu], list[str]]:
         """The GPUs named by `ids` (minor number, UUID or PCI bus id) and the ids not found.

@@ -28,7 +28,7 @@ class GpuInfo:
 class PowerRange:
     min_mw: int
     max_mw: int
-    default_mw: int
+    default_mw: int | None     # None: the driver would not say
 
     def clamp(self, mw: int) -> int:
         return max(self.min_mw, min(self.max_mw, mw))

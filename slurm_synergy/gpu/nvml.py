@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .backend import Backend
 from .device import Gpu, GpuError, GpuInfo, PowerRange, Sample
 
 T = TypeVar("T")
+# What NVML says on a node without the NVIDIA driver: no GPUs, not a fault.
+NO_DRIVER = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
+GPM_MIN_INTERVAL_S = 0.1     # NVML needs GPM samples at least this far apart
 
 
 def _call(what: str, fn: Callable[[], T]) -> T:
@@ -32,12 +37,9 @@ class NvmlGpu:
         self.info = GpuInfo(uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                             pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
                             name=_text(nvml.nvmlDeviceGetName(handle)), minor=minor)
-        self._gpm: Any = None          # the previous GPM sample, where the GPU has GPM
-        try:
-            if nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
-                self._gpm = nvml.nvmlGpmSampleGet(handle, nvml.nvmlGpmSampleAlloc())
-        except Exception:     # pre-Hopper GPUs and older drivers: utilisation only
-            self._gpm = None
+        # GPM (SM activity) is set up by the first sample, so hooks that only set limits
+        # never allocate it: None unknown, False unsupported, else (sample, taken at).
+        self._gpm: Any = None
 
     def power_limit_mw(self) -> int:
         return int(_call("read the power limit",
@@ -46,9 +48,11 @@ class NvmlGpu:
     def power_range(self) -> PowerRange:
         low, high = _call("read the power-limit range", lambda: self._nvml.
                           nvmlDeviceGetPowerManagementLimitConstraints(self._h))
-        default = _call("read the default power limit", lambda: self._nvml.
-                        nvmlDeviceGetPowerManagementDefaultLimit(self._h))
-        return PowerRange(int(low), int(high), int(default))
+        try:
+            default: int | None = int(self._nvml.nvmlDeviceGetPowerManagementDefaultLimit(self._h))
+        except Exception:    # only needed where the site sets no cap (power.ceiling_mw)
+            default = None
+        return PowerRange(int(low), int(high), default)
 
     def set_power_limit_mw(self, mw: int) -> None:
         _call(f"set the power limit to {mw / 1000:g} W",
@@ -71,37 +75,57 @@ class NvmlGpu:
     def _sm_active(self) -> float | None:
         """Busy SMs between this sample and the last (GPM's SM_UTIL). utilization.gpu is
         100% as soon as one kernel runs, so it says little about how busy the GPU is."""
-        if self._gpm is None:
+        nvml, h = self._nvml, self._h
+        if self._gpm is False:
             return None
-        nvml = self._nvml
+        if self._gpm is None:
+            try:
+                supported = bool(nvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
+                self._gpm = (nvml.nvmlGpmSampleGet(h, nvml.nvmlGpmSampleAlloc()),
+                             time.monotonic()) if supported else False
+            except Exception:     # pre-Hopper GPUs and older drivers: utilisation only
+                self._gpm = False
+            return None
+        before, taken = self._gpm
+        if time.monotonic() - taken < GPM_MIN_INTERVAL_S:
+            return None
+        now = nvml.nvmlGpmSampleAlloc()
         try:
-            now = nvml.nvmlGpmSampleGet(self._h, nvml.nvmlGpmSampleAlloc())
+            nvml.nvmlGpmSampleGet(h, now)
             query = nvml.c_nvmlGpmMetricsGet_t()
             query.version = nvml.NVML_GPM_METRICS_GET_VERSION
             query.numMetrics = 1
-            query.sample1, query.sample2 = self._gpm, now
+            query.sample1, query.sample2 = before, now
             query.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
             nvml.nvmlGpmMetricsGet(query)
-            nvml.nvmlGpmSampleFree(self._gpm)
-            self._gpm = now
-            return float(query.metrics[0].value)
         except Exception:
+            nvml.nvmlGpmSampleFree(now)
             return None
+        nvml.nvmlGpmSampleFree(before)
+        self._gpm = (now, time.monotonic())
+        metric = query.metrics[0]
+        return float(metric.value) if metric.nvmlReturn == nvml.NVML_SUCCESS else None
 
 
 def open_nvml() -> Backend:
     try:
         import pynvml
     except ImportError:
+        if Path("/dev/nvidiactl").exists():   # a driver, but this Python cannot reach it
+            return Backend("nvml", reason="NVIDIA driver present but nvidia-ml-py is not "
+                           "installed for this Python", broken=True)
         return Backend("none", reason="no GPUs on this node (nvidia-ml-py is not installed)")
     try:
         pynvml.nvmlInit()
-    except Exception as e:   # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return Backend("none", reason=f"no GPUs on this node (NVML: {e})")
+    except Exception as e:
+        if type(e).__name__ in NO_DRIVER:
+            return Backend("none", reason=f"no GPUs on this node (NVML: {e})")
+        return Backend("nvml", reason=f"NVML failed to start: {e}", broken=True)
     try:
         count = pynvml.nvmlDeviceGetCount()
     except Exception as e:
-        return Backend("none", reason=f"NVML could not count this node's GPUs: {e}")
+        return Backend("nvml", reason=f"NVML could not count this node's GPUs: {e}",
+                       broken=True)
     gpus: list[Gpu] = []
     for i in range(count):
         try:

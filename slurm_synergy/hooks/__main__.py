@@ -34,12 +34,13 @@ def run_hook(hook: str) -> int:
         HookLog(log_path(dict(os.environ)), hook, "?")(f"refused: {e}")
         return ON_FAILURE[hook]
     result: list[int] = []
+    settled: list[int] = []       # the epilog's status once the GPUs are dealt with
 
     def work() -> None:
         try:
             backend = open_backend()
             result.append(prolog.run(ctx, backend) if hook == "prolog"
-                          else epilog.run(ctx, backend))
+                          else epilog.run(ctx, backend, settled.append))
         except Exception:
             ctx.log(f"failed: {traceback.format_exc(limit=4).strip()}".replace("\n", " | "))
 
@@ -47,9 +48,13 @@ def run_hook(hook: str) -> int:
     worker.start()
     worker.join(ctx.policy.hook_timeout_s)
     if worker.is_alive():
+        code = settled[0] if settled else ON_FAILURE[hook]
         ctx.log(f"did not finish in {ctx.policy.hook_timeout_s:g} s (hook_timeout_s); "
-                f"exit {ON_FAILURE[hook]}")
-        return ON_FAILURE[hook]
+                f"exit {code}" + (" (the GPUs were dealt with)" if settled else ""))
+        return code
+    if not result and settled:
+        ctx.log(f"failed after the GPUs were dealt with; exit {settled[0]}")
+        return settled[0]
     if not result:
         ctx.log(f"exit {ON_FAILURE[hook]}")
         return ON_FAILURE[hook]

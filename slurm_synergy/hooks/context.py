@@ -4,6 +4,7 @@ where it keeps its files, and its log."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import SynergyError
+from ..fileio import atomic_write_text
 from ..gpu.backend import job_gpu_ids
 from ..plugin.policy import Policy, load_policy
 from .records import JOB_ID, NODE
@@ -49,9 +51,11 @@ class HookContext:
     job_id: str
     node: str
     gpu_ids: tuple[str, ...]       # SLURM_JOB_GPUS: device (minor) numbers
+    restart: int                   # SLURM_JOB_RESTART_COUNT: a requeued job keeps its id
     comment: str
     policy: Policy
     policy_error: str              # '' when the site policy was read
+    cap_w: float | None            # the site cap (0: none); None: unknown, never raise a limit
     run_dir: Path                  # node-local: the prolog's records, the sampler's totals
     stats_dir: Path                # shared with the report host: per-job GPU stats
     log: HookLog
@@ -66,8 +70,8 @@ class HookContext:
 
 
 def context(hook: str, env: dict[str, str] | None = None) -> HookContext:
-    """The hook's context from slurmd's environment. A job id or node name that is not
-    what Slurm writes is refused: both end up in file names."""
+    """The hook's context from slurmd's environment. Both the job id and the node name end
+    up in file names: a job id that is not one is refused, a node name is made safe."""
     env = dict(os.environ) if env is None else env
     job_id = env.get("SLURM_JOB_ID", "")
     node = env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
@@ -75,16 +79,35 @@ def context(hook: str, env: dict[str, str] | None = None) -> HookContext:
     if not JOB_ID.match(job_id):
         raise SynergyError(f"SLURM_JOB_ID {job_id!r} is not a job id (is this run by slurmd?)")
     if not NODE.match(node):
-        raise SynergyError(f"node name {node!r} is not one Slurm would give")
-    try:
-        policy = load_policy(Path(env["SYNERGY_POLICY"]) if env.get("SYNERGY_POLICY") else None)
-        problem = ""
-    except SynergyError as e:
-        # Unknown cap: the default limit is the ceiling until the policy is fixed. Draining
-        # every node over a typo in one file would be worse.
-        policy, problem = Policy(), str(e)
+        node = re.sub(r"[^A-Za-z0-9_.-]", "_", node)[:64] or "node"
+    run_dir = Path(env["SYNERGY_HOOK_RUN"]) if env.get("SYNERGY_HOOK_RUN") else DEFAULT_RUN
+    policy, problem, cap_w = _policy(env, run_dir)
     return HookContext(
         job_id=job_id, node=node, gpu_ids=tuple(job_gpu_ids(env)),
+        restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0)
+        if env.get("SLURM_JOB_RESTART_COUNT", "0").isdigit() else 0,
         comment=env.get("SLURM_JOB_COMMENT", ""), policy=policy, policy_error=problem,
-        run_dir=Path(env["SYNERGY_HOOK_RUN"]) if env.get("SYNERGY_HOOK_RUN") else DEFAULT_RUN,
-        stats_dir=paths.gpu_stats_dir(env), log=log)
+        cap_w=cap_w, run_dir=run_dir, stats_dir=paths.gpu_stats_dir(env), log=log)
+
+
+def _policy(env: dict[str, str], run_dir: Path) -> tuple[Policy, str, float | None]:
+    """The site policy, and the cap to hold GPUs to. A policy that cannot be read (a typo
+    in one file) must neither drain every node nor let a job above the cap, so the hooks
+    go on with the last cap they read on this node, or with none known, in which case
+    they lower limits but never raise them."""
+    remembered = run_dir / "site-cap"
+    try:
+        policy = load_policy(Path(env["SYNERGY_POLICY"]) if env.get("SYNERGY_POLICY") else None)
+    except SynergyError as e:
+        try:
+            cap = float(remembered.read_text())
+            return Policy(), f"{e}; holding the last cap read, {cap:g} W", cap
+        except (OSError, ValueError):
+            return Policy(), f"{e}; no cap known: limits are lowered, never raised", None
+    try:
+        if not remembered.exists() or float(remembered.read_text()) != policy.power_cap_w:
+            run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            atomic_write_text(remembered, f"{policy.power_cap_w:g}\n", 0o600)
+    except (OSError, ValueError):
+        pass
+    return policy, "", policy.power_cap_w

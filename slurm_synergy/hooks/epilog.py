@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable
 
 from ..gpu import Backend, Gpu, GpuError
 from ..gpu.sampler import Totals
@@ -37,15 +38,26 @@ def stop_sampler(ctx: HookContext, pid: int | None) -> None:
     if b"slurm_synergy.hooks" not in cmdline or ctx.job_id.encode() not in cmdline:
         ctx.log(f"pid {pid} is no longer this job's sampler: left alone")
         return
-    os.kill(pid, signal.SIGTERM)
+    if not _signal(pid, signal.SIGTERM):
+        ctx.log(f"sampler (pid {pid}) had already ended")
+        return
     deadline = time.monotonic() + STOP_WAIT_S
     while time.monotonic() < deadline:
         if not Path(f"/proc/{pid}").exists() or _zombie(pid):
             ctx.log(f"sampler (pid {pid}) stopped")
             return
         time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
+    _signal(pid, signal.SIGKILL)
     ctx.log(f"sampler (pid {pid}) killed after {STOP_WAIT_S:g} s; its last totals are used")
+
+
+def _signal(pid: int, sig: int) -> bool:
+    """False when the process ended in between (it may, at any moment)."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _zombie(pid: int) -> bool:
@@ -63,9 +75,16 @@ def restore(ctx: HookContext, gpu: Gpu) -> tuple[bool, float | None]:
     except GpuError as e:
         log(f"gpu {uuid}: CANNOT READ its power limit ({e}): cap not enforced")
         return False, None
-    top = ceiling_mw(rng, ctx.policy.power_cap_w)
-    if ctx.policy.power_cap_w > 0 and top > ctx.policy.power_cap_w * 1000:
-        log(f"gpu {uuid}: site cap {ctx.policy.power_cap_w:g} W is below the device's "
+    cap_w = ctx.cap_w
+    try:
+        top = ceiling_mw(rng, cap_w or 0.0)
+    except GpuError as e:
+        log(f"gpu {uuid}: NO CEILING ({e}): cap not enforced")
+        return False, now / 1000
+    if cap_w is None:
+        top = min(top, now)     # the cap is unknown: lower to the default, never raise
+    elif cap_w > 0 and top > cap_w * 1000:
+        log(f"gpu {uuid}: site cap {cap_w:g} W is below the device's "
             f"minimum {rng.min_mw / 1000:g} W; held at the minimum")
     if now != top:
         try:
@@ -114,21 +133,42 @@ def _use(gpu: Gpu, start: GpuStart | None, totals: Totals | None,
         note="; ".join(notes))
 
 
-def run(ctx: HookContext, backend: Backend) -> int:
+def run(ctx: HookContext, backend: Backend,
+        settled: Callable[[int], None] = lambda code: None) -> int:
+    """`settled` hears the exit status as soon as the GPUs are dealt with, before the
+    accounting: a slow stats folder must not turn an enforced cap into a drain."""
     log = ctx.log
     if ctx.policy_error:
-        log(f"site policy unreadable, using the default limit as the ceiling: {ctx.policy_error}")
+        log(f"site policy unreadable: {ctx.policy_error}")
     if not ctx.gpu_ids:
         log("no GPUs allocated to this job")
         return 0
     ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    out = stats_path(ctx.stats_dir, ctx.job_id, ctx.node)
+    out = stats_path(ctx.stats_dir, ctx.job_id, ctx.node, ctx.restart)
+    if backend.broken:
+        log(f"CANNOT REACH the GPUs ({backend.reason}): cap not enforced")
+        log("exit 1: a GPU of this job may be above the power cap; Slurm drains the node")
+        return 1
     if not backend.gpus:
         log(f"{backend.reason}; nothing to restore for GPUs {','.join(ctx.gpu_ids)}")
-        if not out.exists():
-            _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node, None, ended,
-                                               note=backend.reason))
+        settled(0)
+        _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node, None, ended,
+                                           note=backend.reason))
         return 0
+    # The cap first: nothing after this may stand between a GPU and its ceiling.
+    gpus, missing = backend.find(ctx.gpu_ids)
+    enforced = not missing
+    if missing:
+        log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS NOT FOUND by {backend.name}: "
+            f"cannot confirm their power cap")
+    after: dict[str, float | None] = {}
+    for gpu in gpus:
+        ok, after[gpu.info.uuid] = restore(ctx, gpu)
+        enforced &= ok
+    code = 0 if enforced else 1
+    if not enforced:
+        log("exit 1: a GPU of this job may be above the power cap; Slurm drains the node")
+    settled(code)
     record: PrologRecord | None = None
     try:
         record = read_prolog(ctx.prolog_path)
@@ -141,32 +181,29 @@ def run(ctx: HookContext, backend: Backend) -> int:
             totals = read_totals(ctx.totals_path)
         except RecordError as e:
             log(f"sampler totals unreadable ({e})")
-    gpus, missing = backend.find(ctx.gpu_ids)
-    enforced = not missing
-    if missing:
-        log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS NOT FOUND by {backend.name}: "
-            f"cannot confirm their power cap")
     starts = {s.uuid: s for s in record.gpus} if record else {}
-    uses = []
-    for gpu in gpus:
-        ok, after = restore(ctx, gpu)
-        enforced &= ok
-        uses.append(_use(gpu, starts.get(gpu.info.uuid), totals.get(gpu.info.uuid), after))
-    if out.exists():
-        log(f"GPU stats {out} exist already (epilog run twice): kept")
-    else:
-        _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node,
-                                           record.started if record else None, ended,
-                                           tuple(uses)))
+    uses = tuple(_use(g, starts.get(g.info.uuid), totals.get(g.info.uuid), after[g.info.uuid])
+                 for g in gpus)
+    _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node,
+                                       record.started if record else None, ended, uses))
     for path in (ctx.prolog_path, ctx.totals_path):
         path.unlink(missing_ok=True)
-    if not enforced:
-        log("exit 1: a GPU of this job may be above the power cap; Slurm drains the node")
-        return 1
-    return 0
+    return code
 
 
 def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
+    """Once per job run: an epilog run twice keeps the first record, but only one this
+    account wrote (in a shared folder a user could plant a file for a future job)."""
+    try:
+        if out.lstat().st_uid == os.geteuid() and not out.is_symlink():
+            ctx.log(f"GPU stats {out} exist already (epilog run twice): kept")
+            return
+        ctx.log(f"replacing {out}, which the epilog did not write")
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        ctx.log(f"GPU stats folder unreadable ({e})")
+        return
     try:
         write_json(out, stats)
     except OSError as e:   # a full or unmounted stats folder costs the report, not the node

@@ -8,6 +8,7 @@ it: install then says how to call ours from it instead of replacing it.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import sys
@@ -23,7 +24,17 @@ from ..plugin.install import Change
 from ..plugin.policy import load_policy, policy_path
 
 WRAPPERS = {"prolog": "synergy-prolog", "epilog": "synergy-epilog"}
-MIN_TIMEOUT_S = 60
+
+
+def kill_after_s(hook_timeout_s: float) -> int:
+    """When the wrapper kills a hook that ignored its own deadline (Python hung)."""
+    return math.ceil(hook_timeout_s) + 15
+
+
+def needed_timeout_s(hook_timeout_s: float) -> int:
+    """slurm.conf's PrologEpilogTimeout must outlast the wrapper's kill, or slurmd kills
+    the hook first and drains the node with nothing in our log."""
+    return max(60, kill_after_s(hook_timeout_s) + 15)
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,7 @@ def render_wrappers(conf_dir: Path, where: HookPaths) -> list[Change]:
         text = env.get_template("node_hook.sh.j2").render(
             hook=hook, key=hook.capitalize(), python=sys.executable, policy=where.policy,
             stats_dir=where.stats_dir, log=where.log, run_dir=where.run_dir,
-            kill_after_s=int(timeout) + 15)
+            kill_after_s=kill_after_s(timeout))
         target = conf_dir / name
         if target.is_file() and target.read_text() == text:
             changes.append(Change(f"{target} is current", True))
@@ -63,9 +74,10 @@ def render_wrappers(conf_dir: Path, where: HookPaths) -> list[Change]:
     return changes
 
 
-def conf_edit(text: str, conf_dir: Path) -> tuple[str, list[Change]]:
+def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[str, list[Change]]:
     """slurm.conf with our Prolog/Epilog and a long enough PrologEpilogTimeout."""
     changes = []
+    need = needed_timeout_s(hook_timeout_s)
     for hook, name in WRAPPERS.items():
         key, ours = hook.capitalize(), str(conf_dir / name)
         m = re.search(rf"^(\s*{key}\s*=\s*)(\S+)(.*)$", text, re.IGNORECASE | re.MULTILINE)
@@ -79,20 +91,21 @@ def conf_edit(text: str, conf_dir: Path) -> tuple[str, list[Change]]:
             text = text.rstrip("\n") + f"\n# added by synergy hooks install\n{key}={ours}\n"
             changes.append(Change(f"slurm.conf: {key}={ours}", False))
     m = re.search(r"^(\s*PrologEpilogTimeout\s*=\s*)(\d+)(.*)$", text, re.IGNORECASE | re.MULTILINE)
-    if m and int(m.group(2)) >= MIN_TIMEOUT_S:
+    if m and int(m.group(2)) >= need:
         changes.append(Change(f"slurm.conf: PrologEpilogTimeout={m.group(2)}", True))
     elif m:
-        text = text[:m.start()] + f"{m.group(1)}{MIN_TIMEOUT_S}{m.group(3)}" + text[m.end():]
-        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={MIN_TIMEOUT_S}", False))
+        text = text[:m.start()] + f"{m.group(1)}{need}{m.group(3)}" + text[m.end():]
+        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={need}", False))
     else:
-        text = text.rstrip("\n") + f"\nPrologEpilogTimeout={MIN_TIMEOUT_S}\n"
-        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={MIN_TIMEOUT_S}", False))
+        text = text.rstrip("\n") + f"\nPrologEpilogTimeout={need}\n"
+        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={need}", False))
     return text, changes
 
 
 def plan_text(conf: Path, where: HookPaths) -> str:
     try:
-        _, changes = conf_edit(conf.read_text(), conf.parent)
+        _, changes = conf_edit(conf.read_text(), conf.parent,
+                               load_policy(where.policy).hook_timeout_s)
     except OSError as e:
         raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
     lines = [f"# slurm-synergy node hooks for the cluster of {conf}",
@@ -115,7 +128,7 @@ def apply(conf: Path, where: HookPaths) -> list[str]:
         text = conf.read_text()
     except OSError as e:
         raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
-    new, changes = conf_edit(text, conf.parent)
+    new, changes = conf_edit(text, conf.parent, load_policy(where.policy).hook_timeout_s)
     changes += render_wrappers(conf.parent, where)
     if new != text:
         atomic_write_text(conf.with_name(conf.name + ".synergy-backup"), text,

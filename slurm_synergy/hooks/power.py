@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..gpu import PowerRange
+from ..gpu import GpuError, PowerRange
 
 _DECISION_POWER = re.compile(r"(?:^|\s)decision=\S*?,p(\d{1,6})(?:,|\s|$)")
 
@@ -20,8 +20,11 @@ def ceiling_mw(rng: PowerRange, cap_w: float) -> int:
     """The most a GPU may draw between and during jobs. A cap outside the device's range
     is held at the nearest end: below the minimum the GPU cannot go, above the maximum
     the cap is no constraint."""
-    wanted = int(round(cap_w * 1000)) if cap_w > 0 else rng.default_mw
-    return rng.clamp(wanted)
+    if cap_w > 0:
+        return rng.clamp(int(round(cap_w * 1000)))
+    if rng.default_mw is None:
+        raise GpuError("the site sets no cap and the driver gives no default limit")
+    return rng.clamp(rng.default_mw)
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ def job_target(rng: PowerRange, cap_w: float, asked_w: int | None) -> Target:
     """The limit a job runs at: the one it asked for (its decision), never above the
     ceiling, never below the device's minimum; the ceiling when it asked for none."""
     top = ceiling_mw(rng, cap_w)
-    cap_text = f"site cap {cap_w:g} W" if cap_w > 0 else f"default {rng.default_mw / 1000:g} W"
+    cap_text = f"site cap {cap_w:g} W" if cap_w > 0 else f"default {top / 1000:g} W"
     if cap_w > 0 and top != int(round(cap_w * 1000)):
         cap_text += f", held at {top / 1000:g} W by the device's range"
     if asked_w is None:

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from ..gpu import Backend, Gpu, GpuError
 from .context import HookContext
-from .power import asked_power_w, job_target
+from .power import Target, asked_power_w, job_target
 from .records import GpuStart, PrologRecord, read_prolog, RecordError, write_json
 
 StartSampler = Callable[[HookContext, Sequence[Gpu]], "int | None"]
@@ -29,6 +29,7 @@ def start_sampler(ctx: HookContext, gpus: Sequence[Gpu]) -> int | None:
             "--gpus", ",".join(g.info.uuid for g in gpus)]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                            cwd="/",
                             env={**os.environ, "SLURM_JOB_ID": ctx.job_id})
     return proc.pid
 
@@ -41,7 +42,13 @@ def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None) -> GpuStart:
     except GpuError as e:
         log(f"gpu {info.uuid}: cannot read its power limits ({e}); left as it is")
         return GpuStart(info.uuid, info.pci_bus_id, info.name, None, None, energy, str(e))
-    target = job_target(rng, ctx.policy.power_cap_w, asked_w)
+    try:
+        target = job_target(rng, ctx.cap_w or 0.0, asked_w)
+    except GpuError as e:
+        log(f"gpu {info.uuid}: no ceiling ({e}); left at {before / 1000:g} W")
+        return GpuStart(info.uuid, info.pci_bus_id, info.name, before, None, energy, str(e))
+    if ctx.cap_w is None and target.mw > before:
+        target = Target(before, "site cap unknown: never raised")
     if target.mw == before:
         log(f"gpu {info.uuid}: limit {before / 1000:g} W kept ({target.why})")
         return GpuStart(info.uuid, info.pci_bus_id, info.name, before, before, energy)
@@ -58,13 +65,13 @@ def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None) -> GpuStart:
 def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sampler) -> int:
     log = ctx.log
     if ctx.policy_error:
-        log(f"site policy unreadable, using the default limit as the ceiling: {ctx.policy_error}")
+        log(f"site policy unreadable: {ctx.policy_error}")
     if not ctx.gpu_ids:
         log("no GPUs allocated to this job")
         return 0
     if not backend.gpus:
         log(f"{backend.reason}; nothing to do for GPUs {','.join(ctx.gpu_ids)}")
-        return 0
+        return 0   # a broken NVML too: the GPUs keep the limit the last epilog confirmed
     gpus, missing = backend.find(ctx.gpu_ids)
     if missing:
         log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS not found by {backend.name} "

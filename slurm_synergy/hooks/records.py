@@ -125,9 +125,11 @@ def read_stats(path: Path) -> JobGpuStats:
     return _build(JobGpuStats, {**data, "gpus": gpus}, path)
 
 
-def stats_path(stats_dir: Path, job_id: str, node: str) -> Path:
-    """One file per job and node: a job on several nodes gets one from each epilog."""
-    return stats_dir / f"{job_id}.{node}.json"
+def stats_path(stats_dir: Path, job_id: str, node: str, restart: int = 0) -> Path:
+    """One file per job, node and run: a job on several nodes gets one from each epilog,
+    a requeued job (same id) one per run; reports add them up."""
+    return stats_dir / (f"{job_id}.{node}.json" if restart == 0
+                        else f"{job_id}.{node}.r{restart}.json")
 
 
 def stats_for(stats_dir: Path, job_ids: set[str]) -> tuple[dict[str, list[JobGpuStats]], list[str]]:

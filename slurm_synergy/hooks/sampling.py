@@ -9,6 +9,7 @@ for long.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -48,9 +49,21 @@ def sample_job(backend: Backend, job_id: str, uuids: Sequence[str], period_s: fl
         if stop.is_set() or now - last_flush >= max(flush_s, period_s):
             write_totals(out, job_id, totals)
             last_flush = now
-            if stop.is_set() or not alive.exists():
+            if stop.is_set() or not _still_mine(alive):
                 return 0
         stop.wait(period_s)
+
+
+def _still_mine(record: Path) -> bool:
+    """The job's prolog record still exists and names no other sampler (a prolog run
+    twice over a lost record must not leave two writing one file)."""
+    try:
+        pid = json.loads(record.read_text()).get("sampler_pid")
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, AttributeError):
+        return True      # mid-rewrite or unreadable: the epilog decides, not us
+    return pid is None or pid == os.getpid()
 
 
 def install_stop_handler(stop: threading.Event) -> None:

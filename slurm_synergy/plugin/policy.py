@@ -22,7 +22,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "user_request_wins": (bool, 0, 1),
     "profile_new": (bool, 0, 1),
     "gpu_sample_period_s": (float, 0.05, 60.0),
-    "hook_timeout_s": (float, 1.0, 300.0),
+    "hook_timeout_s": (float, 1.0, 120.0),
 }
 
 

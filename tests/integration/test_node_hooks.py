@@ -22,6 +22,19 @@ from .conftest import EXPECTED_DRAINS, ROOT, executable, finish, synergy
 FAKE_NVML = ROOT / "tests" / "fakes" / "nvml"
 
 
+def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
+    """sacct shows a job ended before its epilog has run: wait for each epilog's last
+    line. Returns the hooks' log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = (box.state / "log" / "hooks.log").read_text()
+        if all(f"epilog job={j} GPU stats -> " in log or
+               f"epilog job={j} no GPUs allocated" in log for j in job_ids):
+            return log
+        assert time.monotonic() < deadline, f"no epilog finished for some of {job_ids}"
+        time.sleep(0.3)
+
+
 def report(*job_ids: str) -> dict[str, dict]:
     proc = synergy("report", "--jobs", ",".join(job_ids), "--format", "json")
     assert proc.returncode == 0, proc.stderr
@@ -34,7 +47,7 @@ def test_without_gpus_the_hooks_say_so_and_the_report_shows_why(box, slurm, tmp_
                             "--comment=fp=0123456789abcdef decision=c1,m512,g2,w0,p200"])
     cpu_job = slurm.sbatch(tmp_path / "g.sh", ["--output=/dev/null"])
     finish(slurm, [gpu_job, cpu_job])
-    log = (box.state / "log" / "hooks.log").read_text()
+    log = epilogs_done(box, gpu_job, cpu_job)
     assert f"prolog job={gpu_job} no GPUs on this node" in log
     assert f"epilog job={gpu_job} no GPUs on this node" in log
     assert f"epilog job={cpu_job} no GPUs allocated to this job" in log
@@ -103,6 +116,7 @@ def test_power_limits_and_energy_through_slurmd(box, slurm, tmp_path):
             time.sleep(0.5)
         slurm.run(["scancel", "--signal=KILL", "--full", killed])
         recs = finish(slurm, [decided, plain, killed])
+        log = epilogs_done(box, decided, plain, killed)
         limits = [g["limit_mw"] for g in json.loads(state.read_text())["gpus"]]
     assert recs[decided].state == "COMPLETED" and recs[plain].state == "COMPLETED"
     assert recs[killed].state.startswith(("CANCELLED", "FAILED")), recs[killed].state
@@ -117,7 +131,6 @@ def test_power_limits_and_energy_through_slurmd(box, slurm, tmp_path):
     assert rows[plain]["gpu_power_limit_w"] == 300
     # Killed before it used any: the counter says 0 J, which is a measurement, not a gap.
     assert rows[killed]["gpu_power_limit_w"] == 150 and rows[killed]["gpu_energy_j"] == 0
-    log = (box.state / "log" / "hooks.log").read_text()
     assert f"prolog job={decided} gpu GPU-" in log and "-> 200 W (decision 200 W" in log
     assert f"epilog job={killed} gpu GPU-" in log
 

@@ -84,14 +84,33 @@ def test_the_epilog_wrapper_fails_when_the_cap_cannot_be_enforced(node):
 
 def test_no_driver_means_no_gpus_and_success(node):
     tmp, where, hook, gpus, set_gpus = node
-    (tmp / "nvml.json").write_text(json.dumps({"gpus": [], "init_error": "Driver Not Loaded"}))
+    (tmp / "nvml.json").write_text(json.dumps({"gpus": [], "init_error": "DriverNotLoaded"}))
     assert hook("prolog", "303") == 0 and hook("epilog", "303") == 0
-    assert "no GPUs on this node (NVML: Driver Not Loaded)" in where.log.read_text()
+    assert "no GPUs on this node (NVML: DriverNotLoaded)" in where.log.read_text()
+
+
+def test_nvml_failing_for_another_reason_drains_only_through_the_epilog(node):
+    tmp, where, hook, gpus, set_gpus = node
+    (tmp / "nvml.json").write_text(json.dumps({"gpus": [], "init_error": "Unknown"}))
+    assert hook("prolog", "304") == 0 and hook("epilog", "304") == 1
+    assert "CANNOT REACH the GPUs (NVML failed to start: Unknown)" in where.log.read_text()
+
+
+def test_sm_activity_where_the_gpu_has_gpm(node):
+    tmp, where, hook, gpus, set_gpus = node
+    set_gpus([gpu(0, gpm=True, sm_active=35.0)])
+    assert hook("prolog", "305") == 0
+    time.sleep(1.0)
+    assert hook("epilog", "305") == 0
+    use = read_stats(stats_path(where.stats_dir, "305", "n1")).gpus[0]
+    assert use.sm_active_mean_pct == 35.0 and use.util_mean_pct == 75
 
 
 def test_install_adds_prolog_epilog_and_a_timeout_but_keeps_a_sites_own(tmp_path):
     text, changes = conf_edit("ClusterName=x\nPrologEpilogTimeout=10\n", tmp_path)
     assert f"Prolog={tmp_path}/synergy-prolog" in text and "PrologEpilogTimeout=60" in text
+    longer, _ = conf_edit(text, tmp_path, hook_timeout_s=90)
+    assert "PrologEpilogTimeout=120" in longer       # outlasts the wrapper's kill at 105 s
     again, changes = conf_edit(text, tmp_path)
     assert again == text and all(c.done for c in changes)
     with pytest.raises(SynergyError, match="already runs Epilog=/etc/slurm/epilog.sh"):

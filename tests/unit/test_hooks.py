@@ -25,9 +25,10 @@ from tests.fakes.gpus import FakeGpu, backend
 W = 1000   # mW per W
 
 
-def ctx(tmp_path: Path, job="101", gpus="0", comment="", cap_w=0.0) -> HookContext:
+def ctx(tmp_path: Path, job="101", gpus="0", comment="", cap_w=0.0, restart=0) -> HookContext:
     return HookContext(job_id=job, node="n1", gpu_ids=tuple(x for x in gpus.split(",") if x),
-                       comment=comment, policy=Policy(power_cap_w=cap_w), policy_error="",
+                       restart=restart, comment=comment, policy=Policy(power_cap_w=cap_w or 0),
+                       policy_error="" if cap_w is not None else "unreadable", cap_w=cap_w,
                        run_dir=tmp_path / "run", stats_dir=tmp_path / "stats",
                        log=HookLog(tmp_path / "hooks.log", "hook", job))
 
@@ -202,6 +203,7 @@ def test_hooks_are_idempotent(tmp_path):
     assert gpu.limit_mw == 200 * W
     assert epilog.run(c, backend(gpu)) == 0
     first = stats_path(c.stats_dir, "101", "n1").read_text()
+    gpu.limit_mw = 400 * W                                   # raised again in between
     assert epilog.run(c, backend(gpu)) == 0
     assert stats_path(c.stats_dir, "101", "n1").read_text() == first
     assert gpu.limit_mw == 300 * W
@@ -232,13 +234,16 @@ def test_the_context_refuses_what_slurmd_would_not_send(tmp_path):
     env = {"SYNERGY_HOOK_LOG": str(tmp_path / "log")}
     with pytest.raises(SynergyError, match="is not a job id"):
         context("prolog", {**env, "SLURM_JOB_ID": "1; rm -rf /"})
-    with pytest.raises(SynergyError, match="node name"):
-        context("prolog", {**env, "SLURM_JOB_ID": "1", "SLURMD_NODENAME": "../x"})
+    env["SYNERGY_HOOK_RUN"] = str(tmp_path / "run")
+    assert context("prolog", {**env, "SLURM_JOB_ID": "1",
+                              "SLURMD_NODENAME": "../x"}).node == ".._x"  # no "/" in a name
     c = context("prolog", {**env, "SLURM_JOB_ID": "12", "SLURMD_NODENAME": "n1",
                            "SLURM_JOB_GPUS": "0,1", "SLURM_JOB_COMMENT": "decision=c1,m1,g1,w0,p99",
+                           "SLURM_JOB_RESTART_COUNT": "2",
                            "SYNERGY_POLICY": str(tmp_path / "missing.toml")})
-    assert c.gpu_ids == ("0", "1") and asked_power_w(c.comment) == 99
-    assert "no site policy" in c.policy_error and c.policy == Policy()
+    assert c.gpu_ids == ("0", "1") and asked_power_w(c.comment) == 99 and c.restart == 2
+    # The first call read the real policy (no cap) and remembered it for this one.
+    assert "no site policy" in c.policy_error and c.cap_w == 0.0
 
 
 def test_a_hung_gpu_cannot_hold_the_epilog_past_its_deadline(tmp_path):
@@ -258,3 +263,74 @@ def test_a_hung_gpu_cannot_hold_the_epilog_past_its_deadline(tmp_path):
         assert proc.returncode == expect
         assert time.monotonic() - t0 < 20
     assert (tmp_path / "hooks.log").read_text().count("did not finish in 1 s") == 2
+
+
+def test_an_unreadable_policy_never_lets_a_gpu_above_the_last_cap(tmp_path):
+    """A typo in the policy must not lift the cap: the hooks hold the last cap they read
+    on this node, and with none known they lower limits but never raise them."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("power_cap_w = 250\n")
+    env = {"SYNERGY_HOOK_LOG": str(tmp_path / "log"), "SYNERGY_HOOK_RUN": str(tmp_path / "run"),
+           "SYNERGY_POLICY": str(policy), "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0",
+           "SLURM_JOB_COMMENT": "decision=c1,m1,g1,w0,p400"}
+    assert context("prolog", env).cap_w == 250
+    policy.write_text("power_cap_w = 250\ntypo = 1\n")
+    c = context("prolog", env)
+    assert c.cap_w == 250 and "holding the last cap read, 250 W" in c.policy_error
+    gpu = FakeGpu(0, limit_w=250, max_w=400, default_w=350)
+    prolog.run(c, backend(gpu), no_sampler)
+    assert gpu.limit_mw == 250 * W
+    (tmp_path / "run" / "site-cap").unlink()
+    unknown = context("prolog", env)
+    assert unknown.cap_w is None
+    assert prolog.run(unknown, backend(gpu), no_sampler) == 0
+    assert gpu.limit_mw == 250 * W                           # p400 asked: not raised
+    assert epilog.run(unknown, backend(gpu)) == 0
+    assert gpu.limit_mw == 250 * W                           # default 350: not raised either
+
+
+def test_the_gpus_are_restored_before_anything_that_can_fail(tmp_path, monkeypatch):
+    gpu = FakeGpu(0)
+    c = ctx(tmp_path, comment="decision=c1,m1,g1,w0,p200")
+    prolog.run(c, backend(gpu), no_sampler)
+
+    def broken(*a):
+        raise RuntimeError("stats folder hung")
+    monkeypatch.setattr(epilog, "stop_sampler", broken)
+    settled = []
+    with pytest.raises(RuntimeError):
+        epilog.run(c, backend(gpu), settled.append)
+    assert gpu.limit_mw == 300 * W and settled == [0]
+
+
+def test_a_sampler_that_ends_as_it_is_stopped_is_no_error(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert epilog._signal(proc.pid, 15) is False
+    epilog.stop_sampler(ctx(tmp_path), proc.pid)             # logs, does not raise
+
+
+def test_a_broken_nvml_with_job_gpus_fails_the_epilog(tmp_path):
+    broken = Backend("nvml", reason="NVML failed to start: Unknown Error", broken=True)
+    assert prolog.run(ctx(tmp_path), broken, no_sampler) == 0
+    assert epilog.run(ctx(tmp_path), broken) == 1
+    assert epilog.run(ctx(tmp_path, job="5", gpus=""), broken) == 0   # no GPUs in the job
+
+
+def test_a_requeued_job_gets_a_record_per_run_and_a_planted_one_is_replaced(tmp_path):
+    gpu = FakeGpu(0)
+    for restart in (0, 1):
+        c = ctx(tmp_path, restart=restart)
+        prolog.run(c, backend(gpu), no_sampler)
+        gpu.run_for(2)
+        epilog.run(c, backend(gpu))
+    found, _ = stats_for(tmp_path / "stats", {"101"})
+    assert [s.energy_j for s in found["101"]] == [500.0, 500.0]
+    planted = stats_path(tmp_path / "stats", "102", "n1")
+    planted.write_text("{}")
+    os.chown(planted, 65534, 65534)
+    c = ctx(tmp_path, job="102")
+    prolog.run(c, backend(gpu), no_sampler)
+    epilog.run(c, backend(gpu))
+    assert read_stats(planted).job_id == "102"
+    assert "which the epilog did not write" in (tmp_path / "hooks.log").read_text()

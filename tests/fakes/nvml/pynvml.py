@@ -5,7 +5,8 @@ JSON file named by FAKE_NVML_STATE; limits it accepts are written back to that f
 a test can see what a prolog or epilog in another process (or in slurmd) did. Per GPU:
 uuid, pci, name, minor, limit_mw, min_mw, max_mw, default_mw, energy_mj (null: no
 counter), power_mw, util, mem_used_mb, refuse (limits are refused), and at the top level
-init_error (nvmlInit fails with it). A job "uses" energy by writing millijoules to
+init_error (nvmlInit raises NVMLError_<init_error>, e.g. DriverNotLoaded), gpm (the GPU
+has GPM; sm_active is then its SM activity). A job "uses" energy by writing millijoules to
 <state>.energy<minor>, which the counter adds, so no job rewrites the shared file.
 """
 
@@ -17,6 +18,23 @@ from types import SimpleNamespace
 
 class NVMLError(Exception):
     pass
+
+
+class NVMLError_DriverNotLoaded(NVMLError):
+    pass
+
+
+class NVMLError_LibraryNotFound(NVMLError):
+    pass
+
+
+class NVMLError_Unknown(NVMLError):
+    pass
+
+
+NVML_SUCCESS = 0
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_METRIC_SM_UTIL = 2
 
 
 def _path():
@@ -33,8 +51,9 @@ def _gpu(handle):
 
 
 def nvmlInit():
-    if _state().get("init_error"):
-        raise NVMLError(_state()["init_error"])
+    error = _state().get("init_error")
+    if error:
+        raise globals()[f"NVMLError_{error}"](error)
 
 
 def nvmlDeviceGetCount():
@@ -62,7 +81,32 @@ def nvmlDeviceGetName(h):
 
 
 def nvmlGpmQueryDeviceSupport(h):
-    raise NVMLError("Not Supported")
+    return SimpleNamespace(isSupportedDevice=int(bool(_gpu(h).get("gpm"))))
+
+
+def nvmlGpmSampleAlloc():
+    return SimpleNamespace(handle=None)
+
+
+def nvmlGpmSampleGet(h, sample):
+    sample.handle = h
+    return sample
+
+
+def nvmlGpmSampleFree(sample):
+    sample.handle = "freed"
+
+
+class c_nvmlGpmMetricsGet_t:
+    def __init__(self):
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0)]
+
+
+def nvmlGpmMetricsGet(query):
+    if "freed" in (query.sample1.handle, query.sample2.handle):
+        raise NVMLError("Invalid Argument: a freed sample")
+    query.metrics[0].value = float(_gpu(query.sample2.handle)["sm_active"])
+    return query
 
 
 def nvmlDeviceGetPowerManagementLimit(h):

@@ -60,6 +60,14 @@ class HookContext:
     stats_dir: Path                # shared with the report host: per-job GPU stats
     log: HookLog
 
+    def has_gpus(self) -> bool:
+        """Logs what every hook run starts with; False when the job has no GPUs."""
+        if self.policy_error:
+            self.log(f"site policy unreadable: {self.policy_error}")
+        if not self.gpu_ids:
+            self.log("no GPUs allocated to this job")
+        return bool(self.gpu_ids)
+
     @property
     def prolog_path(self) -> Path:
         return self.run_dir / f"{self.job_id}.prolog.json"

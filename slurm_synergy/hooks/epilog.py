@@ -138,10 +138,7 @@ def run(ctx: HookContext, backend: Backend,
     """`settled` hears the exit status as soon as the GPUs are dealt with, before the
     accounting: a slow stats folder must not turn an enforced cap into a drain."""
     log = ctx.log
-    if ctx.policy_error:
-        log(f"site policy unreadable: {ctx.policy_error}")
-    if not ctx.gpu_ids:
-        log("no GPUs allocated to this job")
+    if not ctx.has_gpus():
         return 0
     ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out = stats_path(ctx.stats_dir, ctx.job_id, ctx.node, ctx.restart)

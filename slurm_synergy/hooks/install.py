@@ -20,7 +20,7 @@ import jinja2
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import atomic_write_text
-from ..plugin.install import Change
+from ..plugin.install import Change, read_conf
 from ..plugin.policy import load_policy, policy_path
 
 WRAPPERS = {"prolog": "synergy-prolog", "epilog": "synergy-epilog"}
@@ -103,11 +103,7 @@ def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[
 
 
 def plan_text(conf: Path, where: HookPaths) -> str:
-    try:
-        _, changes = conf_edit(conf.read_text(), conf.parent,
-                               load_policy(where.policy).hook_timeout_s)
-    except OSError as e:
-        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+    _, changes = conf_edit(read_conf(conf), conf.parent, load_policy(where.policy).hook_timeout_s)
     lines = [f"# slurm-synergy node hooks for the cluster of {conf}",
              "# 1. slurm.conf on every node (then: scontrol reconfigure)"]
     lines += [f"#    {'ok  ' if c.done else 'add '} {c.what}" for c in changes]
@@ -124,10 +120,7 @@ def plan_text(conf: Path, where: HookPaths) -> str:
 
 def apply(conf: Path, where: HookPaths) -> list[str]:
     from ..slurm import Slurm
-    try:
-        text = conf.read_text()
-    except OSError as e:
-        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+    text = read_conf(conf)
     new, changes = conf_edit(text, conf.parent, load_policy(where.policy).hook_timeout_s)
     changes += render_wrappers(conf.parent, where)
     if new != text:

@@ -64,10 +64,7 @@ def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None) -> GpuStart:
 
 def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sampler) -> int:
     log = ctx.log
-    if ctx.policy_error:
-        log(f"site policy unreadable: {ctx.policy_error}")
-    if not ctx.gpu_ids:
-        log("no GPUs allocated to this job")
+    if not ctx.has_gpus():
         return 0
     if not backend.gpus:
         log(f"{backend.reason}; nothing to do for GPUs {','.join(ctx.gpu_ids)}")

@@ -58,11 +58,15 @@ def install_shim(conf_dir: Path) -> Change:
     return Change(f"{target} <- {SHIM}", False)
 
 
-def plan_text(conf: Path) -> str:
+def read_conf(conf: Path) -> str:
     try:
-        _, changes = conf_edit(conf.read_text())
+        return conf.read_text()
     except OSError as e:
         raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+
+
+def plan_text(conf: Path) -> str:
+    _, changes = conf_edit(read_conf(conf))
     lines = [f"# slurm-synergy for the cluster of {conf}",
              "# 1. slurm.conf (then: scontrol reconfigure)"]
     lines += [f"#    {'ok  ' if c.done else 'add '} {c.what}" for c in changes]
@@ -84,10 +88,7 @@ def apply(conf: Path, reconfigure: bool = True) -> list[str]:
     from ..slurm import Slurm
     from .table import sync
 
-    try:
-        text = conf.read_text()
-    except OSError as e:
-        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
+    text = read_conf(conf)
     new, changes = conf_edit(text)
     if new != text:
         shutil.copy2(conf, conf.with_name(conf.name + ".synergy-backup"))

@@ -6,9 +6,10 @@ PY := $(VENV)/bin/python
 SYNERGY := $(VENV)/bin/synergy
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # The local cluster: Slurm's daemons and client, MariaDB for accounting, munge for auth;
-# lua5.1 runs the job_submit shim's unit tests outside slurmctld.
+# lua5.1 runs the job_submit shim's unit tests outside slurmctld; chromium renders the
+# report page in its test.
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
-                slurm-wlm-mysql-plugin procps util-linux lua5.1
+                slurm-wlm-mysql-plugin procps util-linux lua5.1 chromium
 CSV ?= jobs_csv/example.csv
 ARGS ?=
 
@@ -50,7 +51,7 @@ submit: setup
 	$(SYNERGY) submit $(CSV) $(ARGS)
 
 report: setup
-	$(SYNERGY) report $(ARGS)
+	$(SYNERGY) report --out runs/report $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q tests

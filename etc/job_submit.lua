@@ -258,7 +258,14 @@ local function plan(job_desc, tbl)
 	if entry.power_w > 0 then
 		summary = summary .. ",p" .. entry.power_w
 	end
-	p.comment = comment:gsub(" decision=%S*", "") .. " decision=" .. summary
+	-- What the job asked before the rewrite, so reports can set it beside the decision.
+	local asked_mem = job_desc.pn_min_memory
+	local asked = string.format("c%s,m%s,g%s",
+		is_set(job_desc.cpus_per_task) and whole_text(job_desc.cpus_per_task) or "-",
+		(is_set(asked_mem) and asked_mem < 2 ^ 40) and whole_text(asked_mem) or "-",
+		count or "0")
+	p.comment = comment:gsub(" decision=%S*", ""):gsub(" asked=%S*", "")
+		.. " asked=" .. asked .. " decision=" .. summary
 	return p
 end
 

@@ -57,22 +57,27 @@ def _jobs(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from .report import output
-    from .report.jobs import gather
+    from .report.build import build
     from .slurm import Slurm
 
     if not args.jobs and args.since is None:
         args.since = "now-1days"
-    rows, problems = gather(Slurm(), args.jobs, args.since, args.until, args.user)
-    for line in problems:
+    report = build(Slurm(), args.jobs, args.since, args.until, args.user)
+    for line in report.problems:
         print(f"synergy report: {line}", file=sys.stderr)
+    if report.empty:
+        print(f"no jobs in {report.period}")
+        return 0
     if args.format == "json":
-        print(output.as_json(rows))
+        print(output.as_json(report))
     elif args.format == "csv":
-        print(output.as_csv(rows), end="")
-    elif rows:
-        print(output.table(rows))
-    else:
-        print("no jobs in that range" + (f" for {','.join(args.user)}" if args.user else ""))
+        print(output.as_csv(report.jobs), end="")
+    elif args.format == "table":
+        print(output.table(report))
+    if args.out or args.format == "html":
+        out = args.out or Path("runs/report")
+        written = output.write(report, out)
+        print(f"report: {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
 
 
@@ -211,7 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until", help="end of the period (default: now)")
     p.add_argument("--user", type=lambda v: [u for u in v.split(",") if u], default=[],
                    help="only these users' jobs (comma-separated)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--format", choices=("table", "csv", "html", "json"), default="table",
+                   help="what goes to the terminal (html: the page only, in --out)")
+    p.add_argument("--out", type=Path, help="also write jobs.csv, workloads.csv, PNG plots and "
+                   "report.html here (html: default runs/report)")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("demo", help="local cluster up, example jobs in, sacct table out")

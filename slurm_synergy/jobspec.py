@@ -149,8 +149,8 @@ class JobSpec:
 
 
 def comment_marks(comment: str) -> dict[str, str]:
-    """The key=value marks after the fingerprint: req= (from the row), profile=, decision=
-    (from the plugin) and from= (a resubmission)."""
+    """The key=value marks after the fingerprint: req= (from the row), profile=, asked= and
+    decision= (from the plugin) and from= (a resubmission)."""
     return dict(w.split("=", 1) for w in comment.split()[1:] if "=" in w)
 
 

@@ -24,6 +24,11 @@ def home_dir() -> Path:
     return Path(os.environ.get("SYNERGY_HOME", default)).resolve()
 
 
+def outputs_dir() -> Path:
+    """job id -> the folder a job ran in (its summary.json), written by each job."""
+    return home_dir() / "outputs"
+
+
 def local_slurm_conf() -> Path:
     return state_dir() / "etc" / "slurm.conf"
 

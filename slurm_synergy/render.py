@@ -97,7 +97,9 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         cpus, mem_mb = decision.cpus, decision.mem_mb
         if head.gpus:
             gres = decision.gres_for(head.gpu_type)
-        comment += f" decision={decision.summary()}"
+        # What the row asked, beside the decision (as the shim notes it), for reports.
+        comment += (f" asked=c{head.cpus},m{head.mem_mb},g{head.gpus}"
+                    f" decision={decision.summary()}")
     elif profile:
         comment += " profile=1"
     return environment().get_template("sbatch.sh.j2").render(
@@ -109,7 +111,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         profiler=profiler_command(head), script=head.script, profile_default=int(profile),
         resubmit=resubmit and resubmit_command(head, script_path, comment, resubmit),
         decision=decision,
-        profile_only=profile_only,
+        profile_only=profile_only, outputs_dir=paths.outputs_dir(),
     )
 
 

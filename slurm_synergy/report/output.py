@@ -1,46 +1,156 @@
-"""The report's per-job rows as a terminal table, CSV or JSON."""
+"""The report as a terminal table, CSV, JSON, or a self-contained HTML page with plots."""
 
 from __future__ import annotations
 
-import csv
-import io
+import base64
 import json
-from dataclasses import asdict
-from typing import Sequence
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
+import jinja2
+import pandas as pd
+
+from .. import paths
 from ..columns import aligned
-from .jobs import JobRow
+from ..fileio import atomic_write_text
+from . import plots
+from .build import Report
+
+J_PER_KWH = 3.6e6
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+def _n(value: Any, fmt: str = ".0f", none: str = "-") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return none
+    return format(value, fmt)
 
 
-def table(rows: Sequence[JobRow]) -> str:
-    head = ["JobID", "Name", "State", "Elapsed", "CPUs", "GPUs", "GPU energy", "kWh",
-            "GPU util%", "SM%", "GPU mem MB", "Limit W", "Note"]
-    body = [[r.job_id, r.name[:24], r.state, r.elapsed, str(r.cpus), str(r.gpus),
-             "-" if r.gpu_energy_j is None else f"{r.gpu_energy_j / 1000:.1f} kJ",
-             _num(r.gpu_energy_kwh, ".4f"), _num(r.gpu_util_pct, ".0f"),
-             _num(r.gpu_sm_active_pct, ".0f"), _num(r.gpu_mem_peak_mb, ".0f"),
-             _num(r.gpu_power_limit_w, ".0f"), r.gpu_note] for r in rows]
-    return aligned(head, body, rule=True)
+def _dur(s: Any) -> str:
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "-"
+    s = int(round(s))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def records(rows: Sequence[JobRow]) -> list[dict[str, object]]:
-    return [{**asdict(r), "gpu_energy_kwh": r.gpu_energy_kwh} for r in rows]
+def _mb(value: Any) -> str:
+    return "-" if value is None else (f"{value / 1024:.1f}G" if value >= 1024 else f"{value:.0f}M")
 
 
-def as_csv(rows: Sequence[JobRow]) -> str:
-    recs = records(rows)
-    if not recs:
-        return ""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(recs[0]))
-    writer.writeheader()
-    writer.writerows(recs)
-    return buf.getvalue()
+def job_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores asked>decided>got", "used",
+            "CPU%", "Mem got", "peak", "Mem%", "GPUs", "GPU kJ", "kWh", "util%", "limit W",
+            "samples/s", "chain"]
+    rows = []
+    for _, j in report.jobs.iterrows():
+        used = j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] else None
+        chain = (f"-> {j['resubmitted_as']}" if j["resubmitted_as"] else
+                 f"<- {j['profiled_as']}" if j["profiled_as"] else "")
+        energy = j["gpu_energy_j"]
+        rows.append([
+            j["job_id"], str(j["name"])[:22], j["state"], _dur(j["wait_s"]), _dur(j["elapsed_s"]),
+            f"{_n(j['asked_cpus'])}>{_n(j['decided_cpus'])}>{_n(j['alloc_cpus'])}",
+            _n(used, ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]), _mb(j["alloc_mem_mb"]),
+            _mb(j["max_rss_mb"]), _n(j["mem_eff"] and 100 * j["mem_eff"]),
+            f"{j['gpus']}{':' + j['gpu_type'] if j['gpu_type'] else ''}",
+            _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
+            _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
+            chain])
+    return head, rows
 
 
-def as_json(rows: Sequence[JobRow]) -> str:
-    return json.dumps(records(rows), indent=1)
+def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    head = ["Workload", "Jobs", "GPU-h", "core-h got", "core-h used", "JCT mean", "JCT p95",
+            "wait mean", "GPU kWh", "run time / proportional"]
+    rows = []
+    for _, w in report.workloads.iterrows():
+        ratio = (w["run_s_with_profile"] / w["run_s_proportional"]
+                 if w["run_s_proportional"] else None)
+        rows.append([w["workload"] + (f" ({w['names']})" if w["workload"][:5] != "name:" else ""),
+                     str(w["jobs"]), _n(w["gpu_hours"], ".3f"), _n(w["core_hours_alloc"], ".3f"),
+                     _n(w["core_hours_used"], ".3f"), _dur(w["jct_mean_s"]), _dur(w["jct_p95_s"]),
+                     _dur(w["wait_mean_s"]), _n(w["gpu_energy_kwh"], ".4f"), _n(ratio, ".2f")])
+    return head, rows
+
+
+def cluster_lines(report: Report) -> list[str]:
+    c = report.cluster
+    lines = [
+        f"{c['jobs']} jobs, makespan {_dur(c['makespan_s'])}; JCT mean {_dur(c['jct_mean_s'])}, "
+        f"p50 {_dur(c['jct_p50_s'])}, p95 {_dur(c['jct_p95_s'])}; wait mean "
+        f"{_dur(c['wait_mean_s'])}, p95 {_dur(c['wait_p95_s'])}",
+        f"{c['gpu_hours']:.3f} GPU-hours; {c['core_hours_alloc']:.3f} core-hours allocated, "
+        f"{c['core_hours_used']:.3f} used"
+        + (f" ({100 * c['core_hours_used'] / c['core_hours_alloc']:.0f}%)"
+           if c["core_hours_alloc"] else "")
+        + ("; GPU energy not measured" if c["gpu_energy_kwh"] is None
+           else f"; GPU energy {c['gpu_energy_kwh']:.4f} kWh"),
+    ]
+    if c["run_s_proportional"]:
+        lines.append(f"{c['jobs_with_profile']} profiled job(s) ran {_dur(c['run_s_with_profile'])} "
+                     f"in all; at the GPU-proportional share their profiles predict "
+                     f"{_dur(c['run_s_proportional'])} "
+                     f"({c['run_s_proportional'] / c['run_s_with_profile']:.2f}x)")
+    return lines
+
+
+def table(report: Report) -> str:
+    parts = [f"slurm-synergy report: {report.period}", "", aligned(*job_rows(report), rule=True),
+             "", "Workloads", aligned(*workload_rows(report), rule=True), "", "Cluster",
+             *cluster_lines(report)]
+    if report.advice:
+        parts += ["", "Advice", *(f"{a['job_id']} {a['name']}: {a['advice']}" for a in report.advice)]
+    return "\n".join(parts)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def as_json(report: Report) -> str:
+    return json.dumps({"period": report.period, "jobs": records(report.jobs),
+                       "workloads": records(report.workloads),
+                       "cluster": {k: _plain(v) for k, v in report.cluster.items()},
+                       "advice": report.advice, "problems": report.problems}, indent=1)
+
+
+def as_csv(frame: pd.DataFrame) -> str:
+    return pd.DataFrame(records(frame)).to_csv(index=False)
+
+
+def _png(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def write(report: Report, out: Path) -> list[Path]:
+    """jobs.csv, workloads.csv, three PNGs and report.html (which embeds them) in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "jobs.csv", out / "workloads.csv"]
+    atomic_write_text(written[0], as_csv(report.jobs))
+    atomic_write_text(written[1], as_csv(report.workloads))
+    figures = {
+        "Throughput against cores": plots.throughput(report.jobs, report.profiles,
+                                                     out / "throughput.png"),
+        "Allocation over time": plots.allocation(report.jobs, out / "allocation.png"),
+        "GPU energy": plots.energy(report.jobs, out / "energy.png"),
+    }
+    written += figures.values()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    page = env.get_template("report.html.j2").render(
+        report=report, jobs=job_rows(report), workloads=workload_rows(report),
+        cluster=cluster_lines(report),
+        figures={title: _png(p) for title, p in figures.items()},
+        made=datetime.now().isoformat(timespec="seconds"))
+    atomic_write_text(out / "report.html", page)
+    written.append(out / "report.html")
+    return written

@@ -63,7 +63,9 @@ def test_a_decided_job_is_rewritten_and_told_its_workers(tmp_path):
     assert (job["cpus_per_task"], job["min_cpus"], job["pn_min_cpus"]) == ("5", "5", "5")
     assert job["pn_min_memory"] == "1280" and job["tres_per_node"] == "gres:gpu:1"
     assert job["env.SYNERGY_WORKERS"] == "4" and job["env.SYNERGY_POWER_LIMIT_W"] == "250"
-    assert job["comment"] == f"synergy:fp={FP} req=cpus,mem decision=c5,m1280,g1,w4,p250"
+    # The request as asked is kept beside the decision, for reports.
+    assert job["comment"] == (f"synergy:fp={FP} req=cpus,mem asked=c2,m3072,g2 "
+                              "decision=c5,m1280,g1,w4,p250")
     assert any("cpus 2, mem 3072 MB, gres:gpu:2 -> cpus 5" in line for line in logs)
 
 

@@ -1,0 +1,134 @@
+"""One sacct call for a period or a list of jobs, turned into one row per job.
+
+MaxRSS lives only on steps (the batch script, srun steps, the extern step), so the query
+keeps the steps and folds them into their job: the peak of any step is the job's peak
+memory; the job line's TotalCPU already sums its steps.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Sequence
+
+import pandas as pd
+
+from ..jobspec import comment_marks, fingerprint_of_comment
+from ..slurm import Slurm
+
+FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
+          "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
+          "AllocTRES", "TotalCPU", "MaxRSS", "NodeList", "Comment")
+_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
+_DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?),g(\d+),w(\d+)(?:,p(\d+))?$")
+_ASKED = re.compile(r"^c(\d+|-),m(\d+|-),g(\d+)$")
+
+
+def fetch(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
+          until: str | None = None, users: Sequence[str] = ()) -> list[dict[str, str]]:
+    return slurm.sacct(job_ids, FIELDS, allocations_only=False, since=since, until=until,
+                       users=users)
+
+
+def mb(text: str) -> float | None:
+    """sacct's sizes (100M, 3G, 21304K, 1.5G; a trailing n or c of old versions) in MB."""
+    m = re.match(r"^([\d.]+)([KMGT])?[nc]?$", text.strip())
+    if not m:
+        return None
+    return float(m.group(1)) * _UNITS[m.group(2) or "M"]
+
+
+def seconds(text: str) -> float | None:
+    """sacct's durations: [DD-][HH:]MM:SS[.mmm]."""
+    m = re.match(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$", text.strip())
+    if not m:
+        return None
+    days, hours, minutes, secs = m.groups()
+    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(secs)
+
+
+def when(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:           # Unknown, None: not started or not ended
+        return None
+
+
+def tres(alloc: str, key: str) -> str:
+    m = re.search(rf"(?:^|,){re.escape(key)}=([^,]+)", alloc)
+    return m.group(1) if m else ""
+
+
+def gpu_type(alloc: str) -> str:
+    m = re.search(r"(?:^|,)gres/gpu:([^=,]+)=", alloc)
+    return m.group(1) if m else ""
+
+
+def _marks(comment: str) -> dict[str, Any]:
+    marks = comment_marks(comment)
+    out: dict[str, Any] = {"fingerprint": fingerprint_of_comment(comment) or "",
+                           "from_job": marks.get("from", ""),
+                           "profiling": marks.get("profile") == "1"}
+    d = _DECISION.match(marks.get("decision", ""))
+    if d:
+        cpus, mem, gpus, workers, power = d.groups()
+        out.update(decided_cpus=int(cpus) if cpus != "?" else None,
+                   decided_mem_mb=int(mem) if mem != "?" else None, decided_gpus=int(gpus),
+                   decided_workers=int(workers), decided_power_w=int(power) if power else None)
+    a = _ASKED.match(marks.get("asked", ""))
+    if a:
+        cpus, mem, gpus = a.groups()
+        out.update(asked_cpus=int(cpus) if cpus != "-" else None,
+                   asked_mem_mb=int(mem) if mem != "-" else None, asked_gpus=int(gpus))
+    return out
+
+
+COLUMNS = ("job_id", "raw_id", "name", "user", "partition", "state", "exit_code", "submit",
+           "start", "end", "wait_s", "elapsed_s", "alloc_cpus", "alloc_mem_mb", "gpus",
+           "gpu_type", "total_cpu_s", "max_rss_mb", "cpu_eff", "mem_eff", "asked_cpus",
+           "asked_mem_mb", "asked_gpus", "decided_cpus", "decided_mem_mb", "decided_gpus",
+           "decided_workers", "decided_power_w", "fingerprint", "from_job", "profiling", "nodes",
+           "comment")
+
+
+def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
+    """One row per job from sacct's job and step lines."""
+    peak: dict[str, float] = {}
+    for r in rows:
+        if "." in r["JobIDRaw"]:
+            rss = mb(r["MaxRSS"]) if r["MaxRSS"] else None
+            job = r["JobIDRaw"].split(".", 1)[0]
+            if rss is not None:
+                peak[job] = max(peak.get(job, 0.0), rss)
+    records = []
+    for r in rows:
+        if "." in r["JobIDRaw"]:
+            continue
+        raw = r["JobIDRaw"]
+        submit, start, end = when(r["Submit"]), when(r["Start"]), when(r["End"])
+        elapsed = float(r["ElapsedRaw"] or 0)
+        cpus = int(r["AllocCPUS"] or 0)
+        mem = mb(tres(r["AllocTRES"], "mem"))
+        total_cpu = seconds(r["TotalCPU"])
+        rss = peak.get(raw)
+        rec: dict[str, Any] = {
+            "job_id": r["JobID"], "raw_id": raw, "name": r["JobName"], "user": r["User"],
+            "partition": r["Partition"], "state": r["State"].split()[0] if r["State"] else "",
+            "exit_code": r["ExitCode"], "submit": submit, "start": start, "end": end,
+            "wait_s": (start - submit).total_seconds() if start and submit else None,
+            "elapsed_s": elapsed, "alloc_cpus": cpus, "alloc_mem_mb": mem,
+            "gpus": int(tres(r["AllocTRES"], "gres/gpu") or 0),
+            "gpu_type": gpu_type(r["AllocTRES"]), "total_cpu_s": total_cpu,
+            "max_rss_mb": rss,
+            # reportseff's definitions: CPU time over cores x wall time; peak over allocation.
+            "cpu_eff": total_cpu / (cpus * elapsed) if total_cpu is not None and cpus
+            and elapsed > 0 else None,
+            "mem_eff": rss / mem if rss is not None and mem else None,
+            "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
+            "asked_mem_mb": mb(r["ReqMem"]) if r["ReqMem"] else None, "asked_gpus": None,
+            "nodes": r["NodeList"], "comment": r["Comment"],
+        }
+        rec.update(_marks(r["Comment"]))
+        records.append({**dict.fromkeys(COLUMNS), **rec})
+    # object columns: integers stay integers and a missing value stays None, not NaN.
+    return pd.DataFrame(records, columns=list(COLUMNS), dtype=object)

@@ -1,0 +1,61 @@
+"""One line of advice per thing a job could have asked for better, in the spirit of
+Princeton's jobstats ("asked 64 GB, used 3 GB: --mem=6G is enough")."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+HEADROOM = 1.25          # the policy's default mem_headroom, for a job without a profile
+MIN_WASTE_MB = 1024      # below this, memory advice is noise
+
+
+def _mem_text(mb: float) -> str:
+    return f"{mb / 1024:.0f}G" if mb >= 10 * 1024 else f"{math.ceil(mb)}M"
+
+
+def for_job(j: pd.Series) -> list[str]:
+    out: list[str] = []
+    state = j["state"] or ""
+    if j["profiling"]:
+        # Its size was chosen for the core sweep, not for training: nothing to advise.
+        return [f"profiling run; resubmitted right-sized as {j['resubmitted_as']}"] \
+            if j["resubmitted_as"] else []
+    rss, mem = j["max_rss_mb"], j["alloc_mem_mb"]
+    if state == "OUT_OF_MEMORY":
+        out.append(f"ran out of memory at {_mem_text(mem or 0)}: ask for more, or let the "
+                   "plugin profile it (synergy submit --profile)")
+    elif rss is not None and mem and state == "COMPLETED":
+        enough = max(rss * HEADROOM, 256)
+        if mem - enough >= MIN_WASTE_MB and mem >= 2 * enough:
+            out.append(f"asked {_mem_text(mem)}, used {_mem_text(rss)}: "
+                       f"--mem={_mem_text(enough)} is enough")
+    cpus, used = j["alloc_cpus"], j["total_cpu_s"]
+    if cpus and cpus > 1 and used is not None and j["elapsed_s"] and state == "COMPLETED" \
+            and j["elapsed_s"] >= 60:
+        busy = used / j["elapsed_s"]
+        if busy < 0.5 * cpus:
+            out.append(f"kept {busy:.1f} of {cpus} cores busy: "
+                       f"--cpus-per-task={max(1, math.ceil(busy))} is enough")
+    util = j["gpu_util_pct"]
+    if j["gpus"] and util is not None and util < 30:
+        sm = j["gpu_sm_active_pct"]
+        out.append(f"GPUs busy {util:.0f}% of the time" + (f" ({sm:.0f}% of SMs)" if sm is not None
+                                                            else "") +
+                   ": the data loader may be starving them (more cores or workers), or "
+                   "fewer GPUs would do")
+    asked, decided = j["asked_cpus"], j["decided_cpus"]
+    if asked is not None and decided is not None and asked != decided:
+        out.append(f"the plugin gave it {decided} core(s) instead of the {asked} asked, "
+                   f"from its profile")
+    if j["prop_elapsed_s"] and j["elapsed_s"] and j["prop_elapsed_s"] > 1.05 * j["elapsed_s"]:
+        out.append(f"the GPU-proportional share ({j['prop_cpus']} cores) would have taken "
+                   f"{j['prop_elapsed_s'] / j['elapsed_s']:.2f}x as long")
+    return out
+
+
+def lines(jobs: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{"job_id": j["job_id"], "name": j["name"], "advice": text}
+            for _, j in jobs.iterrows() for text in for_job(j)]

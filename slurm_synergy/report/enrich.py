@@ -1,0 +1,121 @@
+"""What slurm-synergy knows about each job beyond sacct: the GPU stats its node epilogs
+left, its own throughput (the summary.json it wrote), its profiling chain, and, from its
+workload's profile, what the GPU-proportional allocation would have given it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import paths
+from ..hooks.records import JobGpuStats, stats_for
+from ..plugin.engine import NodeShape, speed
+from ..plugin.resubmit import read_chains
+from ..profile import Profile, ProfileError, ProfileStore
+
+FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
+GPU_COLUMNS = ("gpu_energy_j", "gpu_util_pct", "gpu_sm_active_pct", "gpu_mem_peak_mb",
+               "gpu_power_limit_w", "gpu_note")
+
+
+def _column(jobs: pd.DataFrame, name: str, values: list[Any]) -> None:
+    """A column of Python values: None stays None (a plain list would become NaN)."""
+    jobs[name] = pd.Series(values, index=jobs.index, dtype=object)
+
+
+def _gpu_fields(gpus: int, stats: list[JobGpuStats] | None) -> dict[str, Any]:
+    empty: dict[str, Any] = dict.fromkeys(GPU_COLUMNS[:-1])
+    if not gpus:
+        return {**empty, "gpu_note": ""}
+    if not stats:
+        return {**empty, "gpu_note": "no GPU stats (node epilog not installed, or job not ended)"}
+    uses = [g for s in stats for g in s.gpus]
+    if not uses:
+        return {**empty, "gpu_note": "; ".join(sorted({s.note for s in stats if s.note}))}
+    energies = [g.energy_j for g in uses]
+    utils = [g.util_mean_pct for g in uses if g.util_mean_pct is not None]
+    sms = [g.sm_active_mean_pct for g in uses if g.sm_active_mean_pct is not None]
+    mems = [g.mem_peak_mb for g in uses if g.mem_peak_mb is not None]
+    limits = [g.power_limit_w for g in uses if g.power_limit_w is not None]
+    return {
+        "gpu_energy_j": sum(energies) if None not in energies else None,  # type: ignore[arg-type]
+        "gpu_util_pct": sum(utils) / len(utils) if utils else None,
+        "gpu_sm_active_pct": sum(sms) / len(sms) if sms else None,
+        "gpu_mem_peak_mb": max(mems) if mems else None,
+        "gpu_power_limit_w": min(limits) if limits else None,
+        "gpu_note": "; ".join(sorted({g.note for g in uses if g.note})),
+    }
+
+
+def add_gpu_stats(jobs: pd.DataFrame, stats_dir: Path | None = None) -> list[str]:
+    """GPU columns in place; returns a line per stats file that could not be read."""
+    stats, problems = stats_for(stats_dir or paths.gpu_stats_dir(), set(jobs["raw_id"]))
+    fields = [_gpu_fields(g, stats.get(r)) for g, r in zip(jobs["gpus"], jobs["raw_id"])]
+    for col in GPU_COLUMNS:
+        _column(jobs, col, [f[col] for f in fields])
+    return problems
+
+
+def add_throughput(jobs: pd.DataFrame, outputs: Path | None = None) -> None:
+    """samples/s from the summary.json the job itself wrote, where it wrote one."""
+    outputs = outputs or paths.outputs_dir()
+    values: list[float | None] = []
+    for raw in jobs["raw_id"]:
+        try:
+            folder = Path((outputs / raw).read_text().strip())
+            summary = json.loads((folder / "summary.json").read_text())
+            values.append(float(summary["samples_per_s"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            values.append(None)
+    _column(jobs, "samples_per_s", values)
+
+
+def add_chains(jobs: pd.DataFrame) -> None:
+    """profiled_as: the job that profiled this one's workload and resubmitted it;
+    resubmitted_as: the job a profiling job became."""
+    became = {c.profiled_job: c.resubmitted_job for c in read_chains()}
+    came_from = {c.resubmitted_job: c.profiled_job for c in read_chains()}
+    _column(jobs, "resubmitted_as", [became.get(r) for r in jobs["raw_id"]])
+    _column(jobs, "profiled_as", [came_from.get(r) or (f or None)
+                                  for r, f in zip(jobs["raw_id"], jobs["from_job"])])
+
+
+def load_profiles(jobs: pd.DataFrame, store: ProfileStore | None = None) -> tuple[dict[str, Profile], list[str]]:
+    store = store or ProfileStore.default()
+    found, problems = {}, []
+    for fp in sorted({f for f in jobs["fingerprint"] if f and FINGERPRINT.match(f)}):
+        try:
+            found[fp] = store.load(fp)
+        except ProfileError as e:
+            if store.path(fp).exists():     # absent is normal (not profiled): say nothing
+                problems.append(f"profile {fp}: {e}")
+    return found, problems
+
+
+def add_counterfactual(jobs: pd.DataFrame, profiles: dict[str, Profile],
+                       shape: NodeShape | None) -> None:
+    """From each job's profile: its predicted speed at the allocation it got and at the
+    GPU-proportional share of the node (Synergy's baseline), and so the run time the
+    proportional allocation would have taken (prop_elapsed_s) on those cores and memory."""
+    rows = [_proportional(j, profiles.get(j["fingerprint"]), shape) for _, j in jobs.iterrows()]
+    for i, col in enumerate(("prop_cpus", "prop_mem_mb", "prop_elapsed_s")):
+        _column(jobs, col, [r[i] for r in rows])
+
+
+def _proportional(job: pd.Series, profile: Profile | None,
+                  shape: NodeShape | None) -> tuple[int | None, int | None, float | None]:
+    if profile is None or shape is None or not job["elapsed_s"] or not job["alloc_cpus"] or not job["alloc_mem_mb"]:
+        return None, None, None
+    gpus = job["gpus"] or 0
+    if shape.gpus and gpus:      # the same share the engine compares against
+        cores, mem = max(1, shape.cores * gpus // shape.gpus), shape.mem_mb * gpus // shape.gpus
+    else:
+        cores, mem = shape.cores, shape.mem_mb
+    measured = {p.cores: p.samples_per_s for p in profile.train_points()}
+    got = speed(profile, measured, int(job["alloc_cpus"]), float(job["alloc_mem_mb"]))
+    share = speed(profile, measured, cores, mem)
+    return cores, mem, job["elapsed_s"] * got / share if got > 0 and share > 0 else None

@@ -1,0 +1,100 @@
+"""The report's figures as PNG files: throughput against cores per workload with the
+chosen allocation marked, the cluster's allocation over time, and GPU energy against run
+time per power limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..plugin.engine import speed  # noqa: E402
+from ..profile import Profile  # noqa: E402
+
+
+def _empty(ax: plt.Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if not profiles:
+        _empty(ax, "no profiled workloads among these jobs")
+    for fp, profile in sorted(profiles.items()):
+        measured = {p.cores: p.samples_per_s for p in profile.train_points()}
+        top = max([profile.allocation.cores, *measured]) or 1
+        cores = list(range(1, top + 1))
+        mem = float(profile.allocation.mem_mb)
+        line, = ax.plot(cores, [speed(profile, measured, c, mem) for c in cores],
+                        label=f"{profile.job_name or fp} (model)")
+        ax.scatter(list(measured), list(measured.values()), color=line.get_color(), zorder=3)
+        mine = jobs[(jobs["fingerprint"] == fp) & jobs["decided_cpus"].notna()]
+        if len(mine):
+            c = int(mine["decided_cpus"].iloc[-1])
+            ax.scatter([c], [speed(profile, measured, c, mem)], marker="*", s=220,
+                       color=line.get_color(), edgecolor="black", zorder=4,
+                       label=f"{profile.job_name or fp}: chosen, {c} core(s)")
+    ax.set_xlabel("CPU cores")
+    ax.set_ylabel("samples/s")
+    ax.set_title("Throughput against cores (dots measured, star chosen)")
+    if profiles:
+        ax.legend(fontsize=8)
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def allocation(jobs: pd.DataFrame, path: Path) -> Path:
+    """Cores and GPUs held by running jobs over time (a step at each start and end)."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ran = jobs[jobs["start"].notna() & jobs["end"].notna()]
+    if ran.empty:
+        _empty(ax, "no job ran in this period")
+    else:
+        events = sorted([(s, c, g) for s, c, g in zip(ran["start"], ran["alloc_cpus"], ran["gpus"])]
+                        + [(e, -c, -g) for e, c, g in zip(ran["end"], ran["alloc_cpus"], ran["gpus"])],
+                        key=lambda e: (e[0], e[1]))   # at one instant, ends before starts
+        times, cores, gpus, c, g = [], [], [], 0, 0
+        for t, dc, dg in events:
+            c, g = c + (dc or 0), g + (dg or 0)
+            times.append(t)
+            cores.append(c)
+            gpus.append(g)
+        ax.step(times, cores, where="post", label="cores allocated")
+        ax.step(times, gpus, where="post", label="GPUs allocated")
+        ax.set_ylabel("held by running jobs")
+        ax.legend(fontsize=8)
+        fig.autofmt_xdate()
+    ax.set_title("Cluster allocation over time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def energy(jobs: pd.DataFrame, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    measured = jobs[jobs["gpu_energy_j"].notna()]
+    if measured.empty:
+        _empty(ax, "no GPU energy measured for these jobs\n(no GPU, or no node epilog)")
+    else:
+        for limit, group in measured.groupby(measured["gpu_power_limit_w"].fillna(0)):
+            label = f"{limit:.0f} W limit" if limit else "limit unknown"
+            ax.scatter(pd.to_numeric(group["elapsed_s"]) / 60,
+                       pd.to_numeric(group["gpu_energy_j"]) / 1000, label=label)
+        ax.set_xlabel("run time, minutes")
+        ax.set_ylabel("GPU energy, kJ")
+        ax.legend(fontsize=8)
+    ax.set_title("GPU energy against run time, per power limit")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

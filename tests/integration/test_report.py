@@ -1,0 +1,140 @@
+"""`synergy report` against the real cluster: after the demo's jobs, every per-job figure
+matches sacct's own lines, the files are written, the page renders in headless Chromium
+(Debian's), and bad input gets one clear answer."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+from PIL import Image
+
+from .conftest import synergy
+
+DEMO_SUBMITTED = re.compile(r"^submitted \d+ jobs from .*: (.+)$", re.MULTILINE)
+DEMO_CHAIN = re.compile(r"^profiled, then resubmitted: (.+)$", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def demo_jobs(box) -> list[str]:
+    """The demo's jobs: its submissions and, where it profiled, their resubmissions."""
+    proc = synergy("demo")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = DEMO_SUBMITTED.search(proc.stdout).group(1).split(", ")
+    chain = DEMO_CHAIN.search(proc.stdout)
+    if chain:
+        ids += [pair.split(" -> ")[1] for pair in chain.group(1).split(", ")]
+    return ids
+
+
+def raw_sacct(slurm, ids):
+    """sacct's lines, parsed here independently of the report's code."""
+    fields = ["JobIDRaw", "AllocCPUS", "AllocTRES", "ElapsedRaw", "State", "ExitCode",
+              "TotalCPU", "MaxRSS", "Submit", "Start"]
+    out = slurm.run(["sacct", "--parsable2", "--noheader", "--allusers", "--delimiter=|",
+                     "--format=" + ",".join(fields), "--jobs=" + ",".join(ids)])
+    return [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
+
+
+def to_mb(text):
+    if text.isdigit():             # sacct writes a zero as "0", with no unit
+        return float(text)
+    n, unit = float(text[:-1]), text[-1]
+    return n * {"K": 1 / 1024, "M": 1, "G": 1024}[unit]
+
+
+def to_s(text):
+    parts = text.split(":")
+    return sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
+
+
+def test_every_figure_agrees_with_sacct(slurm, demo_jobs):
+    proc = synergy("report", "--jobs", ",".join(demo_jobs), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    jobs = {j["raw_id"]: j for j in doc["jobs"]}
+    assert sorted(jobs) == sorted(demo_jobs)
+    lines = raw_sacct(slurm, demo_jobs)
+    core_s = 0.0
+    for line in (ln for ln in lines if "." not in ln["JobIDRaw"]):
+        j = jobs[line["JobIDRaw"]]
+        tres = dict(kv.split("=", 1) for kv in line["AllocTRES"].split(","))
+        assert j["alloc_cpus"] == int(line["AllocCPUS"])
+        assert j["alloc_mem_mb"] == pytest.approx(to_mb(tres["mem"]))
+        assert j["gpus"] == int(tres.get("gres/gpu", 0))
+        assert j["elapsed_s"] == float(line["ElapsedRaw"])
+        assert j["state"] == line["State"].split()[0] and j["exit_code"] == line["ExitCode"]
+        assert j["total_cpu_s"] == pytest.approx(to_s(line["TotalCPU"]), abs=0.001)
+        steps = [to_mb(s["MaxRSS"]) for s in lines
+                 if s["JobIDRaw"].startswith(line["JobIDRaw"] + ".") and s["MaxRSS"]]
+        assert j["max_rss_mb"] == pytest.approx(max(steps))
+        assert j["cpu_eff"] == pytest.approx(j["total_cpu_s"] / (j["alloc_cpus"] * j["elapsed_s"]))
+        assert j["wait_s"] == (time.mktime(time.strptime(line["Start"], "%Y-%m-%dT%H:%M:%S"))
+                               - time.mktime(time.strptime(line["Submit"], "%Y-%m-%dT%H:%M:%S")))
+        core_s += int(line["AllocCPUS"]) * float(line["ElapsedRaw"])
+    assert doc["cluster"]["core_hours_alloc"] == pytest.approx(core_s / 3600)
+    assert doc["cluster"]["jobs"] == len(demo_jobs)
+    # The plugin's part: profiling runs point at their resubmissions, which carry the
+    # decision beside what the script asked; their profiles give the counterfactual.
+    resubmitted = [j for j in jobs.values() if j["profiled_as"]]
+    for j in resubmitted:
+        assert j["decided_cpus"] == j["alloc_cpus"] and j["asked_cpus"] == 2
+        assert jobs[j["profiled_as"]]["resubmitted_as"] == j["raw_id"]
+        assert j["prop_elapsed_s"] is not None and j["samples_per_s"] > 0
+
+
+def test_the_report_files_render_in_headless_chromium(demo_jobs, tmp_path):
+    out = tmp_path / "report"
+    proc = synergy("report", "--jobs", ",".join(demo_jobs), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Workloads" in proc.stdout and "Cluster" in proc.stdout
+    names = {p.name for p in out.iterdir()}
+    assert {"jobs.csv", "workloads.csv", "report.html", "throughput.png", "allocation.png",
+            "energy.png"} <= names
+    page = (out / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == 3
+    for data in images:                      # every embedded plot decodes as an image
+        assert Image.open(io.BytesIO(base64.b64decode(data))).size[0] > 300
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: make setup installs it"
+    shot = out / "screenshot.png"
+    run = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--hide-scrollbars", "--window-size=1400,1800", "--log-level=0",
+                          "--enable-logging=stderr", f"--screenshot={shot}",
+                          (out / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    page_errors = [ln for ln in run.stderr.splitlines()
+                   if "CONSOLE" in ln or "Uncaught" in ln or "Failed to load resource" in ln]
+    assert page_errors == []
+    img = Image.open(shot).convert("L")
+    assert img.size == (1400, 1800)
+    assert len(img.getcolors(256)) > 10                       # drawn, not blank
+
+
+def test_no_jobs_in_range_is_a_plain_answer():
+    proc = synergy("report", "--since", "2001-01-01", "--until", "2001-01-02")
+    assert proc.returncode == 0 and proc.stdout.startswith("no jobs in 2001-01-01 to 2001-01-02")
+    assert proc.stderr == ""
+
+
+def test_accounting_down_is_one_clear_error(box, slurm):
+    os.kill(box._pid("slurmdbd"), signal.SIGTERM)
+    try:
+        while box._alive("slurmdbd"):
+            time.sleep(0.2)
+        proc = synergy("report", "--since", "now-1hours")
+        assert proc.returncode == 1
+        assert proc.stderr.startswith("synergy: error: ") and "sacct" in proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") <= 3, proc.stderr
+    finally:
+        assert synergy("cluster", "up").returncode == 0

@@ -1,0 +1,145 @@
+"""The report's pure parts: sacct lines folded into jobs, efficiencies, the per-workload
+and cluster figures, the counterfactual, advice, and the files it writes."""
+
+import json
+from datetime import datetime
+
+import pandas as pd
+import pytest
+
+from slurm_synergy.plugin.engine import NodeShape
+from slurm_synergy.report import accounting, advice, enrich, output, summary
+from slurm_synergy.report.build import Report
+from tests.unit.test_engine import profile
+
+FP = "0123456789abcdef"
+
+
+def line(job, name="train", state="COMPLETED", cpus="2", tres="billing=2,cpu=2,mem=3G,node=1",
+         total="00:50.000", rss="", elapsed="50", submit="2026-11-22T10:00:00",
+         start="2026-11-22T10:00:10", end="2026-11-22T10:01:00", comment="", req_mem="3G"):
+    return {"JobIDRaw": job, "JobID": job, "JobName": name, "User": "ann", "Partition": "gpu",
+            "State": state, "ExitCode": "0:0", "Submit": submit, "Start": start, "End": end,
+            "ElapsedRaw": elapsed, "AllocCPUS": cpus, "ReqCPUS": cpus, "ReqMem": req_mem,
+            "AllocTRES": tres, "TotalCPU": total, "MaxRSS": rss, "NodeList": "n1",
+            "Comment": comment}
+
+
+def test_sizes_and_durations_as_sacct_writes_them():
+    assert accounting.mb("21304K") == pytest.approx(20.8046875)
+    assert accounting.mb("3G") == 3072 and accounting.mb("100M") == 100
+    assert accounting.mb("1.5G") == 1536 and accounting.mb("4000Mn") == 4000
+    assert accounting.mb("") is None
+    assert accounting.seconds("00:50.363") == pytest.approx(50.363)
+    assert accounting.seconds("01:02:03") == 3723
+    assert accounting.seconds("2-01:00:00") == 2 * 86400 + 3600
+    assert accounting.seconds("garbage") is None
+
+
+def test_steps_fold_into_their_job():
+    rows = [line("10", comment=f"synergy:fp={FP} asked=c4,m8192,g1 decision=c2,m1024,g1,w1,p250",
+                 tres="billing=2,cpu=2,gres/gpu:a100=1,gres/gpu=1,mem=1G,node=1"),
+            line("10.batch", rss="21304K"), line("10.extern", rss="104K"),
+            line("10.0", rss="294700K"), line("10.1", rss="281592K"),
+            line("11", state="RUNNING", end="Unknown", total="00:00:00", elapsed="5")]
+    jobs = accounting.jobs_frame(rows)
+    assert list(jobs["job_id"]) == ["10", "11"]
+    j = jobs.iloc[0]
+    assert j["max_rss_mb"] == pytest.approx(294700 / 1024)        # the peak step
+    assert j["total_cpu_s"] == pytest.approx(50.0)                 # the job line's sum
+    assert j["cpu_eff"] == pytest.approx(0.5)                      # 50 s over 2 cores x 50 s
+    assert j["mem_eff"] == pytest.approx(294700 / 1024 / 1024)
+    assert (j["gpus"], j["gpu_type"], j["wait_s"]) == (1, "a100", 10.0)
+    assert (j["asked_cpus"], j["asked_mem_mb"], j["asked_gpus"]) == (4, 8192, 1)
+    assert (j["decided_cpus"], j["decided_mem_mb"], j["decided_power_w"]) == (2, 1024, 250)
+    assert j["fingerprint"] == FP
+    r = jobs.iloc[1]
+    assert r["end"] is None and r["max_rss_mb"] is None and r["decided_cpus"] is None
+    assert r["asked_cpus"] == 2 and r["asked_mem_mb"] == 3072     # no marks: sacct's request
+
+
+def frame(*rows) -> pd.DataFrame:
+    jobs = accounting.jobs_frame(list(rows))
+    for col in enrich.GPU_COLUMNS[:-1] + ("samples_per_s", "resubmitted_as", "profiled_as",
+                                          "prop_cpus", "prop_mem_mb", "prop_elapsed_s"):
+        enrich._column(jobs, col, [None] * len(jobs))
+    enrich._column(jobs, "gpu_note", [""] * len(jobs))
+    return jobs
+
+
+def test_workload_and_cluster_figures():
+    jobs = frame(line("1", comment=f"synergy:fp={FP}", elapsed="3600", total="01:00:00",
+                      tres="cpu=2,gres/gpu=1,mem=1G", submit="2026-11-22T10:00:00",
+                      start="2026-11-22T10:00:00", end="2026-11-22T11:00:00"),
+                 line("2", comment=f"synergy:fp={FP}", elapsed="1800", total="00:15:00", cpus="4",
+                      tres="cpu=4,gres/gpu=2,mem=1G", submit="2026-11-22T10:00:00",
+                      start="2026-11-22T11:00:00", end="2026-11-22T11:30:00"),
+                 line("3", name="other", elapsed="0", start="Unknown", end="Unknown"))
+    enrich._column(jobs, "gpu_energy_j", [3.6e6, 1.8e6, None])
+    c = summary.cluster(jobs)
+    assert c["jobs"] == 3 and c["gpu_hours"] == pytest.approx(1 + 1.0)
+    assert c["core_hours_alloc"] == pytest.approx(2 + 2) and c["core_hours_used"] == pytest.approx(1.25 + 50 / 3600)
+    assert c["makespan_s"] == 5400 and c["jct_mean_s"] == pytest.approx((3600 + 5400) / 2)
+    assert c["wait_mean_s"] == pytest.approx(1800) and c["gpu_energy_kwh"] == pytest.approx(1.5)
+    w = summary.workloads(jobs).set_index("workload")
+    assert w.loc[FP, "jobs"] == 2 and w.loc["name:other", "jobs"] == 1
+
+
+def test_the_counterfactual_uses_the_profile_at_the_proportional_share():
+    jobs = frame(line("1", comment=f"synergy:fp={FP}", cpus="2", elapsed="100",
+                      tres="cpu=2,gres/gpu=1,mem=4G"))
+    p = profile({2: 200.0, 1: 100.0})
+    enrich.add_counterfactual(jobs, {FP: p}, NodeShape(cores=4, mem_mb=16000, gpus=4))
+    j = jobs.iloc[0]
+    assert (j["prop_cpus"], j["prop_mem_mb"]) == (1, 4000)
+    assert j["prop_elapsed_s"] == pytest.approx(200.0)     # half the speed at one core
+    enrich.add_counterfactual(jobs, {}, NodeShape(4, 16000, 4))
+    assert jobs.iloc[0]["prop_elapsed_s"] is None          # no profile: no claim
+
+
+def test_advice_in_jobstats_spirit():
+    jobs = frame(line("1", tres="cpu=8,mem=64G", cpus="8", total="00:10:00", elapsed="600"),
+                 line("1.batch", rss="1000M"),
+                 line("2", state="OUT_OF_MEMORY", tres="cpu=1,mem=2G", cpus="1"),
+                 line("3", comment=f"synergy:fp={FP} profile=1"), line("3.0", rss="1000M"),
+                 line("4", tres="cpu=1,mem=3G", cpus="1", elapsed="600", total="00:10:00"),
+                 line("4.batch", rss="2900M"))
+    text = {a["job_id"]: a["advice"] for a in advice.lines(jobs)}
+    assert "asked 64G, used 1000M: --mem=1250M is enough" in [a["advice"] for a in advice.lines(jobs)
+                                                              if a["job_id"] == "1"]
+    assert any("kept 1.0 of 8 cores busy: --cpus-per-task=1" in a["advice"]
+               for a in advice.lines(jobs))
+    assert "ran out of memory at 2048M" in text["2"]
+    assert "3" not in text and "4" not in text     # a profiling run; a job sized right
+
+
+def report_of(jobs: pd.DataFrame) -> Report:
+    return Report("test", jobs, summary.workloads(jobs), summary.cluster(jobs),
+                  advice.lines(jobs), {FP: profile({2: 200.0, 1: 100.0})}, ["a problem"])
+
+
+def test_the_files_a_report_writes(tmp_path):
+    jobs = frame(line("1", comment=f"synergy:fp={FP} decision=c2,m1024,g1,w1"),
+                 line("2", name="<script>x</script>"))
+    enrich._column(jobs, "gpu_energy_j", [5000.0, None])
+    enrich._column(jobs, "gpu_power_limit_w", [250.0, None])
+    rep = report_of(jobs)
+    written = output.write(rep, tmp_path)
+    assert {p.name for p in written} == {"jobs.csv", "workloads.csv", "throughput.png",
+                                         "allocation.png", "energy.png", "report.html"}
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written if p.suffix == ".png")
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3 and "<script>x" not in page
+    assert pd.read_csv(tmp_path / "jobs.csv")["job_id"].tolist() == [1, 2]
+    doc = json.loads(output.as_json(rep))
+    assert doc["jobs"][0]["submit"] == "2026-11-22T10:00:00" and doc["problems"] == ["a problem"]
+    assert "Workloads" in output.table(rep) and "Cluster" in output.table(rep)
+
+
+def test_thousands_of_jobs_fold_in_one_pass():
+    rows = []
+    for i in range(3000):
+        rows += [line(str(i), comment=f"synergy:fp={FP}"), line(f"{i}.batch", rss="100M")]
+    jobs = accounting.jobs_frame(rows)
+    assert len(jobs) == 3000 and jobs["max_rss_mb"].eq(100).all()
+    assert isinstance(jobs.iloc[0]["submit"], datetime)

@@ -62,3 +62,4 @@ bench: setup
 	$(PY) bench/bench_loaders.py
 	$(PY) bench/bench_profiles.py
 	$(PY) bench/bench_sampler.py
+	$(PY) bench/bench_report.py

@@ -19,6 +19,9 @@ from . import plots
 from .build import Report
 
 J_PER_KWH = 3.6e6
+# Rows shown in full; the rest are counted, and all are in jobs.csv and the JSON.
+TERMINAL_JOBS = 100
+PAGE_JOBS = 1000
 
 
 def _n(value: Any, fmt: str = ".0f", none: str = "-") -> str:
@@ -38,12 +41,13 @@ def _mb(value: Any) -> str:
     return "-" if value is None else (f"{value / 1024:.1f}G" if value >= 1024 else f"{value:.0f}M")
 
 
-def job_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[list[str]]]:
     head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores asked>decided>got", "used",
             "CPU%", "Mem got", "peak", "Mem%", "GPUs", "GPU kJ", "kWh", "util%", "limit W",
             "samples/s", "chain"]
     rows = []
-    for _, j in report.jobs.iterrows():
+    shown = report.jobs if most is None else report.jobs.tail(most)   # the latest
+    for _, j in shown.iterrows():
         used = j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] else None
         chain = (f"-> {j['resubmitted_as']}" if j["resubmitted_as"] else
                  f"<- {j['profiled_as']}" if j["profiled_as"] else "")
@@ -95,12 +99,20 @@ def cluster_lines(report: Report) -> list[str]:
     return lines
 
 
+def _more(report: Report, most: int) -> list[str]:
+    hidden = len(report.jobs) - most
+    return [f"... and {hidden} earlier job(s): all are in --format csv|json and --out"] \
+        if hidden > 0 else []
+
+
 def table(report: Report) -> str:
-    parts = [f"slurm-synergy report: {report.period}", "", aligned(*job_rows(report), rule=True),
+    parts = [f"slurm-synergy report: {report.period}", "",
+             aligned(*job_rows(report, TERMINAL_JOBS), rule=True), *_more(report, TERMINAL_JOBS),
              "", "Workloads", aligned(*workload_rows(report), rule=True), "", "Cluster",
              *cluster_lines(report)]
     if report.advice:
-        parts += ["", "Advice", *(f"{a['job_id']} {a['name']}: {a['advice']}" for a in report.advice)]
+        parts += ["", "Advice", *(f"{a['job_id']} {a['name']}: {a['advice']}"
+                                  for a in report.advice[-TERMINAL_JOBS:])]
     return "\n".join(parts)
 
 
@@ -147,7 +159,8 @@ def write(report: Report, out: Path) -> list[Path]:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     page = env.get_template("report.html.j2").render(
-        report=report, jobs=job_rows(report), workloads=workload_rows(report),
+        report=report, jobs=job_rows(report, PAGE_JOBS), more=_more(report, PAGE_JOBS),
+        advice=report.advice[-PAGE_JOBS:], workloads=workload_rows(report),
         cluster=cluster_lines(report),
         figures={title: _png(p) for title, p in figures.items()},
         made=datetime.now().isoformat(timespec="seconds"))

@@ -38,7 +38,7 @@ def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
 def report(*job_ids: str) -> dict[str, dict]:
     proc = synergy("report", "--jobs", ",".join(job_ids), "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    return {r["job_id"]: r for r in json.loads(proc.stdout)}
+    return {r["job_id"]: r for r in json.loads(proc.stdout)["jobs"]}
 
 
 def test_without_gpus_the_hooks_say_so_and_the_report_shows_why(box, slurm, tmp_path):

@@ -51,7 +51,7 @@ def for_job(j: pd.Series) -> list[str]:
         out.append(f"the plugin gave it {decided} core(s) instead of the {asked} asked, "
                    f"from its profile")
     if j["prop_elapsed_s"] and j["elapsed_s"] and j["prop_elapsed_s"] > 1.05 * j["elapsed_s"]:
-        out.append(f"the GPU-proportional share ({j['prop_cpus']} cores) would have taken "
+        out.append(f"the GPU-proportional share ({j['prop_cpus']} core(s)) would have taken "
                    f"{j['prop_elapsed_s'] / j['elapsed_s']:.2f}x as long")
     return out
 

@@ -61,17 +61,27 @@ def add_gpu_stats(jobs: pd.DataFrame, stats_dir: Path | None = None) -> list[str
 
 
 def add_throughput(jobs: pd.DataFrame, outputs: Path | None = None) -> None:
-    """samples/s from the summary.json the job itself wrote, where it wrote one."""
+    """samples/s from the summary.json the job itself wrote. A job's folder is shared by
+    its profiling run and its resubmission (and by reruns of the row), so a summary counts
+    only if it was written while this job ran."""
     outputs = outputs or paths.outputs_dir()
     values: list[float | None] = []
-    for raw in jobs["raw_id"]:
-        try:
-            folder = Path((outputs / raw).read_text().strip())
-            summary = json.loads((folder / "summary.json").read_text())
-            values.append(float(summary["samples_per_s"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            values.append(None)
+    for raw, start, end, profiling in zip(jobs["raw_id"], jobs["start"], jobs["end"],
+                                          jobs["profiling"]):
+        values.append(None if profiling or start is None or end is None else
+                      _summary_rate(outputs / raw, start.timestamp(), end.timestamp()))
     _column(jobs, "samples_per_s", values)
+
+
+def _summary_rate(pointer: Path, start: float, end: float) -> float | None:
+    try:
+        summary = Path(pointer.read_text().strip()) / "summary.json"
+        written = summary.stat().st_mtime
+        if not start - 1 <= written <= end + 60:
+            return None
+        return float(json.loads(summary.read_text())["samples_per_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def add_chains(jobs: pd.DataFrame) -> None:
@@ -108,7 +118,8 @@ def add_counterfactual(jobs: pd.DataFrame, profiles: dict[str, Profile],
 
 def _proportional(job: pd.Series, profile: Profile | None,
                   shape: NodeShape | None) -> tuple[int | None, int | None, float | None]:
-    if profile is None or shape is None or not job["elapsed_s"] or not job["alloc_cpus"] or not job["alloc_mem_mb"]:
+    # A profiling run spent its time measuring, not training: nothing to compare.
+    if profile is None or shape is None or job["profiling"] or not job["elapsed_s"] or not job["alloc_cpus"] or not job["alloc_mem_mb"]:
         return None, None, None
     gpus = job["gpus"] or 0
     if shape.gpus and gpus:      # the same share the engine compares against

@@ -44,7 +44,7 @@ def _mb(value: Any) -> str:
 def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[list[str]]]:
     head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores asked>decided>got", "used",
             "CPU%", "Mem got", "peak", "Mem%", "GPUs", "GPU kJ", "kWh", "util%", "limit W",
-            "samples/s", "chain"]
+            "samples/s", "chain", "GPU note"]
     rows = []
     shown = report.jobs if most is None else report.jobs.tail(most)   # the latest
     for _, j in shown.iterrows():
@@ -60,7 +60,7 @@ def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[l
             f"{j['gpus']}{':' + j['gpu_type'] if j['gpu_type'] else ''}",
             _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
             _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
-            chain])
+            chain, j["gpu_note"]])
     return head, rows
 
 
@@ -92,7 +92,7 @@ def cluster_lines(report: Report) -> list[str]:
            else f"; GPU energy {c['gpu_energy_kwh']:.4f} kWh"),
     ]
     if c["run_s_proportional"]:
-        lines.append(f"{c['jobs_with_profile']} profiled job(s) ran {_dur(c['run_s_with_profile'])} "
+        lines.append(f"{c['jobs_with_profile']} job(s) with a profile ran {_dur(c['run_s_with_profile'])} "
                      f"in all; at the GPU-proportional share their profiles predict "
                      f"{_dur(c['run_s_proportional'])} "
                      f"({c['run_s_proportional'] / c['run_s_with_profile']:.2f}x)")

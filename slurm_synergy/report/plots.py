@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..plugin.engine import speed  # noqa: E402
@@ -41,6 +42,7 @@ def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> 
                        color=line.get_color(), edgecolor="black", zorder=4,
                        label=f"{profile.job_name or fp}: chosen, {c} core(s)")
     ax.set_xlabel("CPU cores")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("samples/s")
     ax.set_title("Throughput against cores (dots measured, star chosen)")
     if profiles:

@@ -261,7 +261,9 @@ local function plan(job_desc, tbl)
 	-- What the job asked before the rewrite, so reports can set it beside the decision.
 	local asked_mem = job_desc.pn_min_memory
 	local asked = string.format("c%s,m%s,g%s",
-		is_set(job_desc.cpus_per_task) and whole_text(job_desc.cpus_per_task) or "-",
+		-- cpus_per_task is 16-bit: 65534 (NO_VAL16) is "not set".
+		(is_set(job_desc.cpus_per_task) and job_desc.cpus_per_task < 65534)
+			and whole_text(job_desc.cpus_per_task) or "-",
 		(is_set(asked_mem) and asked_mem < 2 ^ 40) and whole_text(asked_mem) or "-",
 		count or "0")
 	p.comment = comment:gsub(" decision=%S*", ""):gsub(" asked=%S*", "")

@@ -65,18 +65,23 @@ def _report(args: argparse.Namespace) -> int:
     report = build(Slurm(), args.jobs, args.since, args.until, args.user)
     for line in report.problems:
         print(f"synergy report: {line}", file=sys.stderr)
-    if report.empty:
+    if report.empty and args.format == "table":
         print(f"no jobs in {report.period}")
         return 0
+    if report.empty:                 # scripts still get a document they can parse
+        print(f"synergy report: no jobs in {report.period}", file=sys.stderr)
     if args.format == "json":
         print(output.as_json(report))
     elif args.format == "csv":
         print(output.as_csv(report.jobs), end="")
     elif args.format == "table":
         print(output.table(report))
-    if args.out or args.format == "html":
+    if (args.out or args.format == "html") and not report.empty:
         out = args.out or Path("runs/report")
-        written = output.write(report, out)
+        try:
+            written = output.write(report, out)
+        except OSError as e:
+            raise SynergyError(f"cannot write the report to {out}: {e.strerror or e}") from None
         print(f"report: {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
 

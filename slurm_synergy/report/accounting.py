@@ -18,7 +18,7 @@ from ..slurm import Slurm
 
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
           "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
-          "AllocTRES", "TotalCPU", "MaxRSS", "NodeList", "Comment")
+          "AllocTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment")
 _UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
 _DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?),g(\d+),w(\d+)(?:,p(\d+))?$")
 _ASKED = re.compile(r"^c(\d+|-),m(\d+|-),g(\d+)$")
@@ -31,8 +31,9 @@ def fetch(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
 
 
 def mb(text: str) -> float | None:
-    """sacct's sizes (100M, 3G, 21304K, 1.5G; a trailing n or c of old versions) in MB."""
-    m = re.match(r"^([\d.]+)([KMGT])?[nc]?$", text.strip())
+    """sacct's sizes (100M, 3G, 21304K, 1.5G) in MB. Before 21.08 ReqMem ended in n (per
+    node, the same here) or c (per CPU, not a total: unknown)."""
+    m = re.match(r"^([\d.]+)([KMGT])?n?$", text.strip())
     if not m:
         return None
     return float(m.group(1)) * _UNITS[m.group(2) or "M"]
@@ -64,6 +65,12 @@ def gpu_type(alloc: str) -> str:
     return m.group(1) if m else ""
 
 
+def _count(text: str, most: int = 1 << 20) -> int | None:
+    """A number from a comment mark; anything out of range is unknown (users write
+    comments too, and 65534 is Slurm's "not set")."""
+    return int(text) if text.isdigit() and 0 < int(text) < min(most, 65534) else None
+
+
 def _marks(comment: str) -> dict[str, Any]:
     marks = comment_marks(comment)
     out: dict[str, Any] = {"fingerprint": fingerprint_of_comment(comment) or "",
@@ -72,14 +79,14 @@ def _marks(comment: str) -> dict[str, Any]:
     d = _DECISION.match(marks.get("decision", ""))
     if d:
         cpus, mem, gpus, workers, power = d.groups()
-        out.update(decided_cpus=int(cpus) if cpus != "?" else None,
-                   decided_mem_mb=int(mem) if mem != "?" else None, decided_gpus=int(gpus),
-                   decided_workers=int(workers), decided_power_w=int(power) if power else None)
+        out.update(decided_cpus=_count(cpus), decided_mem_mb=_count(mem, 1 << 40),
+                   decided_gpus=int(gpus), decided_workers=int(workers),
+                   decided_power_w=_count(power) if power else None)
     a = _ASKED.match(marks.get("asked", ""))
     if a:
         cpus, mem, gpus = a.groups()
-        out.update(asked_cpus=int(cpus) if cpus != "-" else None,
-                   asked_mem_mb=int(mem) if mem != "-" else None, asked_gpus=int(gpus))
+        out.update(asked_cpus=_count(cpus), asked_mem_mb=_count(mem, 1 << 40),
+                   asked_gpus=int(gpus))
     return out
 
 
@@ -88,14 +95,17 @@ COLUMNS = ("job_id", "raw_id", "name", "user", "partition", "state", "exit_code"
            "gpu_type", "total_cpu_s", "max_rss_mb", "cpu_eff", "mem_eff", "asked_cpus",
            "asked_mem_mb", "asked_gpus", "decided_cpus", "decided_mem_mb", "decided_gpus",
            "decided_workers", "decided_power_w", "fingerprint", "from_job", "profiling", "nodes",
-           "comment")
+           "one_task", "comment")
 
 
 def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
     """One row per job from sacct's job and step lines."""
     peak: dict[str, float] = {}
+    spread: set[str] = set()     # jobs with several tasks or nodes
     for r in rows:
         if "." in r["JobIDRaw"]:
+            if (r.get("NTasks") or "1") not in ("", "1") or (r.get("NNodes") or "1") != "1":
+                spread.add(r["JobIDRaw"].split(".", 1)[0])
             rss = mb(r["MaxRSS"]) if r["MaxRSS"] else None
             job = r["JobIDRaw"].split(".", 1)[0]
             if rss is not None:
@@ -111,6 +121,9 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
         mem = mb(tres(r["AllocTRES"], "mem"))
         total_cpu = seconds(r["TotalCPU"])
         rss = peak.get(raw)
+        # MaxRSS is one task's peak; set against the whole job's memory it would flatter
+        # a job of several tasks or nodes, so no efficiency is claimed for those.
+        one_task = raw not in spread and (r.get("NNodes") or "1") == "1"
         rec: dict[str, Any] = {
             "job_id": r["JobID"], "raw_id": raw, "name": r["JobName"], "user": r["User"],
             "partition": r["Partition"], "state": r["State"].split()[0] if r["State"] else "",
@@ -123,7 +136,8 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             # reportseff's definitions: CPU time over cores x wall time; peak over allocation.
             "cpu_eff": total_cpu / (cpus * elapsed) if total_cpu is not None and cpus
             and elapsed > 0 else None,
-            "mem_eff": rss / mem if rss is not None and mem else None,
+            "mem_eff": rss / mem if rss is not None and mem and one_task else None,
+            "one_task": one_task,
             "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
             "asked_mem_mb": mb(r["ReqMem"]) if r["ReqMem"] else None, "asked_gpus": None,
             "nodes": r["NodeList"], "comment": r["Comment"],

@@ -27,14 +27,14 @@ def for_job(j: pd.Series) -> list[str]:
     if state == "OUT_OF_MEMORY":
         out.append(f"ran out of memory at {_mem_text(mem or 0)}: ask for more, or let the "
                    "plugin profile it (synergy submit --profile)")
-    elif rss is not None and mem and state == "COMPLETED":
+    elif rss is not None and mem and state == "COMPLETED" and j["one_task"]:
         enough = max(rss * HEADROOM, 256)
         if mem - enough >= MIN_WASTE_MB and mem >= 2 * enough:
             out.append(f"asked {_mem_text(mem)}, used {_mem_text(rss)}: "
                        f"--mem={_mem_text(enough)} is enough")
     cpus, used = j["alloc_cpus"], j["total_cpu_s"]
     if cpus and cpus > 1 and used is not None and j["elapsed_s"] and state == "COMPLETED" \
-            and j["elapsed_s"] >= 60:
+            and j["elapsed_s"] >= 60 and j["one_task"]:
         busy = used / j["elapsed_s"]
         if busy < 0.5 * cpus:
             out.append(f"kept {busy:.1f} of {cpus} cores busy: "

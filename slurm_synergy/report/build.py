@@ -40,7 +40,7 @@ def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
         return Report(period, jobs, pd.DataFrame(), {}, [])
     problems = enrich.add_gpu_stats(jobs, stats_dir)
     enrich.add_throughput(jobs)
-    enrich.add_chains(jobs)
+    problems += enrich.add_chains(jobs)
     profiles, more = enrich.load_profiles(jobs)
     problems += more
     try:

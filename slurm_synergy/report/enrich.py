@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from .. import paths
+from ..errors import SynergyError
 from ..hooks.records import JobGpuStats, stats_for
 from ..plugin.engine import NodeShape, speed
 from ..plugin.resubmit import read_chains
@@ -84,14 +85,20 @@ def _summary_rate(pointer: Path, start: float, end: float) -> float | None:
         return None
 
 
-def add_chains(jobs: pd.DataFrame) -> None:
+def add_chains(jobs: pd.DataFrame) -> list[str]:
     """profiled_as: the job that profiled this one's workload and resubmitted it;
-    resubmitted_as: the job a profiling job became."""
-    became = {c.profiled_job: c.resubmitted_job for c in read_chains()}
-    came_from = {c.resubmitted_job: c.profiled_job for c in read_chains()}
+    resubmitted_as: the job a profiling job became. Returns what could not be read."""
+    problems = []
+    try:
+        links = read_chains()
+    except (SynergyError, OSError, UnicodeDecodeError) as e:
+        links, problems = [], [f"no profiling chains: {e}"]
+    became = {c.profiled_job: c.resubmitted_job for c in links}
+    came_from = {c.resubmitted_job: c.profiled_job for c in links}
     _column(jobs, "resubmitted_as", [became.get(r) for r in jobs["raw_id"]])
     _column(jobs, "profiled_as", [came_from.get(r) or (f or None)
                                   for r, f in zip(jobs["raw_id"], jobs["from_job"])])
+    return problems
 
 
 def load_profiles(jobs: pd.DataFrame, store: ProfileStore | None = None) -> tuple[dict[str, Profile], list[str]]:
@@ -127,6 +134,9 @@ def _proportional(job: pd.Series, profile: Profile | None,
     else:
         cores, mem = shape.cores, shape.mem_mb
     measured = {p.cores: p.samples_per_s for p in profile.train_points()}
-    got = speed(profile, measured, int(job["alloc_cpus"]), float(job["alloc_mem_mb"]))
-    share = speed(profile, measured, cores, mem)
+    try:
+        got = speed(profile, measured, int(job["alloc_cpus"]), float(job["alloc_mem_mb"]))
+        share = speed(profile, measured, cores, mem)
+    except (ValueError, ArithmeticError):    # a profile the model cannot evaluate here
+        return cores, mem, None
     return cores, mem, job["elapsed_s"] * got / share if got > 0 and share > 0 else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,14 @@ J_PER_KWH = 3.6e6
 # Rows shown in full; the rest are counted, and all are in jobs.csv and the JSON.
 TERMINAL_JOBS = 100
 PAGE_JOBS = 1000
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _clean(text: Any) -> str:
+    """Other users' job names and comments: no terminal control sequences."""
+    return _CONTROL.sub("?", str(text))
 
 
 def _n(value: Any, fmt: str = ".0f", none: str = "-") -> str:
@@ -53,14 +62,14 @@ def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[l
                  f"<- {j['profiled_as']}" if j["profiled_as"] else "")
         energy = j["gpu_energy_j"]
         rows.append([
-            j["job_id"], str(j["name"])[:22], j["state"], _dur(j["wait_s"]), _dur(j["elapsed_s"]),
+            j["job_id"], _clean(j["name"])[:22], j["state"], _dur(j["wait_s"]), _dur(j["elapsed_s"]),
             f"{_n(j['asked_cpus'])}>{_n(j['decided_cpus'])}>{_n(j['alloc_cpus'])}",
             _n(used, ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]), _mb(j["alloc_mem_mb"]),
             _mb(j["max_rss_mb"]), _n(j["mem_eff"] and 100 * j["mem_eff"]),
             f"{j['gpus']}{':' + j['gpu_type'] if j['gpu_type'] else ''}",
             _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
             _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
-            chain, j["gpu_note"]])
+            chain, _clean(j["gpu_note"])])
     return head, rows
 
 
@@ -71,7 +80,8 @@ def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     for _, w in report.workloads.iterrows():
         ratio = (w["run_s_with_profile"] / w["run_s_proportional"]
                  if w["run_s_proportional"] else None)
-        rows.append([w["workload"] + (f" ({w['names']})" if w["workload"][:5] != "name:" else ""),
+        rows.append([_clean(w["workload"] + (f" ({w['names']})" if w["workload"][:5] != "name:"
+                                             else "")),
                      str(w["jobs"]), _n(w["gpu_hours"], ".3f"), _n(w["core_hours_alloc"], ".3f"),
                      _n(w["core_hours_used"], ".3f"), _dur(w["jct_mean_s"]), _dur(w["jct_p95_s"]),
                      _dur(w["wait_mean_s"]), _n(w["gpu_energy_kwh"], ".4f"), _n(ratio, ".2f")])
@@ -95,7 +105,9 @@ def cluster_lines(report: Report) -> list[str]:
         lines.append(f"{c['jobs_with_profile']} job(s) with a profile ran {_dur(c['run_s_with_profile'])} "
                      f"in all; at the GPU-proportional share their profiles predict "
                      f"{_dur(c['run_s_proportional'])} "
-                     f"({c['run_s_proportional'] / c['run_s_with_profile']:.2f}x)")
+                     f"({c['run_s_proportional'] / c['run_s_with_profile']:.2f}x) and "
+                     f"{c['core_hours_proportional']:.3f} core-hours against "
+                     f"{c['core_hours_with_profile']:.3f}")
     return lines
 
 
@@ -111,7 +123,7 @@ def table(report: Report) -> str:
              "", "Workloads", aligned(*workload_rows(report), rule=True), "", "Cluster",
              *cluster_lines(report)]
     if report.advice:
-        parts += ["", "Advice", *(f"{a['job_id']} {a['name']}: {a['advice']}"
+        parts += ["", "Advice", *(_clean(f"{a['job_id']} {a['name']}: {a['advice']}")
                                   for a in report.advice[-TERMINAL_JOBS:])]
     return "\n".join(parts)
 
@@ -135,8 +147,14 @@ def as_json(report: Report) -> str:
                        "advice": report.advice, "problems": report.problems}, indent=1)
 
 
+def _cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula is quoted."""
+    return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@") else value
+
+
 def as_csv(frame: pd.DataFrame) -> str:
-    return pd.DataFrame(records(frame)).to_csv(index=False)
+    rows = [{k: _cell(v) for k, v in r.items()} for r in records(frame)]
+    return pd.DataFrame(rows, columns=list(frame.columns)).to_csv(index=False)
 
 
 def _png(path: Path) -> str:

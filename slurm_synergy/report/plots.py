@@ -29,18 +29,21 @@ def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> 
         _empty(ax, "no profiled workloads among these jobs")
     for fp, profile in sorted(profiles.items()):
         measured = {p.cores: p.samples_per_s for p in profile.train_points()}
-        top = max([profile.allocation.cores, *measured]) or 1
+        mine = jobs[(jobs["fingerprint"] == fp) & jobs["decided_cpus"].notna()]
+        chosen = int(mine["decided_cpus"].iloc[-1]) if len(mine) else None
+        top = max([profile.allocation.cores, *measured, chosen or 1])
         cores = list(range(1, top + 1))
         mem = float(profile.allocation.mem_mb)
-        line, = ax.plot(cores, [speed(profile, measured, c, mem) for c in cores],
-                        label=f"{profile.job_name or fp} (model)")
+        try:
+            rates = [speed(profile, measured, c, mem) for c in cores]
+        except (ValueError, ArithmeticError):     # a model that cannot be drawn
+            continue
+        name = profile.job_name or fp
+        line, = ax.plot(cores, rates, label=f"{name} (model)")
         ax.scatter(list(measured), list(measured.values()), color=line.get_color(), zorder=3)
-        mine = jobs[(jobs["fingerprint"] == fp) & jobs["decided_cpus"].notna()]
-        if len(mine):
-            c = int(mine["decided_cpus"].iloc[-1])
-            ax.scatter([c], [speed(profile, measured, c, mem)], marker="*", s=220,
-                       color=line.get_color(), edgecolor="black", zorder=4,
-                       label=f"{profile.job_name or fp}: chosen, {c} core(s)")
+        if chosen:
+            ax.scatter([chosen], [rates[chosen - 1]], marker="*", s=220, color=line.get_color(),
+                       edgecolor="black", zorder=4, label=f"{name}: chosen, {chosen} core(s)")
     ax.set_xlabel("CPU cores")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("samples/s")

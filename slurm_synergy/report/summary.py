@@ -1,7 +1,7 @@
 """Per-workload and per-cluster figures from the per-job rows.
 
 A workload is a fingerprint (jobs without one are grouped by name). JCT is end minus
-submit; makespan is the last end minus the first submit. The proportional columns add up
+submit, a profiling chain counted once from its first submit; makespan is the last end minus the first submit. The proportional columns add up
 what the GPU-proportional allocation would have taken, from the jobs' profiles (run time
 only: queueing under another allocation is not modelled here).
 """
@@ -20,10 +20,29 @@ def _num(series: pd.Series) -> pd.Series:
     return pd.to_numeric(series, errors="coerce")
 
 
+def _jct(jobs: pd.DataFrame) -> list[float]:
+    """End minus submit. A profiling run and its resubmission are one job to the user:
+    counted once, from the profiling run's submit to the resubmission's end."""
+    ids = dict(zip(jobs["raw_id"], jobs["submit"]))
+    out = []
+    for _, j in jobs.iterrows():
+        if j["end"] is None or j["submit"] is None or not _ran(j):
+            continue
+        if j["resubmitted_as"] in ids:
+            continue                       # counted with its resubmission
+        first = ids.get(j["profiled_as"]) or j["submit"]
+        out.append((j["end"] - first).total_seconds())
+    return out
+
+
+def _ran(j: pd.Series) -> bool:
+    """Cancelled while pending, sacct gives a job Start = End = the cancel time."""
+    return not (j["state"] == "CANCELLED" and not j["elapsed_s"])
+
+
 def _figures(jobs: pd.DataFrame) -> dict[str, Any]:
-    ended = jobs[jobs["end"].notna() & jobs["submit"].notna()]
-    jct = [(e - s).total_seconds() for e, s in zip(ended["end"], ended["submit"])]
-    wait = _num(jobs["wait_s"]).dropna()
+    jct = _jct(jobs)
+    wait = _num(jobs["wait_s"][[_ran(j) for _, j in jobs.iterrows()]]).dropna()
     elapsed = _num(jobs["elapsed_s"]).fillna(0)
     energy = _num(jobs["gpu_energy_j"])
     prop = _num(jobs["prop_elapsed_s"])
@@ -45,6 +64,10 @@ def _figures(jobs: pd.DataFrame) -> dict[str, Any]:
         "jobs_with_profile": int(has_prop.sum()),
         "run_s_with_profile": float(elapsed[has_prop].sum()) if has_prop.any() else None,
         "run_s_proportional": float(prop[has_prop].sum()) if has_prop.any() else None,
+        "core_hours_with_profile": float((_num(jobs["alloc_cpus"]) * elapsed)[has_prop].sum()
+                                         / 3600) if has_prop.any() else None,
+        "core_hours_proportional": float((_num(jobs["prop_cpus"]) * prop)[has_prop].sum()
+                                         / 3600) if has_prop.any() else None,
     }
 
 

@@ -156,7 +156,16 @@ def test_an_epilog_that_cannot_enforce_the_cap_drains_the_node(box, slurm, tmp_p
     finally:
         slurm.run(["scontrol", "update", f"nodename={box.slurm.nodes('')[0].name}",
                    "state=resume"])
-    assert not _drained(slurm)
+        # Resumed is not yet usable: the node re-registers first (not responding, "idle*"),
+        # and a job submitted in between is refused. The next tests need it usable.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _usable(slurm):
+            time.sleep(0.5)
+    assert _usable(slurm), slurm.nodes("")
+
+
+def _usable(slurm) -> bool:
+    return all(n.state in ("idle", "mixed", "allocated") for n in slurm.nodes(""))
 
 
 def _drained(slurm) -> bool:

@@ -85,6 +85,7 @@ def test_every_figure_agrees_with_sacct(slurm, demo_jobs):
     # The plugin's part: profiling runs point at their resubmissions, which carry the
     # decision beside what the script asked; their profiles give the counterfactual.
     resubmitted = [j for j in jobs.values() if j["profiled_as"]]
+    assert resubmitted, "the demo profiled nothing: run it on a fresh profile store"
     for j in resubmitted:
         assert j["decided_cpus"] == j["alloc_cpus"] and j["asked_cpus"] == 2
         assert jobs[j["profiled_as"]]["resubmitted_as"] == j["raw_id"]

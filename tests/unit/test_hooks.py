@@ -5,7 +5,6 @@ fails (a GPU left above the cap)."""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -258,10 +257,9 @@ def test_a_hung_gpu_cannot_hold_the_epilog_past_its_deadline(tmp_path):
            "SYNERGY_POLICY": str(policy), "SYNERGY_HOOK_LOG": str(tmp_path / "hooks.log"),
            "SYNERGY_HOOK_RUN": str(tmp_path / "run"), "SYNERGY_GPU_STATS": str(tmp_path / "s")}
     for hook, expect in (("epilog", 1), ("prolog", 0)):
-        t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-c", code, hook], env=env, timeout=30)
+        # Without the deadline the hook would sleep 60 s and the run would time out.
+        proc = subprocess.run([sys.executable, "-c", code, hook], env=env, timeout=45)
         assert proc.returncode == expect
-        assert time.monotonic() - t0 < 20
     assert (tmp_path / "hooks.log").read_text().count("did not finish in 1 s") == 2
 
 

@@ -93,6 +93,10 @@ def test_the_counterfactual_uses_the_profile_at_the_proportional_share():
     j = jobs.iloc[0]
     assert (j["prop_cpus"], j["prop_mem_mb"]) == (1, 4000)
     assert j["prop_elapsed_s"] == pytest.approx(200.0)     # half the speed at one core
+    c = summary.cluster(jobs)
+    assert c["run_s_proportional"] == pytest.approx(200.0) and c["run_s_with_profile"] == 100
+    assert c["core_hours_proportional"] == pytest.approx(200 / 3600)   # 1 core x 200 s
+    assert c["core_hours_with_profile"] == pytest.approx(200 / 3600)   # 2 cores x 100 s
     enrich.add_counterfactual(jobs, {}, NodeShape(4, 16000, 4))
     assert jobs.iloc[0]["prop_elapsed_s"] is None          # no profile: no claim
 
@@ -143,3 +147,31 @@ def test_thousands_of_jobs_fold_in_one_pass():
     jobs = accounting.jobs_frame(rows)
     assert len(jobs) == 3000 and jobs["max_rss_mb"].eq(100).all()
     assert isinstance(jobs.iloc[0]["submit"], datetime)
+
+
+def test_untrusted_marks_and_names_cannot_break_the_report(tmp_path):
+    """Comments and names are the users': out-of-range marks are unknown, control
+    characters do not reach the terminal, formulas do not reach a spreadsheet."""
+    jobs = frame(line("1", name="=cmd|' /C calc'!A0", comment=f"synergy:fp={FP} "
+                      "asked=c65534,m-,g1 decision=c0,m99999999999999,g1,w0,p0"),
+                 line("2", name="\x1b[2Jgone"))
+    j = jobs.iloc[0]
+    assert (j["asked_cpus"], j["decided_cpus"], j["decided_mem_mb"]) == (None, None, None)
+    rep = report_of(jobs)
+    output.write(rep, tmp_path)                          # the star is skipped, no crash
+    assert "\x1b" not in output.table(rep)
+    assert pd.read_csv(tmp_path / "jobs.csv")["name"][0].startswith("'=")
+
+
+def test_a_profiling_chain_is_one_job_for_jct_and_pending_cancels_never_waited():
+    jobs = frame(line("1", comment=f"synergy:fp={FP} profile=1", submit="2026-11-22T10:00:00",
+                      end="2026-11-22T10:01:00"),
+                 line("2", comment=f"synergy:fp={FP} from=1", submit="2026-11-22T10:01:00",
+                      start="2026-11-22T10:01:10", end="2026-11-22T10:02:00"),
+                 line("3", state="CANCELLED by 0", elapsed="0", submit="2026-11-22T09:00:00",
+                      start="2026-11-22T10:00:00", end="2026-11-22T10:00:00"))
+    enrich._column(jobs, "resubmitted_as", ["2", None, None])
+    enrich._column(jobs, "profiled_as", [None, "1", None])
+    c = summary.cluster(jobs)
+    assert c["jct_mean_s"] == 120                        # 10:00 submit to 10:02 end
+    assert c["wait_mean_s"] == 10                        # job 3 never waited to run

@@ -23,6 +23,13 @@ def _empty(ax: plt.Axes, text: str) -> None:
     ax.set_yticks([])
 
 
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     if not profiles:
@@ -51,10 +58,7 @@ def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> 
     if profiles:
         ax.legend(fontsize=8)
         ax.set_ylim(bottom=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def allocation(jobs: pd.DataFrame, path: Path) -> Path:
@@ -79,10 +83,7 @@ def allocation(jobs: pd.DataFrame, path: Path) -> Path:
         ax.legend(fontsize=8)
         fig.autofmt_xdate()
     ax.set_title("Cluster allocation over time")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def energy(jobs: pd.DataFrame, path: Path) -> Path:
@@ -99,7 +100,4 @@ def energy(jobs: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel("GPU energy, kJ")
         ax.legend(fontsize=8)
     ax.set_title("GPU energy against run time, per power limit")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

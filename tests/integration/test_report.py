@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from typing import Iterator
 
 import pytest
 from PIL import Image
@@ -24,15 +25,26 @@ DEMO_CHAIN = re.compile(r"^profiled, then resubmitted: (.+)$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
-def demo_jobs(box) -> list[str]:
-    """The demo's jobs: its submissions and, where it profiled, their resubmissions."""
-    proc = synergy("demo")
+def demo_jobs(box, tmp_path_factory) -> Iterator[list[str]]:
+    """The demo's jobs, first run: on a profile store of its own (other tests profile the
+    same workloads), so it profiles, resubmits, and leaves chains to report. The report
+    reads that store while this module runs; the cluster's table goes back to the
+    session's store right after the demo."""
+    store = str(tmp_path_factory.mktemp("report-profiles"))
+    os.environ["SYNERGY_PROFILES"] = store
+    try:
+        proc = synergy("demo")
+    finally:
+        del os.environ["SYNERGY_PROFILES"]
+        assert synergy("plugin", "sync").returncode == 0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ids = DEMO_SUBMITTED.search(proc.stdout).group(1).split(", ")
     chain = DEMO_CHAIN.search(proc.stdout)
-    if chain:
-        ids += [pair.split(" -> ")[1] for pair in chain.group(1).split(", ")]
-    return ids
+    assert chain, proc.stdout
+    ids += [pair.split(" -> ")[1] for pair in chain.group(1).split(", ")]
+    os.environ["SYNERGY_PROFILES"] = store
+    yield ids
+    del os.environ["SYNERGY_PROFILES"]
 
 
 def raw_sacct(slurm, ids):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -12,7 +11,7 @@ from tqdm import tqdm
 from .columns import aligned
 from .errors import SynergyError
 from .jobspec import comment_marks
-from .slurm import Slurm
+from .slurm import Slurm, tres
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -35,11 +34,6 @@ class JobRecord:
         return self.state.startswith(FINAL_STATES)
 
 
-def _tres(alloc: str, key: str) -> str:
-    match = re.search(rf"(?:^|,){re.escape(key)}=([^,]+)", alloc)
-    return match.group(1) if match else ""
-
-
 def records(slurm: Slurm, job_ids: Sequence[str]) -> list[JobRecord]:
     out = []
     for row in slurm.sacct(job_ids):
@@ -47,8 +41,8 @@ def records(slurm: Slurm, job_ids: Sequence[str]) -> list[JobRecord]:
             job_id=row["JobID"], name=row["JobName"], state=row["State"],
             exit_code=row["ExitCode"], elapsed=row["Elapsed"],
             cpus=int(row["AllocCPUS"] or 0),
-            mem=_tres(row["AllocTRES"], "mem") or row["ReqMem"],
-            gpus=int(_tres(row["AllocTRES"], "gres/gpu") or 0),
+            mem=tres(row["AllocTRES"], "mem") or row["ReqMem"],
+            gpus=int(tres(row["AllocTRES"], "gres/gpu") or 0),
             comment=row["Comment"]))
     return out
 

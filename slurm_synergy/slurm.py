@@ -8,6 +8,7 @@ Every call honours SLURM_CONF (see paths.slurm_conf).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -24,6 +25,12 @@ SACCT_FIELDS = (
     "JobID", "JobName", "State", "ExitCode", "Elapsed", "AllocCPUS", "ReqMem",
     "AllocTRES", "Comment", "Submit", "Start", "End",
 )
+
+
+def tres(alloc: str, key: str) -> str:
+    """One value of a TRES list as sacct writes it (cpu=2,mem=3G,gres/gpu=1): "" if absent."""
+    match = re.search(rf"(?:^|,){re.escape(key)}=([^,]+)", alloc)
+    return match.group(1) if match else ""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..jobspec import comment_marks, fingerprint_of_comment
-from ..slurm import Slurm
+from ..slurm import Slurm, tres
 
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
           "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
@@ -53,11 +53,6 @@ def when(text: str) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:           # Unknown, None: not started or not ended
         return None
-
-
-def tres(alloc: str, key: str) -> str:
-    m = re.search(rf"(?:^|,){re.escape(key)}=([^,]+)", alloc)
-    return m.group(1) if m else ""
 
 
 def gpu_type(alloc: str) -> str:

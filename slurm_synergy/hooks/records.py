@@ -87,6 +87,20 @@ class JobGpuStats:
         values = [g.mem_peak_mb for g in self.gpus if g.mem_peak_mb is not None]
         return max(values) if values else None
 
+    @property
+    def power_limit_w(self) -> float | None:
+        """The lowest limit any of its GPUs ran at."""
+        values = [g.power_limit_w for g in self.gpus if g.power_limit_w is not None]
+        return min(values) if values else None
+
+    @classmethod
+    def of_job(cls, parts: list["JobGpuStats"]) -> "JobGpuStats":
+        """One job's records (one per node and run) as one, over all their GPUs."""
+        first = parts[0]
+        return cls(first.job_id, ",".join(sorted({p.node for p in parts})), first.started,
+                   parts[-1].ended, tuple(g for p in parts for g in p.gpus),
+                   "; ".join(sorted({p.note for p in parts if p.note})))
+
 
 class RecordError(Exception):
     """A hook file that exists but cannot be read back."""

@@ -34,21 +34,14 @@ def _gpu_fields(gpus: int, stats: list[JobGpuStats] | None) -> dict[str, Any]:
         return {**empty, "gpu_note": ""}
     if not stats:
         return {**empty, "gpu_note": "no GPU stats (node epilog not installed, or job not ended)"}
-    uses = [g for s in stats for g in s.gpus]
-    if not uses:
-        return {**empty, "gpu_note": "; ".join(sorted({s.note for s in stats if s.note}))}
-    energies = [g.energy_j for g in uses]
-    utils = [g.util_mean_pct for g in uses if g.util_mean_pct is not None]
-    sms = [g.sm_active_mean_pct for g in uses if g.sm_active_mean_pct is not None]
-    mems = [g.mem_peak_mb for g in uses if g.mem_peak_mb is not None]
-    limits = [g.power_limit_w for g in uses if g.power_limit_w is not None]
+    job = JobGpuStats.of_job(stats)
+    if not job.gpus:
+        return {**empty, "gpu_note": job.note}
     return {
-        "gpu_energy_j": sum(energies) if None not in energies else None,  # type: ignore[arg-type]
-        "gpu_util_pct": sum(utils) / len(utils) if utils else None,
-        "gpu_sm_active_pct": sum(sms) / len(sms) if sms else None,
-        "gpu_mem_peak_mb": max(mems) if mems else None,
-        "gpu_power_limit_w": min(limits) if limits else None,
-        "gpu_note": "; ".join(sorted({g.note for g in uses if g.note})),
+        "gpu_energy_j": job.energy_j, "gpu_util_pct": job.util_mean_pct,
+        "gpu_sm_active_pct": job.sm_active_mean_pct, "gpu_mem_peak_mb": job.mem_peak_mb,
+        "gpu_power_limit_w": job.power_limit_w,
+        "gpu_note": "; ".join(sorted({g.note for g in job.gpus if g.note})),
     }
 
 

@@ -18,8 +18,8 @@ from ..columns import aligned
 from ..fileio import atomic_write_text
 from . import plots
 from .build import Report
+from .summary import J_PER_KWH
 
-J_PER_KWH = 3.6e6
 # Rows shown in full; the rest are counted, and all are in jobs.csv and the JSON.
 TERMINAL_JOBS = 100
 PAGE_JOBS = 1000

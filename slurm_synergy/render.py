@@ -35,10 +35,12 @@ class Task:
     argv: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    """Built once: a fresh environment would compile the template again for every row."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
+@functools.lru_cache(maxsize=None)
+def environment(folder: Path = paths.TEMPLATES) -> jinja2.Environment:
+    """Templates of shell scripts and Slurm files (templates/, etc/): strict, not HTML-
+    escaped, `q` for shell quoting. Built once per folder: a fresh environment would
+    compile a template again for every row."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)),
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["q"] = lambda value: shlex.quote(str(value))

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import jinja2
-
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import atomic_write_text, locked
@@ -28,6 +26,7 @@ from ..hooks.install import WRAPPERS, HookPaths, needed_timeout_s, render_wrappe
 from ..plugin.install import install_shim
 from ..plugin.policy import load_policy, policy_path
 from ..plugin.table import TABLE_NAME, sync
+from ..render import environment
 from ..slurm import Slurm
 from . import node as nodemod
 
@@ -71,9 +70,7 @@ class LocalCluster:
         if not node.gpus_real:
             for dev in node.gpu_files:
                 make_fake_gpu(Path(dev))
-        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.ETC)),
-                                 undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                                 trim_blocks=True, lstrip_blocks=True)
+        env = environment(paths.ETC)
         context = {
             "cluster_name": CLUSTER_NAME, "partition": PARTITION, "ports": PORTS,
             "state": str(self.state), "node": node, "cgroup_mode": mode,

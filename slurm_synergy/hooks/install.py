@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import jinja2
 
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import atomic_write_text
 from ..plugin.install import Change, read_conf
 from ..plugin.policy import load_policy, policy_path
+from ..render import environment
 
 WRAPPERS = {"prolog": "synergy-prolog", "epilog": "synergy-epilog"}
 
@@ -54,10 +52,7 @@ class HookPaths:
 
 
 def render_wrappers(conf_dir: Path, where: HookPaths) -> list[Change]:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.ETC)),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True)
-    env.filters["q"] = lambda value: shlex.quote(str(value))
+    env = environment(paths.ETC)
     timeout = load_policy(where.policy).hook_timeout_s
     changes = []
     for hook, name in WRAPPERS.items():

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import paths
 from ..errors import SynergyError
 from ..fileio import atomic_write_text
-from ..plugin.install import Change, read_conf
+from ..plugin.install import Change, read_conf, write_conf
 from ..plugin.policy import load_policy, policy_path
 from ..render import environment
 
@@ -101,7 +101,7 @@ def plan_text(conf: Path, where: HookPaths) -> str:
     _, changes = conf_edit(read_conf(conf), conf.parent, load_policy(where.policy).hook_timeout_s)
     lines = [f"# slurm-synergy node hooks for the cluster of {conf}",
              "# 1. slurm.conf on every node (then: scontrol reconfigure)"]
-    lines += [f"#    {'ok  ' if c.done else 'add '} {c.what}" for c in changes]
+    lines += [c.planned for c in changes]
     lines += [
         "# 2. the wrappers, beside slurm.conf on every GPU node (root-owned, mode 0755):",
         *(f"#    {conf.parent / n}" for n in WRAPPERS.values()),
@@ -117,13 +117,10 @@ def apply(conf: Path, where: HookPaths) -> list[str]:
     from ..slurm import Slurm
     text = read_conf(conf)
     new, changes = conf_edit(text, conf.parent, load_policy(where.policy).hook_timeout_s)
-    changes += render_wrappers(conf.parent, where)
-    if new != text:
-        atomic_write_text(conf.with_name(conf.name + ".synergy-backup"), text,
-                          conf.stat().st_mode & 0o777)
-        atomic_write_text(conf, new, conf.stat().st_mode & 0o777)
-    out = [("ok   " if c.done else "done ") + c.what for c in changes]
-    if new != text:
+    changes += render_wrappers(conf.parent, where)   # before slurm.conf names them
+    changed = write_conf(conf, text, new)
+    out = [c.applied for c in changes]
+    if changed:
         Slurm(conf).run(["scontrol", "reconfigure"])
         out.append("done scontrol reconfigure")
     return out

@@ -27,6 +27,16 @@ class Change:
     what: str
     done: bool                  # already in place
 
+    @property
+    def planned(self) -> str:
+        """As a plan prints it."""
+        return f"#    {'ok  ' if self.done else 'add '} {self.what}"
+
+    @property
+    def applied(self) -> str:
+        """As --apply reports it."""
+        return ("ok   " if self.done else "done ") + self.what
+
 
 def conf_edit(text: str) -> tuple[str, list[Change]]:
     """slurm.conf with every CONF_NEEDS value present; the changes it took."""
@@ -65,11 +75,21 @@ def read_conf(conf: Path) -> str:
         raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
 
 
+def write_conf(conf: Path, old: str, new: str) -> bool:
+    """slurm.conf replaced by `new`, the old one kept as slurm.conf.synergy-backup; False
+    when there was nothing to change."""
+    if new == old:
+        return False
+    shutil.copy2(conf, conf.with_name(conf.name + ".synergy-backup"))
+    atomic_write_text(conf, new, conf.stat().st_mode & 0o777)
+    return True
+
+
 def plan_text(conf: Path) -> str:
     _, changes = conf_edit(read_conf(conf))
     lines = [f"# slurm-synergy for the cluster of {conf}",
              "# 1. slurm.conf (then: scontrol reconfigure)"]
-    lines += [f"#    {'ok  ' if c.done else 'add '} {c.what}" for c in changes]
+    lines += [c.planned for c in changes]
     lines += [
         "# 2. files beside slurm.conf, readable by slurmctld",
         f"#    {conf.parent / 'job_submit.lua'}  <- {SHIM}",
@@ -90,14 +110,12 @@ def apply(conf: Path, reconfigure: bool = True) -> list[str]:
 
     text = read_conf(conf)
     new, changes = conf_edit(text)
-    if new != text:
-        shutil.copy2(conf, conf.with_name(conf.name + ".synergy-backup"))
-        atomic_write_text(conf, new, conf.stat().st_mode & 0o777)
+    changed = write_conf(conf, text, new)
     changes.append(install_shim(conf.parent))
     slurm = Slurm(conf)
-    out = [("ok   " if c.done else "done ") + c.what for c in changes]
+    out = [c.applied for c in changes]
     out.append("done " + sync(slurm=slurm, path=conf.parent / TABLE_NAME))
-    if reconfigure and new != text:
+    if reconfigure and changed:
         slurm.run(["scontrol", "reconfigure"])
         out.append("done scontrol reconfigure")
     return out

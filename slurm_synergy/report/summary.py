@@ -20,29 +20,30 @@ def _num(series: pd.Series) -> pd.Series:
     return pd.to_numeric(series, errors="coerce")
 
 
-def _jct(jobs: pd.DataFrame) -> list[float]:
+def _ran(jobs: pd.DataFrame) -> pd.Series:
+    """Which jobs ran. Cancelled while pending, sacct gives a job Start = End = the cancel
+    time and no run time."""
+    return ~((jobs["state"] == "CANCELLED") & (_num(jobs["elapsed_s"]).fillna(0) == 0))
+
+
+def _jct(jobs: pd.DataFrame, ran: pd.Series) -> list[float]:
     """End minus submit. A profiling run and its resubmission are one job to the user:
     counted once, from the profiling run's submit to the resubmission's end."""
     ids = dict(zip(jobs["raw_id"], jobs["submit"]))
+    done = jobs[ran]
     out = []
-    for _, j in jobs.iterrows():
-        if j["end"] is None or j["submit"] is None or not _ran(j):
+    for submit, end, resubmitted, profiled in zip(done["submit"], done["end"],
+                                                  done["resubmitted_as"], done["profiled_as"]):
+        if end is None or submit is None or resubmitted in ids:   # counted with its resubmission
             continue
-        if j["resubmitted_as"] in ids:
-            continue                       # counted with its resubmission
-        first = ids.get(j["profiled_as"]) or j["submit"]
-        out.append((j["end"] - first).total_seconds())
+        out.append((end - (ids.get(profiled) or submit)).total_seconds())
     return out
 
 
-def _ran(j: pd.Series) -> bool:
-    """Cancelled while pending, sacct gives a job Start = End = the cancel time."""
-    return not (j["state"] == "CANCELLED" and not j["elapsed_s"])
-
-
 def _figures(jobs: pd.DataFrame) -> dict[str, Any]:
-    jct = _jct(jobs)
-    wait = _num(jobs["wait_s"][[_ran(j) for _, j in jobs.iterrows()]]).dropna()
+    ran = _ran(jobs)
+    jct = _jct(jobs, ran)
+    wait = _num(jobs["wait_s"][ran]).dropna()
     elapsed = _num(jobs["elapsed_s"]).fillna(0)
     energy = _num(jobs["gpu_energy_j"])
     prop = _num(jobs["prop_elapsed_s"])

@@ -23,6 +23,11 @@ DEFAULT_LOG = Path("/var/log/slurm-synergy/hooks.log")
 DEFAULT_RUN = Path("/run/slurm-synergy")
 
 
+def utc_now() -> str:
+    """The hooks' timestamps, in their log and records."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def log_path(env: dict[str, str]) -> Path:
     return Path(env["SYNERGY_HOOK_LOG"]) if env.get("SYNERGY_HOOK_LOG") else DEFAULT_LOG
 
@@ -36,7 +41,7 @@ class HookLog:
         self.lines: list[str] = []
 
     def __call__(self, message: str) -> None:
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {self.prefix} {message}"
+        line = f"{utc_now()} {self.prefix} {message}"
         self.lines.append(line)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

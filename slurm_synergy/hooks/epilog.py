@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..gpu import Backend, Gpu, GpuError
 from ..gpu.sampler import Totals
-from .context import HookContext
+from .context import HookContext, utc_now
 from .power import ceiling_mw
 from .records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError, read_prolog,
                       stats_path, write_json)
@@ -140,7 +140,7 @@ def run(ctx: HookContext, backend: Backend,
     log = ctx.log
     if not ctx.has_gpus():
         return 0
-    ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ended = utc_now()
     out = stats_path(ctx.stats_dir, ctx.job_id, ctx.node, ctx.restart)
     if backend.broken:
         log(f"CANNOT REACH the GPUs ({backend.reason}): cap not enforced")

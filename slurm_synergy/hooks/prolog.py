@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from typing import Callable, Sequence
 
 from ..gpu import Backend, Gpu, GpuError
-from .context import HookContext
+from .context import HookContext, utc_now
 from .power import Target, asked_power_w, job_target
 from .records import GpuStart, PrologRecord, read_prolog, RecordError, write_json
 
@@ -85,7 +84,7 @@ def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sample
         except RecordError as e:
             log(f"replacing an unreadable prolog record ({e})")
     ctx.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    started = utc_now()
     record = PrologRecord(ctx.job_id, started, tuple(starts))
     write_json(ctx.prolog_path, record, 0o600)   # written before the sampler looks for it
     pid = None

@@ -114,6 +114,12 @@ def _plugin(args: argparse.Namespace) -> int:
     return plugin_cli.run(args)
 
 
+def _install_options(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
+    a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
+                   "else the local cluster's)")
+
+
 def _plugin_parser(sub) -> None:
     p = sub.add_parser("plugin", help="the decision engine and the job_submit shim")
     actions = p.add_subparsers(dest="action", required=True)
@@ -125,9 +131,7 @@ def _plugin_parser(sub) -> None:
     a.add_argument("fingerprint", help="16 hex digits, as in the job comment synergy:fp=...")
     a.add_argument("--partition", help="as for sync")
     a = actions.add_parser("install", help="the slurm.conf lines and files the shim needs")
-    a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
-    a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
-                   "else the local cluster's)")
+    _install_options(a)
     a = actions.add_parser("chains", help="profiling jobs and the jobs they resubmitted")
     a = actions.add_parser("resubmit", help="(run by a job after profiling) submit it again")
     a.add_argument("--job", required=True)
@@ -149,9 +153,7 @@ def _hooks_parser(sub) -> None:
     p = sub.add_parser("hooks", help="the node prolog/epilog: GPU power caps and energy")
     actions = p.add_subparsers(dest="action", required=True)
     a = actions.add_parser("install", help="the slurm.conf lines and wrappers the hooks need")
-    a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
-    a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
-                   "else the local cluster's)")
+    _install_options(a)
     a.add_argument("--stats-dir", type=Path, help="per-job GPU stats, on storage the report "
                    "host shares (default: SYNERGY_GPU_STATS, else /var/lib/slurm-synergy/gpustats)")
     actions.add_parser("gpus", help="this node's GPUs, their limits and the ceiling")

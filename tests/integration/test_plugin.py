@@ -10,8 +10,8 @@ import time
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.jobs import _tres
 from slurm_synergy.plugin.table import TABLE_NAME, read
+from slurm_synergy.slurm import tres
 
 from slurm_synergy.plugin.resubmit import read_chains
 
@@ -58,8 +58,8 @@ def test_unprofiled_jobs_are_profiled_then_resubmitted_with_the_decision(box, ri
         row = second[name]
         # sacct: the resubmitted job ran with the decision's cores, memory and GPUs.
         assert int(row["AllocCPUS"]) == d.cpus
-        assert mem_mb(_tres(row["AllocTRES"], "mem")) == d.mem_mb
-        assert int(_tres(row["AllocTRES"], "gres/gpu") or 0) == d.gpus
+        assert mem_mb(tres(row["AllocTRES"], "mem")) == d.mem_mb
+        assert int(tres(row["AllocTRES"], "gres/gpu") or 0) == d.gpus
         assert f"from={first[name]['JobID']}" in row["Comment"]
         assert f"decision=c{d.cpus},m{d.mem_mb},g{d.gpus},w{d.workers}" in row["Comment"]
 

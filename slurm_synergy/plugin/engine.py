@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..profile import Profile
 from ..slurm import Node
@@ -105,6 +105,35 @@ def speed(profile: Profile, measured: dict[int, float], cores: int, mem_mb: floa
     return rate
 
 
+@dataclass(frozen=True)
+class Pick:
+    cpus: int
+    mem: float
+    rate: float
+    best: float            # the best rate within the caps
+    best_cpus: int
+
+
+def smallest_within(rate: Callable[[int, float], float], cores: Sequence[int],
+                    mems: Sequence[float], tolerance: float) -> Pick:
+    """Synergy's demand rule, the heart of every allocation this project makes: the best
+    rate the caps allow (at the most memory), then the fewest cores and, for those, the
+    least memory whose rate is within `tolerance` of it. The plugin applies it to a
+    profile; the simulator's allocators to Synergy's matrices."""
+    top = max(mems)
+    best_k = max(cores, key=lambda k: rate(k, top))   # first of equals: the fewest cores
+    best = rate(best_k, top)
+    if not best > 0:
+        raise ValueError("no throughput at any allocation")
+    target = (1 - tolerance) * best
+    for k in sorted(cores):
+        for m in sorted(mems):
+            r = rate(k, m)
+            if r >= target:
+                return Pick(k, m, r, best, best_k)
+    return Pick(best_k, top, best, best, best_k)
+
+
 def _round_mem(mb: float) -> int:
     return int(math.ceil(mb / MEM_STEP_MB) * MEM_STEP_MB)
 
@@ -147,19 +176,13 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
 
     measured = {p.cores: p.samples_per_s for p in profile.train_points()}
     rates = {k: speed(profile, measured, k, cap_m) for k in range(1, cap_c + 1)}
-    best_k = max(rates, key=lambda k: rates[k])
-    best = rates[best_k]
-    if not best > 0:
-        raise ValueError("the profile predicts no throughput at any core count")
-    target = (1 - policy.tolerance) * best
-    mems = _memory_candidates(profile, floor_m, cap_m)
-    cpus, mem_mb = best_k, cap_m
-    for k in range(1, cap_c + 1):
-        fits = [m for m in mems if speed(profile, measured, k, m) >= target]
-        if fits:
-            cpus, mem_mb = k, fits[0]
-            break
-    chosen = speed(profile, measured, cpus, mem_mb)
+    try:
+        pick = smallest_within(lambda k, m: speed(profile, measured, k, m), range(1, cap_c + 1),
+                               _memory_candidates(profile, floor_m, cap_m), policy.tolerance)
+    except ValueError:
+        raise ValueError("the profile predicts no throughput at any core count") from None
+    cpus, mem_mb, chosen, best, best_k = (pick.cpus, int(pick.mem), pick.rate, pick.best,
+                                          pick.best_cpus)
     curve = ", ".join(f"{k}c {rates[k]:.1f}{'' if k in measured else ' (model)'}"
                       for k in rates)
     why.append(f"cores: the best within the cap is {best:.1f} samples/s at {best_k} "

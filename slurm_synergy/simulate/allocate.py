@@ -1,0 +1,253 @@
+"""Allocation policies: which of the round's jobs run, where, with how many cores and how
+much memory per GPU.
+
+Each policy gets the jobs in the scheduling policy's order and a cluster with nothing
+placed (every lease ends with the round, as in Synergy), and returns its grants. All of
+them size jobs from the same engine-made `Demands` (demand.py).
+
+- proportional: every job its GPU-proportional share.
+- greedy (Synergy-GREEDY): the ideal demand where it fits, else the job waits.
+- tune (Synergy-TUNE): the ideal, else the share, else the share after taking cores and
+  memory back from jobs on one server that hold more than their share.
+- opt: the round's best total speed (optimal.py).
+- synergy-slurm (this project's): every job first gets its floor (as fast as its share,
+  often less than it), placed where its wishes fit; then each server's spare cores and
+  memory go, step by step, to the job they speed up most, up to the plugin's claim and,
+  once every claim is met, up to the ideal: nothing is left idle that would help a job.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .cluster import ClusterSpec
+from .demand import Config, Demands
+from .workload import Workload
+
+
+@dataclass(slots=True)
+class Want:
+    """One job the allocator may run this round."""
+
+    key: int
+    gpus: int
+    work: Workload
+    demands: Demands
+
+
+@dataclass(slots=True)
+class Grant:
+    key: int
+    placement: tuple[tuple[int, int], ...]    # (server, GPUs there)
+    cpus: int                                 # per GPU
+    mem_gb: float                             # per GPU
+
+
+class Free:
+    """What is left on each server this round."""
+
+    __slots__ = ("gpus", "cpus", "mem", "total_gpus")
+
+    def __init__(self, cluster: ClusterSpec):
+        self.gpus = [s.gpus for s in cluster.servers]
+        self.cpus = [float(s.cpus) for s in cluster.servers]
+        self.mem = [s.mem_gb for s in cluster.servers]
+        self.total_gpus = sum(self.gpus)
+
+    def first_fit(self, gpus: int, cpus: float, mem: float) -> tuple[tuple[int, int], ...] | None:
+        """Servers in order, as many of the job's GPUs on each as its cores and memory
+        per GPU allow there (Synergy's first fit, GPU by GPU); None if they do not all fit."""
+        if gpus > self.total_gpus:
+            return None
+        placed, left = [], gpus
+        for s, free in enumerate(self.gpus):
+            if not free:
+                continue
+            n = min(free, left, int(self.cpus[s] / cpus + 1e-9) if cpus else left,
+                    int(self.mem[s] / mem + 1e-9) if mem else left)
+            if n > 0:
+                placed.append((s, n))
+                left -= n
+                if not left:
+                    return tuple(placed)
+        return None
+
+    def take(self, placement: Sequence[tuple[int, int]], cpus: float, mem: float,
+             sign: int = 1) -> None:
+        for s, n in placement:
+            self.gpus[s] -= sign * n
+            self.total_gpus -= sign * n
+            self.cpus[s] -= sign * n * cpus
+            self.mem[s] -= sign * n * mem
+
+
+Allocator = Callable[[Sequence[Want], Free], list[Grant]]
+
+
+def _place_each(wants: Sequence[Want], free: Free, size: Callable[[Want], Config]) -> list[Grant]:
+    grants = []
+    for w in wants:
+        c = size(w)
+        where = free.first_fit(w.gpus, c.cpus, c.mem_gb)
+        if where is not None:
+            free.take(where, c.cpus, c.mem_gb)
+            grants.append(Grant(w.key, where, c.cpus, c.mem_gb))
+    return grants
+
+
+def proportional(wants: Sequence[Want], free: Free) -> list[Grant]:
+    return _place_each(wants, free, lambda w: w.demands.share)
+
+
+def greedy(wants: Sequence[Want], free: Free) -> list[Grant]:
+    return _place_each(wants, free, lambda w: w.demands.ideal)
+
+
+def tune(wants: Sequence[Want], free: Free) -> list[Grant]:
+    grants: list[Grant] = []
+    on_server: list[list[Grant]] = [[] for _ in free.gpus]
+    shares = {w.key: w.demands.share for w in wants}
+    for w in wants:
+        if w.gpus > free.total_gpus:
+            continue
+        d = w.demands
+        # Synergy's "fair share": the share, unless the ideal is no bigger than it.
+        fair = d.ideal if (d.ideal.cpus <= d.share.cpus and d.ideal.mem_gb <= d.share.mem_gb) \
+            else d.share
+        size = d.ideal
+        where = free.first_fit(w.gpus, size.cpus, size.mem_gb)
+        if where is None:
+            size = fair
+            where = free.first_fit(w.gpus, size.cpus, size.mem_gb)
+        if where is None:
+            _reclaim(w, fair, free, on_server, shares)
+            where = free.first_fit(w.gpus, size.cpus, size.mem_gb)
+        if where is None:
+            continue
+        free.take(where, size.cpus, size.mem_gb)
+        g = Grant(w.key, where, size.cpus, size.mem_gb)
+        grants.append(g)
+        for s, _ in where:
+            on_server[s].append(g)
+    return grants
+
+
+def _reclaim(w: Want, fair: Config, free: Free, on_server: list[list[Grant]],
+             shares: dict[int, Config]) -> None:
+    """Synergy-TUNE's last resort: on the busiest server that still has a free GPU, put
+    jobs holding more than their share back to it, richest in cores first, until the
+    new job's share fits."""
+    servers = [s for s, n in enumerate(free.gpus) if n > 0]
+    if not servers:
+        return
+    s = min(servers, key=lambda s: (free.gpus[s], s))
+    n = min(w.gpus, free.gpus[s])
+    need_c = max(0.0, n * fair.cpus - free.cpus[s])
+    need_m = max(0.0, n * fair.mem_gb - free.mem[s])
+    if need_c <= 1e-9 and need_m <= 1e-9:
+        return
+    peers = sorted(on_server[s], key=lambda g: (len(g.placement), -g.cpus, -g.mem_gb))
+    for g in peers:
+        share = shares[g.key]
+        here = dict(g.placement)[s]
+        excess_c = max(0.0, here * (g.cpus - share.cpus))
+        excess_m = max(0.0, here * (g.mem_gb - share.mem_gb))
+        if g.cpus > share.cpus or g.mem_gb > share.mem_gb:
+            free.take(g.placement, g.cpus, g.mem_gb, sign=-1)
+            g.cpus, g.mem_gb = share.cpus, share.mem_gb
+            free.take(g.placement, g.cpus, g.mem_gb)
+        need_c, need_m = max(0.0, need_c - excess_c), max(0.0, need_m - excess_m)
+        if need_c <= 1e-9 and need_m <= 1e-9:
+            return
+
+
+def synergy_slurm(wants: Sequence[Want], free: Free) -> list[Grant]:
+    grants: list[Grant] = []
+    wish = [0.0] * len(free.gpus)            # cores the jobs placed on a server still want
+    steps: dict[int, int] = {}               # job -> its place on its frontier
+    by_key = {}
+    for w in wants:
+        d = w.demands
+        extra = max(0, d.claim.cpus - d.floor.cpus) * w.gpus
+        where = _place_floor(w, free, wish, extra)
+        if where is None:
+            continue
+        free.take(where, d.floor.cpus, d.floor.mem_gb)
+        g = Grant(w.key, where, d.floor.cpus, d.floor.mem_gb)
+        grants.append(g)
+        steps[w.key], by_key[w.key] = 0, (w, g)
+        for s, n in where:
+            wish[s] += extra * n / w.gpus
+    # Claims first (the site policy's fair share of the spare), then up to the ideal.
+    for limit in ("claim", "ideal"):
+        upgrade(by_key, steps, free, limit)
+    return grants
+
+
+def _place_floor(w: Want, free: Free, wish: list[float], extra: int):
+    """A job that wants more than its floor goes where the most cores are spare after the
+    wishes of the jobs already there; one that does not fills the busiest server, to
+    leave room. Jobs whose GPUs do not fit on one server are placed first fit."""
+    d = w.demands
+    fits = [s for s, n in enumerate(free.gpus)
+            if n >= w.gpus and free.cpus[s] + 1e-9 >= w.gpus * d.floor.cpus
+            and free.mem[s] + 1e-9 >= w.gpus * d.floor.mem_gb]
+    if not fits:
+        return free.first_fit(w.gpus, d.floor.cpus, d.floor.mem_gb)
+    spare = [free.cpus[s] - wish[s] - w.gpus * d.floor.cpus for s in fits]
+    if extra:
+        s = fits[max(range(len(fits)), key=lambda i: (spare[i], -fits[i]))]
+    else:
+        s = fits[min(range(len(fits)), key=lambda i: (spare[i], fits[i]))]
+    return ((s, w.gpus),)
+
+
+def upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> None:
+    """Greedy on marginal speed per core: repeatedly move the job whose next frontier
+    step buys the most speed (x its GPUs) per core (memory priced at the share's ratio)
+    and still fits on its servers. Spare capacity only shrinks, so a job's best step only
+    gets worse: a heap re-checked on pop is exact."""
+    def best_step(w: Want, g: Grant, at: int):
+        d = w.demands
+        top = getattr(d, limit)
+        here = d.frontier[at]
+        best = None
+        for j in range(at + 1, len(d.frontier)):
+            nxt = d.frontier[j]
+            if nxt.cpus > top.cpus or nxt.mem_gb > top.mem_gb + 1e-9:
+                break
+            dc, dm = nxt.cpus - here.cpus, nxt.mem_gb - here.mem_gb
+            if any(free.cpus[s] + 1e-9 < n * dc or free.mem[s] + 1e-9 < n * dm
+                   for s, n in g.placement):
+                continue
+            gain = w.gpus * (nxt.rate - here.rate) / max(
+                w.gpus * (dc + dm * d.share.cpus / d.share.mem_gb), 1e-9)
+            if best is None or gain > best[0]:
+                best = (gain, j)
+        return best
+
+    heap = []
+    for key, (w, g) in by_key.items():
+        step = best_step(w, g, steps[key])
+        if step is not None:
+            heap.append((-step[0], key, step[1]))
+    heapq.heapify(heap)
+    while heap:
+        neg, key, j = heapq.heappop(heap)
+        w, g = by_key[key]
+        step = best_step(w, g, steps[key])
+        if step is None:
+            continue
+        if step != (-neg, j):
+            heapq.heappush(heap, (-step[0], key, step[1]))
+            continue
+        nxt = w.demands.frontier[j]
+        free.take(g.placement, g.cpus, g.mem_gb, sign=-1)
+        g.cpus, g.mem_gb = nxt.cpus, nxt.mem_gb
+        free.take(g.placement, g.cpus, g.mem_gb)
+        steps[key] = j
+        step = best_step(w, g, j)
+        if step is not None:
+            heapq.heappush(heap, (-step[0], key, step[1]))

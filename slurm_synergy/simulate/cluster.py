@@ -1,0 +1,108 @@
+"""The simulated cluster: servers with GPUs, cores and memory, from a TOML file or from
+the nodes of a real Slurm partition (so an admin can simulate the cluster they have).
+
+    round_s = 300                  # lease length, as in Synergy
+    [[servers]]
+    count = 4
+    gpus = 8
+    cpus = 24
+    mem_gb = 500
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import paths
+from ..errors import SynergyError
+from ..plugin.engine import shape_of
+from ..slurm import Slurm
+
+CLUSTERS = paths.ETC / "simulate"
+
+
+@dataclass(frozen=True)
+class Server:
+    gpus: int
+    cpus: int
+    mem_gb: float
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    servers: tuple[Server, ...]
+    round_s: float = 300.0
+
+    @property
+    def gpus(self) -> int:
+        return sum(s.gpus for s in self.servers)
+
+    @property
+    def cpus(self) -> int:
+        return sum(s.cpus for s in self.servers)
+
+    @property
+    def mem_gb(self) -> float:
+        return sum(s.mem_gb for s in self.servers)
+
+    def describe(self) -> str:
+        kinds: dict[Server, int] = {}
+        for s in self.servers:
+            kinds[s] = kinds.get(s, 0) + 1
+        return ", ".join(f"{n} x ({s.gpus} GPUs, {s.cpus} CPUs, {s.mem_gb:g} GB)"
+                         for s, n in kinds.items())
+
+
+def builtin() -> list[str]:
+    return sorted(p.stem for p in CLUSTERS.glob("*.toml"))
+
+
+def load_cluster(spec: str, slurm: Slurm | None = None) -> ClusterSpec:
+    """`spec` is a TOML file, the name of one in etc/simulate/, or `slurm[:PARTITION]`
+    for the nodes of a live partition."""
+    if spec == "slurm" or spec.startswith("slurm:"):
+        return _from_slurm(spec.partition(":")[2] or None, slurm or Slurm())
+    path = Path(spec)
+    if not path.suffix and not path.exists():
+        path = CLUSTERS / f"{spec}.toml"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SynergyError(f"cluster {spec}: no such file (built in: {', '.join(builtin())}; "
+                           "or slurm[:PARTITION])") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise SynergyError(f"cluster {path} cannot be read: {e}") from None
+    groups = data.get("servers")
+    if not isinstance(groups, list) or not groups:
+        raise SynergyError(f"cluster {path}: needs at least one [[servers]] table")
+    servers: list[Server] = []
+    for n, g in enumerate(groups, start=1):
+        try:
+            count, gpus, cpus = (int(g.get(k, 1 if k == "count" else 0))
+                                 for k in ("count", "gpus", "cpus"))
+            mem = float(g["mem_gb"])
+        except (KeyError, TypeError, ValueError):
+            raise SynergyError(f"cluster {path}, servers #{n}: count, gpus, cpus and mem_gb "
+                               "must be numbers") from None
+        if count < 1 or gpus < 1 or cpus < 1 or not mem > 0:
+            raise SynergyError(f"cluster {path}, servers #{n}: count, gpus, cpus and mem_gb "
+                               "must be above 0")
+        servers += [Server(gpus, cpus, mem)] * count
+    round_s = data.get("round_s", 300)
+    if isinstance(round_s, bool) or not isinstance(round_s, (int, float)) or not round_s > 0:
+        raise SynergyError(f"cluster {path}: round_s must be a number of seconds above 0")
+    return ClusterSpec(str(data.get("name", path.stem)), tuple(servers), float(round_s))
+
+
+def _from_slurm(partition: str | None, slurm: Slurm) -> ClusterSpec:
+    servers = []
+    for node in slurm.nodes(partition):
+        gpus = shape_of([node]).gpus
+        if gpus:
+            servers.append(Server(gpus, node.cpus, node.memory_mb / 1024))
+    if not servers:
+        raise SynergyError(f"partition {partition or '(default)'} has no nodes with GPUs")
+    return ClusterSpec(f"slurm:{partition or 'default'}", tuple(servers))

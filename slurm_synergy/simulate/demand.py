@@ -1,0 +1,118 @@
+"""What each simulated job asks for, worked out by the plugin's decision engine.
+
+Every allocation policy starts from the same four points, all from the engine's
+`smallest_within` (the rule the plugin applies to real profiles), per GPU:
+- share: the GPU-proportional share of a server (its cores and memory over its GPUs);
+- floor: the fewest cores and least memory that run the job as fast as the share does;
+- ideal: Synergy's demand vector, the fewest that give the best speed one server allows;
+- claim: the plugin's decision under the site policy (its tolerance, its fairness cap).
+The engine reads the workload's measured table, as the plugin reads a profile; the speed
+model (below) is only how the simulator charges progress for an allocation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..plugin.engine import smallest_within
+from ..plugin.policy import Policy
+from .cluster import ClusterSpec
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class Config:
+    """Cores and memory per GPU, and the speed they give (1.0 = the share's)."""
+
+    cpus: int
+    mem_gb: float
+    rate: float
+
+
+@dataclass(frozen=True)
+class Demands:
+    share: Config
+    floor: Config
+    ideal: Config
+    claim: Config
+    frontier: tuple[Config, ...]   # floor .. best, each strictly faster than the last
+
+
+# speed(workload, cores per GPU, GB per GPU) -> speed relative to the share.
+SpeedModel = Callable[[Workload, float, float], float]
+
+
+def synergy_speed(work: Workload, cpus: float, mem_gb: float) -> float:
+    """Synergy's simulator: the speed-up at the ideal demand, else 1.0. `ideal` here is
+    the matrix's own demand vector, as Synergy's simulator reads it."""
+    if cpus + 1e-9 >= work.ideal_cpus and mem_gb + 1e-9 >= work.ideal_mem_gb:
+        return work.ideal_speedup
+    return 1.0
+
+
+def matrix_speed(work: Workload, cpus: float, mem_gb: float) -> float:
+    """The full matrix: the speed the job's actual allocation gives."""
+    return work.rate(cpus, mem_gb)
+
+
+SPEED_MODELS: dict[str, SpeedModel] = {"synergy": synergy_speed, "matrix": matrix_speed}
+
+
+class DemandBook:
+    """Demands per (model, GPUs), worked out once: the engine is the slow part."""
+
+    def __init__(self, cluster: ClusterSpec, policy: Policy):
+        self.policy = policy
+        # Size for the smallest server, as the plugin sizes for the smallest node.
+        small = min(cluster.servers, key=lambda s: (s.cpus / s.gpus, s.mem_gb / s.gpus))
+        self.per_gpu_cpus = min(s.cpus / s.gpus for s in cluster.servers)
+        self.per_gpu_mem = min(s.mem_gb / s.gpus for s in cluster.servers)
+        self.server = small
+        self._book: dict[tuple[str, int], Demands] = {}
+
+    def of(self, work: Workload, gpus: int) -> Demands:
+        key = (work.name, gpus)
+        found = self._book.get(key)
+        if found is None:
+            found = self._book[key] = self._work_out(work, gpus)
+        return found
+
+    def _work_out(self, work: Workload, gpus: int) -> Demands:
+        rate = work.rate     # the profile, as the plugin sees it; not the speed model
+        share_c = max(1, int(self.per_gpu_cpus))
+        share_m = self.per_gpu_mem
+        # A job's GPUs on one server bound what each of them can have.
+        on_one = max(1, min(gpus, self.server.gpus))
+        max_c = max(1, self.server.cpus // on_one)
+        max_m = self.server.mem_gb / on_one
+        mems = sorted({m for m in work.mem_gb if m <= max_m} | {share_m, max_m})
+
+        def pick(cap_c: int, cap_m: float, tolerance: float) -> Config:
+            p = smallest_within(rate, range(1, cap_c + 1), [m for m in mems if m <= cap_m],
+                                tolerance)
+            return Config(p.cpus, p.mem, p.rate)
+
+        share = Config(share_c, share_m, rate(share_c, share_m))
+        floor = pick(share_c, share_m, 0.0)
+        ideal = pick(max_c, max_m, 0.0)
+        cap = self.policy.fairness_cap
+        claim = pick(min(max_c, max(share_c, int(cap * share_c))), min(max_m, cap * share_m),
+                     self.policy.tolerance)
+        return Demands(share, floor, ideal, claim, self._frontier(rate, floor, ideal, mems))
+
+    @staticmethod
+    def _frontier(rate, floor: Config, ideal: Config, mems: list[float]) -> tuple[Config, ...]:
+        """The allocations worth stepping through from the floor to the ideal: for each
+        core count, the least memory giving that count's best speed, kept only when
+        faster than everything cheaper."""
+        steps = [floor]
+        for c in range(floor.cpus + 1, ideal.cpus + 1):
+            fits = [m for m in mems if floor.mem_gb <= m <= ideal.mem_gb]
+            best = max(rate(c, m) for m in fits)
+            m = next(m for m in fits if rate(c, m) >= best)
+            if best > steps[-1].rate + 1e-9:
+                steps.append(Config(c, m, best))
+        if ideal.rate > steps[-1].rate + 1e-9:
+            steps.append(ideal)
+        return tuple(steps)

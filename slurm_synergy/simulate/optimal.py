@@ -1,0 +1,257 @@
+"""The optimal allocator: the round's largest total speed, fast enough for every round.
+
+Synergy-OPT solves an integer program per round (up to 424 s for one round of 32 GPUs
+with GLPK). The same problem, solved here in milliseconds:
+
+    maximise  sum over jobs of GPUs x speed(cores, memory per GPU)
+    so that   each job runs at least as fast as at its share (its floor),
+              each server's cores, memory and GPUs hold what is placed on it.
+
+1. Which jobs: the scheduling order's jobs while GPUs last (as Synergy-OPT).
+2. How much: a dynamic programme over the cluster's spare cores, each job choosing one
+   step of its frontier (floor .. ideal, made by the decision engine); memory is priced
+   by a Lagrange multiplier, bisected until the choices fit the cluster's memory. Exact
+   for the pooled cluster, up to that price.
+3. Where: largest first onto the server with the most spare cores that holds it; a job
+   that no longer fits anywhere steps down its frontier until it does. Whatever is left
+   on a server then goes to its jobs by marginal gain, as in synergy-slurm.
+
+`exact()` is the integer programme itself (scipy's HiGHS), for checking this on small
+instances (tests, bench): it is the yardstick, not something to run every round.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .allocate import Free, Grant, Want
+
+_NEG = -1e18
+
+
+def _choose(wants: Sequence[Want], spare_cpus: int, price: float) -> list[int]:
+    """Per job, the frontier step that maximises total GPUs x (rate - price x memory)
+    with at most `spare_cpus` cores above the jobs' floors (each job at least its floor)."""
+    best = np.zeros(spare_cpus + 1)
+    picks = []
+    for w in wants:
+        steps = w.demands.frontier
+        base = steps[0].cpus
+        new = np.full(spare_cpus + 1, _NEG)
+        arg = np.zeros(spare_cpus + 1, dtype=np.int16)
+        for k, c in enumerate(steps):
+            need = (c.cpus - base) * w.gpus
+            if need > spare_cpus:
+                break
+            cand = np.full(spare_cpus + 1, _NEG)
+            cand[need:] = best[:spare_cpus + 1 - need] + w.gpus * (c.rate - price * c.mem_gb)
+            better = cand > new
+            new[better] = cand[better]
+            arg[better] = k
+        picks.append(arg)
+        best = new
+    at = int(np.argmax(best))           # walk back from the best total
+    chosen = [0] * len(wants)
+    for i in range(len(wants) - 1, -1, -1):
+        k = int(picks[i][at])
+        chosen[i] = k
+        steps = wants[i].demands.frontier
+        at -= (steps[k].cpus - steps[0].cpus) * wants[i].gpus
+    return chosen
+
+
+def _pooled(wants: Sequence[Want], spare_cpus: int, mem: float) -> list[int]:
+    """`_choose`, with memory priced up until the choices fit `mem`."""
+    def used(ch):
+        return sum(w.demands.frontier[k].mem_gb * w.gpus for w, k in zip(wants, ch))
+
+    chosen = _choose(wants, spare_cpus, 0.0)
+    if used(chosen) <= mem + 1e-9:
+        return chosen
+    lo, hi = 0.0, 1.0
+    while used(fit := _choose(wants, spare_cpus, hi)) > mem + 1e-9:
+        if hi > 1e6:
+            return [0] * len(wants)
+        lo, hi = hi, hi * 4
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        ch = _choose(wants, spare_cpus, mid)
+        if used(ch) <= mem + 1e-9:
+            fit, hi = ch, mid
+        else:
+            lo = mid
+    return fit
+
+
+def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list[Grant]:
+    """`memo` keeps per-server optima between calls (a simulation passes one along)."""
+    gpus, jobs = free.total_gpus, []
+    for w in wants:
+        if w.gpus <= gpus:
+            jobs.append(w)
+            gpus -= w.gpus
+    if not jobs:
+        return []
+    # How much: the pooled optimum, over the cores spare above the jobs' floors.
+    spare = int(sum(free.cpus)) - sum(w.demands.floor.cpus * w.gpus for w in jobs)
+    target = _pooled(jobs, max(0, spare), sum(free.mem))
+    # Where: each job at its floor (that always fits beside floors), on the server whose
+    # cores or memory, whichever is scarcer, are least spoken for by the targets of the
+    # jobs already there.
+    cap_c, cap_m = list(free.cpus), list(free.mem)
+    load_c, load_m = [0.0] * len(cap_c), [0.0] * len(cap_c)
+    grants, on = [], [[] for _ in free.gpus]
+    for i in sorted(range(len(jobs)), key=lambda i: (
+            -jobs[i].gpus, -jobs[i].demands.frontier[target[i]].cpus * jobs[i].gpus, i)):
+        w, f = jobs[i], jobs[i].demands.floor
+        t = w.demands.frontier[target[i]]
+        want_c, want_m = t.cpus * w.gpus, t.mem_gb * w.gpus
+        fits = [s for s, n in enumerate(free.gpus) if n >= w.gpus
+                and free.cpus[s] + 1e-9 >= w.gpus * f.cpus and free.mem[s] + 1e-9 >= w.gpus * f.mem_gb]
+        if fits:
+            s = max(fits, key=lambda s: (min((cap_c[s] - load_c[s] - want_c) / cap_c[s],
+                                             (cap_m[s] - load_m[s] - want_m) / cap_m[s]), -s))
+            where = ((s, w.gpus),)
+        else:
+            where = free.first_fit(w.gpus, f.cpus, f.mem_gb)
+            if where is None:
+                continue
+        free.take(where, f.cpus, f.mem_gb)
+        g = Grant(w.key, where, f.cpus, f.mem_gb)
+        grants.append(g)
+        if len(where) == 1:
+            on[where[0][0]].append(g)
+            load_c[where[0][0]] += want_c
+            load_m[where[0][0]] += want_m
+    # How much, again, server by server (the exact optimum for the jobs each one holds),
+    # after moving or swapping jobs between servers while that raises the total.
+    jobs_of = {w.key: w for w in jobs}
+    room_c = [free.cpus[s] + sum(jobs_of[g.key].demands.floor.cpus * jobs_of[g.key].gpus
+                                 for g in here) for s, here in enumerate(on)]
+    room_m = [free.mem[s] + sum(jobs_of[g.key].demands.floor.mem_gb * jobs_of[g.key].gpus
+                                for g in here) for s, here in enumerate(on)]
+    room_g = [free.gpus[s] + sum(jobs_of[g.key].gpus for g in here) for s, here in enumerate(on)]
+    members = [[jobs_of[g.key] for g in here] for here in on]
+    memo = {} if memo is None else memo
+    _improve(members, room_g, room_c, room_m, memo)
+    grants = [g for g in grants if len(g.placement) > 1]
+    for s, ws in enumerate(members):
+        for w, k in zip(ws, _server_best(ws, room_c[s], room_m[s], memo)[1]):
+            c = w.demands.frontier[k]
+            grants.append(Grant(w.key, ((s, w.gpus),), c.cpus, c.mem_gb))
+    free.gpus = [room_g[s] - sum(w.gpus for w in ws) for s, ws in enumerate(members)]
+    free.total_gpus = sum(free.gpus)
+    for s, ws in enumerate(members):
+        free.cpus[s] = room_c[s] - sum(g.cpus * g.placement[0][1] for g in grants
+                                       if len(g.placement) == 1 and g.placement[0][0] == s)
+        free.mem[s] = room_m[s] - sum(g.mem_gb * g.placement[0][1] for g in grants
+                                      if len(g.placement) == 1 and g.placement[0][0] == s)
+    return grants
+
+
+def _server_best(ws: Sequence[Want], cpus: float, mem: float,
+                 memo: dict | None = None) -> tuple[float, list[int]]:
+    """The best total GPUs x rate for the jobs `ws` on one server of this much room.
+    Servers and jobs repeat, so answers are kept in `memo` by what they depend on."""
+    if not ws:
+        return 0.0, []
+    order = sorted(range(len(ws)), key=lambda i: (ws[i].work.name, ws[i].gpus))
+    key = (tuple((ws[i].work.name, ws[i].gpus) for i in order), cpus, mem)
+    if memo is not None and key in memo:
+        value, sorted_steps = memo[key]
+    else:
+        spare = int(cpus + 1e-9) - sum(w.demands.floor.cpus * w.gpus for w in ws)
+        if spare < 0 or mem + 1e-9 < sum(w.demands.floor.mem_gb * w.gpus for w in ws):
+            value, sorted_steps = -1.0, [0] * len(ws)
+        else:
+            sorted_steps = _pooled([ws[i] for i in order], spare, mem)
+            value = sum(ws[i].gpus * ws[i].demands.frontier[k].rate
+                        for i, k in zip(order, sorted_steps))
+        if memo is not None:
+            memo[key] = (value, sorted_steps)
+    steps = [0] * len(ws)
+    for i, k in zip(order, sorted_steps):
+        steps[i] = k
+    return value, steps
+
+
+def _improve(members: list[list[Want]], room_g, room_c, room_m, memo: dict,
+             budget: int = 400) -> None:
+    """Local search: move a job to another server, or swap it with one of the same GPUs
+    there, whenever the two servers' optimum rises. At most `budget` tries a round, so a
+    round of 512 GPUs stays in milliseconds; small instances are searched to the end."""
+    value = [_server_best(ws, room_c[s], room_m[s], memo)[0] for s, ws in enumerate(members)]
+    improved = True
+    while improved and budget > 0:
+        improved = False
+        for s in range(len(members)):
+            for w in list(members[s]):
+                if len(w.demands.frontier) == 1 and not any(
+                        len(v.demands.frontier) > 1 for v in members[s]):
+                    continue      # nothing on this server gains from the room it leaves
+                for t in range(len(members)):
+                    if t == s or budget <= 0:
+                        continue
+                    swaps = [None] + [v for v in members[t] if v.gpus == w.gpus]
+                    for v in swaps:
+                        if v is None and room_g[t] - sum(x.gpus for x in members[t]) < w.gpus:
+                            continue
+                        budget -= 1
+                        new_s = [x for x in members[s] if x is not w] + ([v] if v else [])
+                        new_t = [x for x in members[t] if x is not v] + [w]
+                        vs = _server_best(new_s, room_c[s], room_m[s], memo)[0]
+                        vt = _server_best(new_t, room_c[t], room_m[t], memo)[0]
+                        if vs >= 0 and vt >= 0 and vs + vt > value[s] + value[t] + 1e-6:
+                            members[s], members[t] = new_s, new_t
+                            value[s], value[t] = vs, vt
+                            improved = True
+                            break
+                    if w not in members[s]:
+                        break
+
+
+def exact(wants: Sequence[Want], free: Free) -> tuple[float, dict[int, tuple[int, int]]]:
+    """The integer programme over (job, server, frontier step), for small instances: the
+    largest total GPUs x rate with every chosen job placed whole on one server. Jobs are
+    taken in order while GPUs last, as `optimal` takes them. Returns the objective and,
+    per job key, (server, step)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    gpus, jobs = free.total_gpus, []
+    for w in wants:
+        if w.gpus <= gpus:
+            jobs.append(w)
+            gpus -= w.gpus
+    servers = range(len(free.gpus))
+    var = [(i, s, k) for i, w in enumerate(jobs) for s in servers
+           for k in range(len(w.demands.frontier))]
+    col = {v: n for n, v in enumerate(var)}
+    value = np.array([jobs[i].gpus * jobs[i].demands.frontier[k].rate for i, s, k in var])
+    rows, lo, hi = [], [], []
+
+    def row(entries, low, high):
+        r = np.zeros(len(var))
+        for n, coef in entries:
+            r[n] = coef
+        rows.append(r)
+        lo.append(low)
+        hi.append(high)
+
+    for i, w in enumerate(jobs):      # each job exactly once
+        row([(col[i, s, k], 1.0) for s in servers for k in range(len(w.demands.frontier))],
+            1, 1)
+    for s in servers:
+        here = [(i, k) for i, w in enumerate(jobs) for k in range(len(w.demands.frontier))]
+        row([(col[i, s, k], jobs[i].gpus) for i, k in here], 0, free.gpus[s])
+        row([(col[i, s, k], jobs[i].gpus * jobs[i].demands.frontier[k].cpus)
+             for i, k in here], 0, free.cpus[s])
+        row([(col[i, s, k], jobs[i].gpus * jobs[i].demands.frontier[k].mem_gb)
+             for i, k in here], 0, free.mem[s])
+    res = milp(-value, constraints=LinearConstraint(np.array(rows), lo, hi),
+               integrality=np.ones(len(var)), bounds=Bounds(0, 1))
+    if res.x is None:
+        raise ValueError(f"the exact solver found no placement: {res.message}")
+    placed = {jobs[i].key: (s, k) for (i, s, k), x in zip(var, res.x) if x > 0.5}
+    return -float(res.fun), placed

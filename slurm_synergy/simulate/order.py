@@ -1,0 +1,48 @@
+"""Scheduling policies: the order in which a round offers jobs to the allocator.
+
+- fifo: by arrival.
+- srtf: shortest remaining time first, at the speed the job ran at in the last round
+  (or, if it did not run then, the speed its allocator promises: its nominal speed).
+- las: least attained service first, in GPU-seconds held (Tiresias's discipline).
+- ftf: finish-time fairness (Themis): the job furthest behind a fair finish first, by
+  (time since arrival + remaining time) / its run time alone at the share.
+Ties go to the earlier arrival, then the trace order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(slots=True)
+class JobState:
+    index: int
+    job_id: str
+    model: str
+    arrival_s: float
+    iters: int
+    gpus: int
+    iter_s: float                 # one iteration at the share
+    nominal: float                # the speed its allocator promises
+    done: int = 0
+    attained_s: float = 0.0       # GPU-seconds held
+    last_speed: float | None = None   # speed in the previous round; None: did not run
+    first_start_s: float | None = None
+    end_s: float | None = None
+    speed_sum: float = 0.0        # sum of per-round speeds, for the mean speed
+
+    def remaining_s(self) -> float:
+        speed = self.last_speed or self.nominal
+        return (self.iters - self.done) * self.iter_s / speed
+
+
+OrderKey = Callable[[JobState, float], tuple]
+
+ORDERS: dict[str, OrderKey] = {
+    "fifo": lambda j, now: (j.arrival_s, j.index),
+    "srtf": lambda j, now: (j.remaining_s(), j.arrival_s, j.index),
+    "las": lambda j, now: (j.attained_s, j.arrival_s, j.index),
+    "ftf": lambda j, now: (-(now - j.arrival_s + j.remaining_s()) / (j.iters * j.iter_s),
+                           j.arrival_s, j.index),
+}

@@ -1,0 +1,152 @@
+"""The round loop: leases of `round_s` seconds, as in Synergy's simulator.
+
+At each round boundary every lease ends, the waiting and running jobs are put in the
+scheduling policy's order, and the allocation policy places them afresh on an empty
+cluster (a job left out waits; a job moved is not charged for it, as in Synergy). A
+job placed runs the whole round: it does `floor(round_s * speed / iter_s)` iterations,
+its speed given by the speed model from the cores and memory per GPU it got, and it
+ends with the lease in which its last iteration ran. The first round starts one second
+after the first arrival, so jobs submitted together start together; a job arriving
+later waits for the next boundary. Rounds with nothing to run are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Mapping, Sequence
+
+from ..errors import SynergyError
+from ..plugin.policy import Policy
+from .allocate import Allocator, Free, Want, greedy, proportional, synergy_slurm, tune
+from .cluster import ClusterSpec
+from .demand import SPEED_MODELS, DemandBook
+from .optimal import optimal
+from .order import ORDERS, JobState
+from .trace import SimJob
+from .workload import Workload, models_of
+
+# Made afresh for each run: opt keeps per-server optima from round to round.
+ALLOCATORS: dict[str, Callable[[], Allocator]] = {
+    "proportional": lambda: proportional, "greedy": lambda: greedy, "tune": lambda: tune,
+    "opt": lambda: partial(optimal, memo={}), "synergy-slurm": lambda: synergy_slurm,
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    order: str
+    alloc: str
+    speed: str = "matrix"
+
+    @property
+    def label(self) -> str:
+        return f"{self.order}/{self.alloc}"
+
+
+@dataclass
+class Rounds:
+    """One entry per round that ran."""
+
+    start_s: list[float] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)        # GPUs held
+    cpus: list[float] = field(default_factory=list)      # cores allocated
+    mem_gb: list[float] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    alloc_s: list[float] = field(default_factory=list)   # the allocator's own time
+
+
+@dataclass
+class Outcome:
+    setup: Setup
+    cluster: ClusterSpec
+    jobs: list[JobState]
+    rounds: Rounds
+    wall_s: float
+
+
+def _nominal(alloc: str, book: DemandBook, work: Workload, gpus: int) -> float:
+    d = book.of(work, gpus)
+    return {"proportional": d.share.rate, "greedy": d.ideal.rate, "tune": d.ideal.rate,
+            }.get(alloc, d.claim.rate)
+
+
+def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
+             cluster: ClusterSpec, setup: Setup, policy: Policy | None = None) -> Outcome:
+    if setup.order not in ORDERS:
+        raise SynergyError(f"scheduling policy {setup.order!r} is not one of "
+                           f"{', '.join(ORDERS)}")
+    if setup.alloc not in ALLOCATORS:
+        raise SynergyError(f"allocation policy {setup.alloc!r} is not one of "
+                           f"{', '.join(ALLOCATORS)}")
+    if setup.speed not in SPEED_MODELS:
+        raise SynergyError(f"speed model {setup.speed!r} is not one of "
+                           f"{', '.join(SPEED_MODELS)}")
+    models_of(workloads, (j.model for j in trace), "trace")
+    too_big = [j.job_id for j in trace if j.gpus > cluster.gpus]
+    if too_big:
+        raise SynergyError(f"job(s) {', '.join(too_big[:5])} ask for more GPUs than the "
+                           f"cluster's {cluster.gpus}")
+    began = time.perf_counter()
+    speed = SPEED_MODELS[setup.speed]
+    book = DemandBook(cluster, policy or Policy())
+    allocate = ALLOCATORS[setup.alloc]()
+    order = ORDERS[setup.order]
+    jobs = [JobState(i, j.job_id, j.model, j.arrival_s, j.iters, j.gpus,
+                     workloads[j.model].iter_s,
+                     _nominal(setup.alloc, book, workloads[j.model], j.gpus))
+            for i, j in enumerate(trace)]
+    wants = [Want(i, j.gpus, workloads[j.model], book.of(workloads[j.model], j.gpus))
+             for i, j in enumerate(trace)]
+    arrivals = sorted(jobs, key=lambda j: (j.arrival_s, j.index))
+    R = cluster.round_s
+    rounds = Rounds()
+    t0 = arrivals[0].arrival_s + 1.0
+    now, nxt, active = t0, 0, []
+    while nxt < len(arrivals) or active:
+        while nxt < len(arrivals) and arrivals[nxt].arrival_s <= now:
+            active.append(arrivals[nxt])
+            nxt += 1
+        if not active:      # idle: on to the boundary at or after the next arrival
+            now = t0 + math.ceil((arrivals[nxt].arrival_s - t0) / R) * R
+            continue
+        active.sort(key=lambda j: order(j, now))
+        free = Free(cluster)
+        tick = time.perf_counter()
+        grants = allocate([wants[j.index] for j in active], free)
+        rounds.alloc_s.append(time.perf_counter() - tick)
+        if not grants and nxt == len(arrivals):
+            raise SynergyError(f"{setup.label}: no job of the {len(active)} left can be "
+                               f"placed on {cluster.name}, even on an empty cluster")
+        ran = set()
+        cpus = mem = 0.0
+        for g in grants:
+            j = jobs[g.key]
+            w = wants[g.key].work
+            s = speed(w, g.cpus, g.mem_gb)
+            j.done = min(j.iters, j.done + (math.floor(R / (j.iter_s / s)) if s > 0 else 0))
+            j.attained_s += R * j.gpus
+            j.speed_sum += s
+            j.last_speed = s
+            if j.first_start_s is None:
+                j.first_start_s = now
+            if j.done >= j.iters:
+                j.end_s = now + R
+            ran.add(g.key)
+            cpus += g.cpus * j.gpus
+            mem += g.mem_gb * j.gpus
+        for j in active:
+            if j.index not in ran:
+                j.last_speed = None
+        rounds.start_s.append(now)
+        rounds.gpus.append(cluster.gpus - free.total_gpus)
+        rounds.cpus.append(cpus)
+        rounds.mem_gb.append(mem)
+        rounds.running.append(len(grants))
+        rounds.waiting.append(len(active) - len(grants))
+        active = [j for j in active if j.end_s is None]
+        now += R
+    return Outcome(setup, cluster, jobs, rounds, time.perf_counter() - began)

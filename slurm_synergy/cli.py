@@ -229,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "report.html here (html: default runs/report)")
     p.set_defaults(func=_report)
 
+    from .simulate.cli import add_parser as add_simulate
+    from .tune.cli import add_parser as add_tune
+    add_simulate(sub)
+    add_tune(sub)
+
     p = sub.add_parser("demo", help="local cluster up, example jobs in, sacct table out")
     p.set_defaults(func=_demo)
     return parser

@@ -42,6 +42,51 @@ class Node:
     gres: str
 
 
+@dataclass(frozen=True)
+class NodeUse:
+    """What a node has and what running jobs hold of it now."""
+
+    name: str
+    state: str
+    cpus: int
+    cpus_alloc: int
+    memory_mb: int
+    mem_alloc_mb: int
+    gpus: int
+    gpus_alloc: int
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job slurmctld still holds (pending or running), as squeue shows it."""
+
+    job_id: str
+    user: str
+    state: str
+    reason: str
+    cpus_per_task: int
+    tasks: int
+    mem_mb: int           # per node
+    gpus: int             # per node
+    nodes: int
+    partition: str
+    comment: str
+
+
+def _mb(text: str) -> int:
+    """squeue's and sinfo's memory (1000M, 2G, 0) in MB."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip())
+    if not match:
+        return 0
+    scale = {"K": 1 / 1024, "M": 1, "": 1, "G": 1024, "T": 1024 * 1024}[match.group(2)]
+    return int(float(match.group(1)) * scale)
+
+
+def _gpu_count(gres: str) -> int:
+    """GPUs in a gres list (gres:gpu:2, gpu:a100:4(IDX:0-3), gpu:0)."""
+    return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)", gres))
+
+
 class Slurm:
     def __init__(self, conf: Path | None = None):
         self.conf = conf if conf is not None else paths.slurm_conf()
@@ -155,6 +200,51 @@ class Slurm:
         out = self.run(["squeue", "--noheader", "--array", "--states=all",
                         "--format=%i|%T", "--jobs=" + ",".join(job_ids)])
         return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+    def queue(self, users: Sequence[str] = ()) -> list[QueuedJob]:
+        """Pending and running jobs, highest priority first (squeue's order)."""
+        fields = ("JobID", "UserName", "State", "Reason", "cpus-per-task", "NumTasks",
+                  "MinMemory", "tres-per-node", "NumNodes", "Partition", "Comment:4000")
+        args = ["squeue", "--noheader", "--states=PENDING,RUNNING", "--sort=-p,i",
+                "--Format=" + ",".join(f"{f}|" if ":" in f else f"{f}:200|" for f in fields)]
+        if users:
+            args.append("--user=" + ",".join(users))
+        jobs = []
+        for line in self.run(args).splitlines():
+            v = [x.strip() for x in line.split("|", len(fields) - 1)]
+            if len(v) != len(fields):
+                continue
+            try:
+                jobs.append(QueuedJob(v[0], v[1], v[2], v[3], int(v[4]), int(v[5]), _mb(v[6]),
+                                      _gpu_count(v[7]), int(v[8]), v[9],
+                                      v[10].rstrip("|").strip()))
+            except ValueError:
+                continue            # an array's pending range line, e.g. 12_[3-9]
+        return jobs
+
+    def node_use(self, partition: str | None = None) -> list[NodeUse]:
+        """Every node of `partition` (default: the default one) with what is held of it."""
+        args = ["sinfo", "--Node", "--noheader",
+                "--Format=NodeList:200|,StateLong:200|,CPUsState:200|,Memory:200|,"
+                "AllocMem:200|,Gres:200|,GresUsed:200|"]
+        if partition is None:
+            partition = self.default_partition()
+        if partition:
+            args.append(f"--partition={partition}")
+        nodes: dict[str, NodeUse] = {}
+        for line in self.run(args).splitlines():
+            v = [x.strip() for x in line.split("|")]
+            if len(v) < 7:
+                continue
+            alloc, _, _, total = (int(x) for x in v[2].split("/"))
+            nodes[v[0]] = NodeUse(v[0], v[1], total, alloc, _mb(v[3]), _mb(v[4]),
+                                  _gpu_count(v[5]), _gpu_count(v[6]))
+        return list(nodes.values())
+
+    def update_job(self, job_id: str, settings: dict[str, str]) -> None:
+        """`scontrol update` of one job; Slurm itself refuses what the caller may not do."""
+        self.run(["scontrol", "update", f"JobId={job_id}",
+                  *(f"{k}={v}" for k, v in settings.items())])
 
     def sacct(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
               allocations_only: bool = True, since: str | None = None,

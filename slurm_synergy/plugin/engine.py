@@ -93,6 +93,11 @@ def shape_of(nodes: Sequence[Node]) -> NodeShape:
                      gpus=min(gpus), gpu_types=tuple(sorted(types)))
 
 
+def proportional_share(shape: NodeShape, gpus: int) -> tuple[int, int]:
+    """Cores (at least one) and MB a job of `gpus` GPUs gets in proportion on `shape`."""
+    return max(1, shape.cores * gpus // shape.gpus), shape.mem_mb * gpus // shape.gpus
+
+
 def speed(profile: Profile, measured: dict[int, float], cores: int, mem_mb: float) -> float:
     """Samples/s at (cores, mem_mb): `measured` (the profile's sweep, by cores) where the
     profiler measured those cores (Synergy's empirical CPU sweep), the model elsewhere;
@@ -153,8 +158,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
 
     # GPU-proportional share: what the node gives per GPU, times the job's GPUs.
     if shape.gpus and gpus:
-        share_c = max(1, shape.cores * gpus // shape.gpus)
-        share_m = shape.mem_mb * gpus // shape.gpus
+        share_c, share_m = proportional_share(shape, gpus)
         cap_c = min(shape.cores, max(share_c, int(policy.fairness_cap * share_c)))
         cap_m = min(shape.mem_mb, int(policy.fairness_cap * share_m))
         why.append(f"node: {shape.describe()}; GPU-proportional share for {gpus} GPU(s): "

@@ -23,7 +23,7 @@ def _empty(ax: plt.Axes, text: str) -> None:
     ax.set_yticks([])
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def save_figure(fig: plt.Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -58,7 +58,7 @@ def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> 
     if profiles:
         ax.legend(fontsize=8)
         ax.set_ylim(bottom=0)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def allocation(jobs: pd.DataFrame, path: Path) -> Path:
@@ -83,7 +83,7 @@ def allocation(jobs: pd.DataFrame, path: Path) -> Path:
         ax.legend(fontsize=8)
         fig.autofmt_xdate()
     ax.set_title("Cluster allocation over time")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def energy(jobs: pd.DataFrame, path: Path) -> Path:
@@ -100,4 +100,4 @@ def energy(jobs: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel("GPU energy, kJ")
         ax.legend(fontsize=8)
     ax.set_title("GPU energy against run time, per power limit")
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -1,0 +1,109 @@
+"""`synergy simulate`: run one or several policy pairs on a trace, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+from ..errors import SynergyError
+from ..plugin.policy import load_policy, policy_path
+from ..profile import ProfileError, ProfileStore
+from . import plots, results
+from .cluster import load_cluster
+from .demand import SPEED_MODELS
+from .order import ORDERS
+from .simulator import ALLOCATORS, Setup, simulate
+from .trace import (SYNERGY_STATIC_TRACE, parse_mix, poisson_trace, read_trace,
+                    write_trace)
+from .workload import SYNERGY_MATRIX, from_profile, read_matrix
+
+
+def _names(allowed):
+    def parse(text: str) -> list[str]:
+        names = list(allowed) if text == "all" else [n.strip() for n in text.split(",")]
+        bad = [n for n in names if n not in allowed]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"{', '.join(bad) or text!r}: choose from "
+                                             f"{', '.join(allowed)} (comma-separated, or all)")
+        return names
+    return parse
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate scheduling and allocation policies on a "
+                       "trace and a cluster, side by side")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--trace", type=Path, help="job_id,model,arrival_s,iters,gpus per line "
+                     "(default: Synergy's static 100-job trace)")
+    src.add_argument("--poisson", type=int, metavar="JOBS",
+                     help="generate JOBS jobs arriving as a Poisson process instead")
+    p.add_argument("--load", type=float, default=0.8, help="offered load of --poisson: "
+                   "GPU-hours arriving per hour over the cluster's GPUs (default 0.8)")
+    p.add_argument("--mix", type=parse_mix, default=None, help="model mix of --poisson, "
+                   "families or models: image=0.6,language=0.3,speech=0.1 (the default)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of --poisson")
+    p.add_argument("--write-trace", type=Path, help="also save the trace used here")
+    p.add_argument("--cluster", default="deployment", help="a TOML file, a name from "
+                   "etc/simulate/ (deployment, 128-gpu, 512-gpu), or slurm[:PARTITION] for "
+                   "a live partition's nodes (default: deployment)")
+    p.add_argument("--policy", type=_names(ORDERS), default=["fifo"],
+                   help="scheduling: fifo, srtf, las, ftf (comma-separated, or all)")
+    p.add_argument("--alloc", type=_names(ALLOCATORS), default=["proportional", "tune",
+                                                                "synergy-slurm"],
+                   help="allocation: proportional, greedy, tune, opt, synergy-slurm "
+                   "(comma-separated, or all; default proportional,tune,synergy-slurm)")
+    p.add_argument("--speed", choices=tuple(SPEED_MODELS), default="matrix",
+                   help="matrix: jobs run at the speed their allocation gives (default); "
+                   "synergy: the speed-up only with the whole ideal demand, else 1.0, as "
+                   "in Synergy's simulator")
+    p.add_argument("--matrix", type=Path, default=SYNERGY_MATRIX,
+                   help="per-model throughput matrices (Synergy's format)")
+    p.add_argument("--profiles", type=Path, help="also use this profile store's workloads "
+                   "(by job name), as the plugin sees them")
+    p.add_argument("--out", type=Path, help="write summary.csv, summary.json, jobs.csv and "
+                   "the plots here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cluster = load_cluster(args.cluster)
+    workloads = read_matrix(args.matrix)
+    if args.profiles:
+        server = min(cluster.servers, key=lambda s: s.cpus / s.gpus)
+        try:
+            for profile in ProfileStore(args.profiles):
+                w = from_profile(profile, server.cpus // server.gpus,
+                                 server.mem_gb / server.gpus, server.cpus, server.mem_gb)
+                workloads[w.name] = w
+        except ProfileError as e:
+            raise SynergyError(str(e)) from None
+    if args.poisson is not None:
+        trace = poisson_trace(args.poisson, args.load, cluster.gpus, workloads,
+                              **({"mix": args.mix} if args.mix else {}),
+                              max_gpus=max(s.gpus for s in cluster.servers), seed=args.seed)
+        source = f"Poisson, {args.poisson} jobs at load {args.load:g}, seed {args.seed}"
+    else:
+        path = args.trace or SYNERGY_STATIC_TRACE
+        trace = read_trace(path)
+        source = str(path)
+    if args.write_trace:
+        write_trace(trace, args.write_trace)
+    policy = load_policy() if policy_path().is_file() else None
+    print(f"trace: {source} ({len(trace)} jobs); cluster: {cluster.name}, "
+          f"{cluster.describe()}, rounds of {cluster.round_s:g} s; speed model: {args.speed}",
+          file=sys.stderr)
+    outcomes, rows = [], []
+    for order, alloc in itertools.product(args.policy, args.alloc):
+        out = simulate(trace, workloads, cluster, Setup(order, alloc, args.speed), policy)
+        outcomes.append(out)
+        rows.append(results.summarise(out))
+    print(results.table(rows, rows[0] if len(rows) > 1 else None))
+    if args.out:
+        try:
+            written = results.write(rows, outcomes, args.out) + plots.write(outcomes, args.out)
+        except OSError as e:
+            raise SynergyError(f"cannot write to {args.out}: {e.strerror or e}") from None
+        print(f"written: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0

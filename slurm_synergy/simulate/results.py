@@ -1,0 +1,95 @@
+"""What a simulation shows: JCT (mean, p50, p99), makespan, utilisation, as a table, CSV
+and JSON, one row per policy pair when several run on one trace side by side."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .simulator import Outcome
+
+
+@dataclass(frozen=True)
+class Summary:
+    label: str
+    order: str
+    alloc: str
+    speed: str
+    jobs: int
+    mean_jct_h: float
+    p50_jct_h: float
+    p99_jct_h: float
+    makespan_h: float
+    mean_wait_h: float
+    gpu_util: float          # GPU-hours held over GPU-hours the cluster had, to makespan
+    cpu_util: float          # core-hours allocated over core-hours the cluster had
+    mean_speed: float        # per job-round, 1.0 = the GPU-proportional share
+    rounds: int
+    alloc_ms_mean: float
+    alloc_ms_max: float
+    wall_s: float
+
+
+def summarise(out: Outcome) -> Summary:
+    jobs = out.jobs
+    jct = np.array([j.end_s - j.arrival_s for j in jobs]) / 3600
+    wait = np.array([j.first_start_s - j.arrival_s for j in jobs]) / 3600
+    first = min(j.arrival_s for j in jobs)
+    span_s = max(j.end_s for j in jobs) - first
+    R = out.cluster.round_s
+    held = sum(out.rounds.gpus) * R
+    cores = sum(out.rounds.cpus) * R
+    runs = sum(out.rounds.running)
+    alloc = np.array(out.rounds.alloc_s) * 1000
+    return Summary(
+        out.setup.label, out.setup.order, out.setup.alloc, out.setup.speed, len(jobs),
+        float(jct.mean()), float(np.percentile(jct, 50)), float(np.percentile(jct, 99)),
+        span_s / 3600, float(wait.mean()),
+        held / (out.cluster.gpus * span_s), cores / (out.cluster.cpus * span_s),
+        sum(j.speed_sum for j in jobs) / runs if runs else 0.0, len(out.rounds.start_s),
+        float(alloc.mean()), float(alloc.max()), out.wall_s)
+
+
+_COLUMNS = (("policy", "label", "{}"), ("JCT mean h", "mean_jct_h", "{:.2f}"),
+            ("p50 h", "p50_jct_h", "{:.2f}"), ("p99 h", "p99_jct_h", "{:.2f}"),
+            ("makespan h", "makespan_h", "{:.2f}"), ("wait h", "mean_wait_h", "{:.2f}"),
+            ("GPU util", "gpu_util", "{:.0%}"), ("CPU util", "cpu_util", "{:.0%}"),
+            ("speed", "mean_speed", "{:.2f}"), ("alloc ms/round", "alloc_ms_mean", "{:.2f}"))
+
+
+def table(rows: Sequence[Summary], baseline: Summary | None = None) -> str:
+    """Aligned text; with a baseline, each JCT and makespan is also given against it."""
+    head = [c[0] for c in _COLUMNS] + (["vs " + baseline.label] if baseline else [])
+    body = []
+    for r in rows:
+        cells = [fmt.format(getattr(r, attr)) for _, attr, fmt in _COLUMNS]
+        if baseline:
+            cells.append(f"JCT {baseline.mean_jct_h / r.mean_jct_h:.2f}x, "
+                         f"makespan {baseline.makespan_h / r.makespan_h:.2f}x")
+        body.append(cells)
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(line, widths)))
+             for line in [head] + body]
+    return "\n".join(lines)
+
+
+def write(rows: Sequence[Summary], outcomes: Sequence[Outcome], out: Path) -> list[Path]:
+    """summary.csv, summary.json and per-job jobs.csv (one row per job and policy)."""
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame([r.__dict__ for r in rows])
+    frame.to_csv(out / "summary.csv", index=False)
+    (out / "summary.json").write_text(json.dumps([r.__dict__ for r in rows], indent=2) + "\n")
+    per_job = pd.DataFrame([
+        {"policy": o.setup.label, "speed_model": o.setup.speed, "job_id": j.job_id,
+         "model": j.model, "gpus": j.gpus, "arrival_s": j.arrival_s,
+         "start_s": j.first_start_s, "end_s": j.end_s, "jct_s": j.end_s - j.arrival_s}
+        for o in outcomes for j in o.jobs])
+    per_job.to_csv(out / "jobs.csv", index=False)
+    return [out / "summary.csv", out / "summary.json", out / "jobs.csv"]

@@ -1,0 +1,89 @@
+"""Applying `synergy tune`'s changes with `scontrol update`, logged so each is reversible.
+
+Each change is one JSON line in the tune log (what the job had, what it got, who and
+when), written before the update is tried and marked with its outcome after, so a crash
+between the two still leaves a record. `revert` puts a job back to what the log says it
+had, while it is still pending. The job's comment gains ` tuned=cN,mN` so sacct and
+`synergy report` show that the job ran tuned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from .. import paths
+from ..errors import SynergyError
+from ..hooks.context import utc_now
+from ..slurm import Slurm
+from .plan import Change
+
+
+def log_path() -> Path:
+    return Path(os.environ.get("SYNERGY_TUNE_LOG", paths.home_dir() / "tune.jsonl"))
+
+
+def _append(log: Path, record: dict) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def _settings(cpus: int, mem_mb: int) -> dict[str, str]:
+    # CPUsPerTask is what a one-task job's cores hang on; NumCPUs and MinCPUsNode follow.
+    return {"CPUsPerTask": str(cpus), "NumCPUs": str(cpus), "MinCPUsNode": str(cpus),
+            "MinMemoryNode": str(mem_mb)}
+
+
+def apply(slurm: Slurm, change: Change, comment: str, log: Path) -> str | None:
+    """Apply one change; returns the error, or None. Slurm refuses a job that has started
+    meanwhile, so a running job is never resized."""
+    record = {"at": utc_now(), "action": "tune", **asdict(change)}
+    _append(log, {**record, "outcome": "trying"})
+    settings = _settings(change.cpus_after, change.mem_after_mb)
+    settings["Comment"] = f"{comment} tuned=c{change.cpus_after},m{change.mem_after_mb}".strip()
+    try:
+        slurm.update_job(change.job_id, settings)
+    except SynergyError as e:
+        _append(log, {**record, "outcome": "failed", "error": str(e)})
+        return str(e)
+    _append(log, {**record, "outcome": "applied"})
+    return None
+
+
+def last_applied(log: Path, job_id: str) -> dict:
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise SynergyError(f"no tune log at {log} (SYNERGY_TUNE_LOG names another)") from None
+    except OSError as e:
+        raise SynergyError(f"tune log {log} cannot be read: {e}") from None
+    found = None
+    for n, line in enumerate(lines, start=1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise SynergyError(f"tune log {log}, line {n}: not JSON") from None
+        if rec.get("job_id") == job_id and rec.get("outcome") == "applied":
+            found = rec if rec.get("action") == "tune" else None   # a revert undoes it
+    if found is None:
+        raise SynergyError(f"tune log {log} has no change to put back for job {job_id}")
+    return found
+
+
+def revert(slurm: Slurm, job_id: str, log: Path) -> dict:
+    """Put a pending job back to the size it had before it was tuned."""
+    rec = last_applied(log, job_id)
+    state = next((j for j in slurm.queue() if j.job_id == job_id), None)
+    if state is None or state.state != "PENDING":
+        raise SynergyError(f"job {job_id} is {state.state.lower() if state else 'gone'}; "
+                           "only a pending job can be put back")
+    comment = state.comment.replace(f" tuned=c{rec['cpus_after']},m{rec['mem_after_mb']}", "")
+    slurm.update_job(job_id, {**_settings(rec["cpus_before"], rec["mem_before_mb"]),
+                              "Comment": comment})
+    _append(log, {"at": utc_now(), "action": "revert", "job_id": job_id,
+                  "cpus_after": rec["cpus_before"], "mem_after_mb": rec["mem_before_mb"],
+                  "outcome": "applied"})
+    return rec

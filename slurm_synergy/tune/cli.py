@@ -1,0 +1,86 @@
+"""`synergy tune`: Synergy-TUNE's fallback applied to the pending jobs of a live cluster.
+
+One pass by default (run it from cron), or `--every SECONDS` as a daemon. Admins (root
+or the SlurmUser) tune everyone's pending jobs; anyone else only their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..errors import SynergyError
+from ..slurm import Slurm
+from . import apply as applying
+from .plan import plan
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="start pending jobs that cannot start at their ideal "
+                       "size at their GPU-proportional share (scontrol update, logged)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument("--every", type=float, metavar="SECONDS",
+                   help="run as a daemon, one pass every SECONDS")
+    p.add_argument("--partition", help="the partition whose nodes give room (default: the "
+                   "default partition)")
+    p.add_argument("--revert", type=lambda v: [j for j in v.split(",") if j], metavar="JOBS",
+                   help="put these pending jobs back to the size they had before tuning")
+    p.add_argument("--log", type=Path, help="the change log (default: SYNERGY_TUNE_LOG, else "
+                   "~/.slurm-synergy/tune.jsonl)")
+    p.set_defaults(func=run)
+
+
+def _is_admin(slurm: Slurm, me: str) -> bool:
+    return os.geteuid() == 0 or me == slurm.config().get("SlurmUser", "").split("(")[0]
+
+
+def _one_pass(slurm: Slurm, args, me: str, admin: bool, log: Path) -> int:
+    queue = slurm.queue(() if admin else (me,))
+    changes, notes = plan(queue, slurm.node_use(args.partition), me, admin)
+    for line in notes:
+        print(f"  leave {line}")
+    failed = 0
+    comments = {j.job_id: j.comment for j in queue}
+    for c in changes:
+        if args.dry_run:
+            print(f"would tune {c.job_id} ({c.user}): {c.why}")
+            continue
+        error = applying.apply(slurm, c, comments.get(c.job_id, "").replace("(null)", ""),
+                               log)
+        if error:
+            failed += 1
+            print(f"could not tune {c.job_id}: {error}", file=sys.stderr)
+        else:
+            print(f"tuned {c.job_id} ({c.user}): {c.why}")
+    if not changes:
+        print("nothing to tune")
+    return 1 if failed else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    slurm = Slurm()
+    log = args.log or applying.log_path()
+    if args.revert:
+        for job in args.revert:
+            rec = applying.revert(slurm, job, log)
+            print(f"reverted {job}: back to {rec['cpus_before']} cores, "
+                  f"{rec['mem_before_mb']} MB")
+        return 0
+    me = getpass.getuser()
+    admin = _is_admin(slurm, me)
+    print(f"tune as {me}{' (admin: every user)' if admin else ' (own jobs only)'}; "
+          f"log {log}", file=sys.stderr)
+    if args.every is None:
+        return _one_pass(slurm, args, me, admin, log)
+    if not args.every >= 5:
+        raise SynergyError("--every must be at least 5 seconds")
+    while True:
+        try:
+            _one_pass(slurm, args, me, admin, log)
+        except SynergyError as e:        # a daemon outlives a slurmctld restart
+            print(f"synergy tune: {e}", file=sys.stderr)
+        time.sleep(args.every)

@@ -1,0 +1,144 @@
+"""`synergy tune` on the real local cluster: a pending job that cannot start at its ideal
+size starts at its GPU-proportional share; running jobs and, without admin rights, other
+users' jobs are never changed. The second user is `nobody`, through runuser."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy import paths
+
+from .conftest import ROOT, SYNERGY, finish
+
+pytestmark = pytest.mark.cluster
+
+
+def _queued(slurm, job):
+    return next((j for j in slurm.queue() if j.job_id == job), None)
+
+
+def _wait_state(slurm, job, state, timeout=60, reasons=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        j = _queued(slurm, job)
+        if j is not None and j.state == state and (reasons is None or j.reason in reasons):
+            return j
+        time.sleep(1)
+    raise AssertionError(f"job {job} never reached {state}: {_queued(slurm, job)}")
+
+
+@pytest.fixture
+def nobody_can_run_us():
+    """Let `nobody` reach this checkout's venv (a fresh clone lives in a 0700 folder):
+    o+x on each parent that lacks it, put back afterwards."""
+    changed = []
+    for folder in [ROOT, *ROOT.parents]:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            folder.chmod(mode | stat.S_IXOTH)
+            changed.append((folder, mode))
+    shared = Path(tempfile.mkdtemp(prefix="synergy-nobody-"))   # pytest's is 0700
+    shared.chmod(0o1777)
+    yield shared
+    shutil.rmtree(shared, ignore_errors=True)
+    for folder, mode in changed:
+        folder.chmod(mode)
+
+
+# The venv's interpreter may live under root's 0700 home (pyenv); nobody runs Debian's,
+# of the same version, on this checkout and the venv's packages.
+NOBODY_PYTHON = "/usr/bin/python3"
+
+
+def _nobody_synergy() -> list[str]:
+    version = subprocess.run([NOBODY_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+    assert version == str(sys.version_info[:2]), \
+        f"{NOBODY_PYTHON} is {version}, the venv {sys.version_info[:2]}: cannot share packages"
+    return [NOBODY_PYTHON, "-m", "slurm_synergy.cli"]
+
+
+def _as_nobody(args, shared: Path):
+    env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(paths.local_slurm_conf()),
+           "SYNERGY_HOME": str(shared), "SYNERGY_TUNE_LOG": str(shared / "tune.jsonl"),
+           "HOME": str(shared),
+           "PYTHONPATH": f"{ROOT}:{sysconfig.get_paths()['purelib']}"}
+    return subprocess.run(["runuser", "-u", "nobody", "--", *args], capture_output=True,
+                          text=True, env=env, cwd=shared)
+
+
+def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_path, tag,
+                                                                     nobody_can_run_us):
+    shared = nobody_can_run_us
+    node = slurm.node_use()[0]
+    assert node.cpus_alloc == 0, f"the node is busy before the test: {node}"
+    out = f"--output={shared}/%j.out"
+    blocker = mine = theirs = ""
+    try:
+        blocker = slurm.run(["sbatch", "--parsable", f"--job-name=blocker-{tag}", out,
+                             f"-c{node.cpus - 1}", "--gres=gpu:1", "--mem=1000", "--time=10",
+                             "--comment=running-as-asked", "--wrap", "sleep 300"]).strip()
+        _wait_state(slurm, blocker, "RUNNING")
+        mine = slurm.run(["sbatch", "--parsable", f"--job-name=ideal-{tag}", out,
+                          f"-c{node.cpus}", "--gres=gpu:1", "--mem=4000", "--time=2",
+                          "--comment=synergy:fp=0123456789abcdef decision=c2,m4000,g1,w1",
+                          "--wrap", "sleep 5"]).strip()
+        theirs_sub = _as_nobody(["sbatch", "--parsable", f"--job-name=theirs-{tag}", out,
+                                 f"-c{node.cpus}", "--gres=gpu:1", "--mem=3000", "--time=2", "--wrap",
+                                 "sleep 5"], shared)
+        assert theirs_sub.returncode == 0, theirs_sub.stderr
+        theirs = theirs_sub.stdout.strip()
+        _wait_state(slurm, mine, "PENDING", reasons=("Resources", "Priority"))
+        _wait_state(slurm, theirs, "PENDING", reasons=("Resources", "Priority"))
+        # Without admin rights: only nobody's own job is considered, and it is tuned.
+        ran = _as_nobody([*_nobody_synergy(), "tune"], shared)
+        assert ran.returncode == 0, ran.stderr
+        assert "own jobs only" in ran.stderr
+        assert f"tuned {theirs} (nobody)" in ran.stdout, ran.stdout
+        assert mine not in ran.stdout
+        untouched = _queued(slurm, mine)
+        assert (untouched.state, untouched.cpus_per_task, untouched.mem_mb) == \
+            ("PENDING", node.cpus, 4000)
+        assert "tuned=" not in untouched.comment
+        finish(slurm, [theirs], timeout=120)
+
+        # The admin (root): our job falls back to its share and starts.
+        log = tmp_path / "tune.jsonl"
+        env = dict(os.environ, SYNERGY_TUNE_LOG=str(log))
+        ran = subprocess.run([*SYNERGY, "tune"], capture_output=True, text=True, env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert f"tuned {mine} (root)" in ran.stdout, ran.stdout
+        done = finish(slurm, [mine], timeout=120)[mine]
+        assert done.state == "COMPLETED"
+        share_c = max(1, node.cpus // node.gpus)
+        acct = slurm.sacct([mine, blocker], ("JobID", "AllocCPUS", "Comment", "ReqMem"))
+        by_id = {r["JobID"]: r for r in acct}
+        assert by_id[mine]["AllocCPUS"] == str(share_c)
+        assert f"tuned=c{share_c},m4000" in by_id[mine]["Comment"]
+        assert by_id[mine]["Comment"].startswith("synergy:fp=0123456789abcdef decision=")
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        assert [(r["job_id"], r["outcome"]) for r in records] == [(mine, "trying"),
+                                                                   (mine, "applied")]
+        assert (records[-1]["cpus_before"], records[-1]["cpus_after"]) == (node.cpus, share_c)
+
+        # The running job kept what it asked for, and a finished job cannot be put back.
+        still = _queued(slurm, blocker)
+        assert (still.state, still.cpus_per_task, still.comment) == \
+            ("RUNNING", node.cpus - 1, "running-as-asked")
+        back = subprocess.run([*SYNERGY, "tune", "--revert", mine], capture_output=True,
+                              text=True, env=env)
+        assert back.returncode == 1
+        assert f"job {mine} is gone; only a pending job can be put back" in back.stderr
+    finally:
+        slurm.cancel([j for j in (blocker, mine, theirs) if j])

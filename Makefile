@@ -63,3 +63,4 @@ bench: setup
 	$(PY) bench/bench_profiles.py
 	$(PY) bench/bench_sampler.py
 	$(PY) bench/bench_report.py
+	$(PY) bench/bench_simulate.py

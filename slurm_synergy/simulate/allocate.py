@@ -35,6 +35,7 @@ class Want:
     gpus: int
     work: Workload
     demands: Demands
+    weight: float = 1.0     # synergy-slurm: 1 / remaining time (Smith's rule)
 
 
 @dataclass(slots=True)
@@ -222,8 +223,8 @@ def upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> None
             if any(free.cpus[s] + 1e-9 < n * dc or free.mem[s] + 1e-9 < n * dm
                    for s, n in g.placement):
                 continue
-            gain = w.gpus * (nxt.rate - here.rate) / max(
-                w.gpus * (dc + dm * d.share.cpus / d.share.mem_gb), 1e-9)
+            gain = w.weight * (nxt.rate - here.rate) / max(
+                dc + dm * d.share.cpus / d.share.mem_gb, 1e-9)
             if best is None or gain > best[0]:
                 best = (gain, j)
         return best

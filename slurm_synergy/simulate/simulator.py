@@ -116,6 +116,8 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
         active.sort(key=lambda j: order(j, now))
         free = Free(cluster)
         tick = time.perf_counter()
+        for j in active:
+            wants[j.index].weight = 1.0 / max(j.remaining_s(), 1.0)
         grants = allocate([wants[j.index] for j in active], free)
         rounds.alloc_s.append(time.perf_counter() - tick)
         if not grants and nxt == len(arrivals):

@@ -45,8 +45,10 @@ def nobody_can_run_us():
     changed = []
     for folder in [ROOT, *ROOT.parents]:
         mode = folder.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            folder.chmod(mode | stat.S_IXOTH)
+        # Python's import lists the checkout itself (read); the parents need only search.
+        need = stat.S_IXOTH | (stat.S_IROTH if folder == ROOT else 0)
+        if mode & need != need:
+            folder.chmod(mode | need)
             changed.append((folder, mode))
     shared = Path(tempfile.mkdtemp(prefix="synergy-nobody-"))   # pytest's is 0700
     shared.chmod(0o1777)

@@ -75,6 +75,12 @@ class Free:
                     return tuple(placed)
         return None
 
+    def whole(self, gpus: int, cpus: float, mem: float) -> list[int]:
+        """The servers that can hold all of a job's GPUs at these cores and memory each."""
+        return [s for s, n in enumerate(self.gpus)
+                if n >= gpus and self.cpus[s] + 1e-9 >= gpus * cpus
+                and self.mem[s] + 1e-9 >= gpus * mem]
+
     def take(self, placement: Sequence[tuple[int, int]], cpus: float, mem: float,
              sign: int = 1) -> None:
         for s, n in placement:
@@ -82,6 +88,12 @@ class Free:
             self.total_gpus -= sign * n
             self.cpus[s] -= sign * n * cpus
             self.mem[s] -= sign * n * mem
+
+    def resize(self, g: "Grant", cpus: int, mem: float) -> None:
+        """Give a placed job other cores and memory per GPU, where it is."""
+        self.take(g.placement, g.cpus, g.mem_gb, sign=-1)
+        g.cpus, g.mem_gb = cpus, mem
+        self.take(g.placement, cpus, mem)
 
 
 Allocator = Callable[[Sequence[Want], Free], list[Grant]]
@@ -156,9 +168,7 @@ def _reclaim(w: Want, fair: Config, free: Free, on_server: list[list[Grant]],
         excess_c = max(0.0, here * (g.cpus - share.cpus))
         excess_m = max(0.0, here * (g.mem_gb - share.mem_gb))
         if g.cpus > share.cpus or g.mem_gb > share.mem_gb:
-            free.take(g.placement, g.cpus, g.mem_gb, sign=-1)
-            g.cpus, g.mem_gb = share.cpus, share.mem_gb
-            free.take(g.placement, g.cpus, g.mem_gb)
+            free.resize(g, share.cpus, share.mem_gb)
         need_c, need_m = max(0.0, need_c - excess_c), max(0.0, need_m - excess_m)
         if need_c <= 1e-9 and need_m <= 1e-9:
             return
@@ -192,9 +202,7 @@ def _place_floor(w: Want, free: Free, wish: list[float], extra: int):
     wishes of the jobs already there; one that does not fills the busiest server, to
     leave room. Jobs whose GPUs do not fit on one server are placed first fit."""
     d = w.demands
-    fits = [s for s, n in enumerate(free.gpus)
-            if n >= w.gpus and free.cpus[s] + 1e-9 >= w.gpus * d.floor.cpus
-            and free.mem[s] + 1e-9 >= w.gpus * d.floor.mem_gb]
+    fits = free.whole(w.gpus, d.floor.cpus, d.floor.mem_gb)
     if not fits:
         return free.first_fit(w.gpus, d.floor.cpus, d.floor.mem_gb)
     spare = [free.cpus[s] - wish[s] - w.gpus * d.floor.cpus for s in fits]
@@ -245,9 +253,7 @@ def upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> None
             heapq.heappush(heap, (-step[0], key, step[1]))
             continue
         nxt = w.demands.frontier[j]
-        free.take(g.placement, g.cpus, g.mem_gb, sign=-1)
-        g.cpus, g.mem_gb = nxt.cpus, nxt.mem_gb
-        free.take(g.placement, g.cpus, g.mem_gb)
+        free.resize(g, nxt.cpus, nxt.mem_gb)
         steps[key] = j
         step = best_step(w, g, j)
         if step is not None:

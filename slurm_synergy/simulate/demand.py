@@ -107,8 +107,8 @@ class DemandBook:
         core count, the least memory giving that count's best speed, kept only when
         faster than everything cheaper."""
         steps = [floor]
+        fits = [m for m in mems if floor.mem_gb <= m <= ideal.mem_gb]
         for c in range(floor.cpus + 1, ideal.cpus + 1):
-            fits = [m for m in mems if floor.mem_gb <= m <= ideal.mem_gb]
             best = max(rate(c, m) for m in fits)
             m = next(m for m in fits if rate(c, m) >= best)
             if best > steps[-1].rate + 1e-9:

@@ -85,13 +85,19 @@ def _pooled(wants: Sequence[Want], spare_cpus: int, mem: float) -> list[int]:
     return fit
 
 
-def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list[Grant]:
-    """`memo` keeps per-server optima between calls (a simulation passes one along)."""
+def _runnable(wants: Sequence[Want], free: Free) -> list[Want]:
+    """The scheduling order's jobs while GPUs last (as Synergy-OPT takes them)."""
     gpus, jobs = free.total_gpus, []
     for w in wants:
         if w.gpus <= gpus:
             jobs.append(w)
             gpus -= w.gpus
+    return jobs
+
+
+def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list[Grant]:
+    """`memo` keeps per-server optima between calls (a simulation passes one along)."""
+    jobs = _runnable(wants, free)
     if not jobs:
         return []
     # How much: the pooled optimum, over the cores spare above the jobs' floors.
@@ -108,8 +114,7 @@ def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list
         w, f = jobs[i], jobs[i].demands.floor
         t = w.demands.frontier[target[i]]
         want_c, want_m = t.cpus * w.gpus, t.mem_gb * w.gpus
-        fits = [s for s, n in enumerate(free.gpus) if n >= w.gpus
-                and free.cpus[s] + 1e-9 >= w.gpus * f.cpus and free.mem[s] + 1e-9 >= w.gpus * f.mem_gb]
+        fits = free.whole(w.gpus, f.cpus, f.mem_gb)
         if fits:
             s = max(fits, key=lambda s: (min((cap_c[s] - load_c[s] - want_c) / cap_c[s],
                                              (cap_m[s] - load_m[s] - want_m) / cap_m[s]), -s))
@@ -127,12 +132,12 @@ def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list
             load_m[where[0][0]] += want_m
     # How much, again, server by server (the exact optimum for the jobs each one holds),
     # after moving or swapping jobs between servers while that raises the total.
+    # Each server's room: what is free once its whole jobs' floors are given back.
     jobs_of = {w.key: w for w in jobs}
-    room_c = [free.cpus[s] + sum(jobs_of[g.key].demands.floor.cpus * jobs_of[g.key].gpus
-                                 for g in here) for s, here in enumerate(on)]
-    room_m = [free.mem[s] + sum(jobs_of[g.key].demands.floor.mem_gb * jobs_of[g.key].gpus
-                                for g in here) for s, here in enumerate(on)]
-    room_g = [free.gpus[s] + sum(jobs_of[g.key].gpus for g in here) for s, here in enumerate(on)]
+    for here in on:
+        for g in here:
+            free.take(g.placement, g.cpus, g.mem_gb, sign=-1)
+    room_g, room_c, room_m = list(free.gpus), list(free.cpus), list(free.mem)
     members = [[jobs_of[g.key] for g in here] for here in on]
     memo = {} if memo is None else memo
     _improve(members, room_g, room_c, room_m, memo)
@@ -140,14 +145,9 @@ def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list
     for s, ws in enumerate(members):
         for w, k in zip(ws, _server_best(ws, room_c[s], room_m[s], memo)[1]):
             c = w.demands.frontier[k]
-            grants.append(Grant(w.key, ((s, w.gpus),), c.cpus, c.mem_gb))
-    free.gpus = [room_g[s] - sum(w.gpus for w in ws) for s, ws in enumerate(members)]
-    free.total_gpus = sum(free.gpus)
-    for s, ws in enumerate(members):
-        free.cpus[s] = room_c[s] - sum(g.cpus * g.placement[0][1] for g in grants
-                                       if len(g.placement) == 1 and g.placement[0][0] == s)
-        free.mem[s] = room_m[s] - sum(g.mem_gb * g.placement[0][1] for g in grants
-                                      if len(g.placement) == 1 and g.placement[0][0] == s)
+            g = Grant(w.key, ((s, w.gpus),), c.cpus, c.mem_gb)
+            free.take(g.placement, c.cpus, c.mem_gb)
+            grants.append(g)
     return grants
 
 
@@ -219,11 +219,7 @@ def exact(wants: Sequence[Want], free: Free) -> tuple[float, dict[int, tuple[int
     per job key, (server, step)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    gpus, jobs = free.total_gpus, []
-    for w in wants:
-        if w.gpus <= gpus:
-            jobs.append(w)
-            gpus -= w.gpus
+    jobs = _runnable(wants, free)
     servers = range(len(free.gpus))
     var = [(i, s, k) for i, w in enumerate(jobs) for s in servers
            for k in range(len(w.demands.frontier))]

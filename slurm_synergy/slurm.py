@@ -82,6 +82,11 @@ def _mb(text: str) -> int:
     return int(float(match.group(1)) * scale)
 
 
+def _comment(text: str) -> str:
+    """squeue writes an empty comment as (null)."""
+    return "" if text == "(null)" else text
+
+
 def _gpu_count(gres: str) -> int:
     """GPUs in a gres list (gres:gpu:2, gpu:a100:4(IDX:0-3), gpu:0)."""
     return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)", gres))
@@ -217,7 +222,7 @@ class Slurm:
             try:
                 jobs.append(QueuedJob(v[0], v[1], v[2], v[3], int(v[4]), int(v[5]), _mb(v[6]),
                                       _gpu_count(v[7]), int(v[8]), v[9],
-                                      v[10].rstrip("|").strip()))
+                                      _comment(v[10].rstrip("|").strip())))
             except ValueError:
                 continue            # an array's pending range line, e.g. 12_[3-9]
         return jobs

@@ -37,13 +37,18 @@ def _settings(cpus: int, mem_mb: int) -> dict[str, str]:
             "MinMemoryNode": str(mem_mb)}
 
 
+def _mark(cpus: int, mem_mb: int) -> str:
+    return f"tuned=c{cpus},m{mem_mb}"
+
+
 def apply(slurm: Slurm, change: Change, comment: str, log: Path) -> str | None:
     """Apply one change; returns the error, or None. Slurm refuses a job that has started
     meanwhile, so a running job is never resized."""
     record = {"at": utc_now(), "action": "tune", **asdict(change)}
     _append(log, {**record, "outcome": "trying"})
     settings = _settings(change.cpus_after, change.mem_after_mb)
-    settings["Comment"] = f"{comment} tuned=c{change.cpus_after},m{change.mem_after_mb}".strip()
+    settings["Comment"] = " ".join(filter(None, (comment, _mark(change.cpus_after,
+                                                               change.mem_after_mb))))
     try:
         slurm.update_job(change.job_id, settings)
     except SynergyError as e:
@@ -80,7 +85,9 @@ def revert(slurm: Slurm, job_id: str, log: Path) -> dict:
     if state is None or state.state != "PENDING":
         raise SynergyError(f"job {job_id} is {state.state.lower() if state else 'gone'}; "
                            "only a pending job can be put back")
-    comment = state.comment.replace(f" tuned=c{rec['cpus_after']},m{rec['mem_after_mb']}", "")
+    mark = _mark(rec["cpus_after"], rec["mem_after_mb"])
+    # The mark was appended after a space, or is the whole comment.
+    comment = "" if state.comment == mark else state.comment.replace(f" {mark}", "")
     slurm.update_job(job_id, {**_settings(rec["cpus_before"], rec["mem_before_mb"]),
                               "Comment": comment})
     _append(log, {"at": utc_now(), "action": "revert", "job_id": job_id,

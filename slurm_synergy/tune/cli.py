@@ -49,8 +49,7 @@ def _one_pass(slurm: Slurm, args, me: str, admin: bool, log: Path) -> int:
         if args.dry_run:
             print(f"would tune {c.job_id} ({c.user}): {c.why}")
             continue
-        error = applying.apply(slurm, c, comments.get(c.job_id, "").replace("(null)", ""),
-                               log)
+        error = applying.apply(slurm, c, comments.get(c.job_id, ""), log)
         if error:
             failed += 1
             print(f"could not tune {c.job_id}: {error}", file=sys.stderr)

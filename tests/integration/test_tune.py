@@ -144,3 +144,36 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
         assert f"job {mine} is gone; only a pending job can be put back" in back.stderr
     finally:
         slurm.cancel([j for j in (blocker, mine, theirs) if j])
+
+
+@pytest.mark.parametrize("comment", ["", "my run seed=3"])
+def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, comment):
+    """A held job is pending and never starts, so the change stays to be undone."""
+    from slurm_synergy.tune import apply as applying
+    from slurm_synergy.tune.plan import Change
+
+    args = ["sbatch", "--parsable", "--hold", f"--job-name=revert-{tag}",
+            f"--output={tmp_path}/%j.out", "-c2", "--gres=gpu:1", "--mem=3000",
+            "--wrap", "true"]
+    job = slurm.run(args + ([f"--comment={comment}"] if comment else [])).strip()
+    log = tmp_path / "tune.jsonl"
+    try:
+        before = _queued(slurm, job)
+        assert before.comment == comment
+        change = Change(job, before.user, "vm", 2, 3000, 1, 1000, 1, "test")
+        assert applying.apply(slurm, change, before.comment, log) is None
+        tuned = _queued(slurm, job)
+        assert (tuned.cpus_per_task, tuned.mem_mb) == (1, 1000)
+        assert tuned.comment == " ".join(filter(None, (comment, "tuned=c1,m1000")))
+        back = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,
+                              text=True, env=dict(os.environ, SYNERGY_TUNE_LOG=str(log)))
+        assert back.returncode == 0, back.stderr
+        after = _queued(slurm, job)
+        assert (after.state, after.cpus_per_task, after.mem_mb, after.comment) == \
+            ("PENDING", 2, 3000, comment)
+        again = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,
+                               text=True, env=dict(os.environ, SYNERGY_TUNE_LOG=str(log)))
+        assert again.returncode == 1
+        assert f"has no change to put back for job {job}" in again.stderr
+    finally:
+        slurm.cancel([job])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -87,6 +88,19 @@ def finish(slurm: Slurm, ids, timeout: float = 600):
     return {r.job_id: r for r in recs}
 
 
+def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
+    """sacct shows a job ended before its epilog has run: wait for each epilog's last
+    line. Returns the hooks' log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = (box.state / "log" / "hooks.log").read_text()
+        if all(f"epilog job={j} GPU stats -> " in log or
+               f"epilog job={j} no GPUs allocated" in log for j in job_ids):
+            return log
+        assert time.monotonic() < deadline, f"no epilog finished for some of {job_ids}"
+        time.sleep(0.3)
+
+
 def resubmitted(job: str) -> str:
     """The job that `job` submitted after profiling, from the recorded chain."""
     links = [c for c in read_chains() if c.profiled_job == job]
@@ -103,5 +117,5 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["EXPECTED_DRAINS", "synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records",
+__all__ = ["EXPECTED_DRAINS", "epilogs_done", "synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records",
            "resubmitted", "ROOT"]

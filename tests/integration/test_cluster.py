@@ -4,7 +4,7 @@ import os
 import signal
 import time
 
-from .conftest import executable, finish, submitted_ids, synergy
+from .conftest import epilogs_done, executable, finish, submitted_ids, synergy
 
 
 def test_status_reports_every_daemon_and_the_mode(box):
@@ -73,6 +73,6 @@ def test_jobs_are_confined_and_hooks_run(box, slurm, tmp_path):
     if (box.state / "mode").read_text().strip() == "v1":
         assert log[-2] == "1"  # the cgroup's cpuset holds one core
     assert log[-1] == "gpus=0,1,2"
-    hooks = (box.state / "log" / "hooks.log").read_text()
+    hooks = epilogs_done(box, rec.job_id)     # sacct can say COMPLETED before the epilog ends
     assert f"prolog job={rec.job_id} no GPUs on this node" in hooks
     assert f"epilog job={rec.job_id} GPU stats -> " in hooks

@@ -17,22 +17,9 @@ import pytest
 
 from slurm_synergy.hooks.install import WRAPPERS, render_wrappers
 
-from .conftest import EXPECTED_DRAINS, ROOT, executable, finish, synergy
+from .conftest import EXPECTED_DRAINS, ROOT, epilogs_done, executable, finish, synergy
 
 FAKE_NVML = ROOT / "tests" / "fakes" / "nvml"
-
-
-def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
-    """sacct shows a job ended before its epilog has run: wait for each epilog's last
-    line. Returns the hooks' log."""
-    deadline = time.monotonic() + timeout
-    while True:
-        log = (box.state / "log" / "hooks.log").read_text()
-        if all(f"epilog job={j} GPU stats -> " in log or
-               f"epilog job={j} no GPUs allocated" in log for j in job_ids):
-            return log
-        assert time.monotonic() < deadline, f"no epilog finished for some of {job_ids}"
-        time.sleep(0.3)
 
 
 def report(*job_ids: str) -> dict[str, dict]:

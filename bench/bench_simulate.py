@@ -57,21 +57,57 @@ def per_round() -> list[dict]:
     return rows
 
 
+# opt takes ~10 s a run at 128 GPUs; the comparison runs it on the small cluster only.
+COMPARED = {"deployment": ("proportional", "tune", "opt", "synergy-slurm"),
+            "128-gpu": ("proportional", "tune", "synergy-slurm")}
+
+
 def comparison() -> list[dict]:
-    cluster = load_cluster("deployment")
+    """Each allocator against TUNE on 300-job Poisson traces: 3 loads x 5 seeds x FIFO,
+    SRTF and LAS, side by side on the same traces."""
     rows = []
-    for load in (0.6, 0.9, 1.2):
-        for seed in (1, 2, 3):
-            trace = poisson_trace(300, load, cluster.gpus, WORK, seed=seed, max_gpus=8)
-            for order in ("fifo", "srtf", "las"):
-                got = {a: results.summarise(simulate(trace, WORK, cluster,
-                                                     Setup(order, a, "matrix")))
-                       for a in ("proportional", "tune", "opt", "synergy-slurm")}
-                rows.append({"load": load, "seed": seed, "order": order, **{
-                    f"{a}_jct_h": round(s.mean_jct_h, 3) for a, s in got.items()}, **{
-                    f"{a}_makespan_h": round(s.makespan_h, 2) for a, s in got.items()}})
-                print(rows[-1], flush=True)
+    for name, allocs in COMPARED.items():
+        cluster = load_cluster(name)
+        for load in (0.6, 0.9, 1.2):
+            for seed in range(1, 6):
+                trace = poisson_trace(300, load, cluster.gpus, WORK, seed=seed, max_gpus=8)
+                for order in ("fifo", "srtf", "las"):
+                    got = {a: results.summarise(simulate(trace, WORK, cluster,
+                                                         Setup(order, a, "matrix")))
+                           for a in allocs}
+                    rows.append({"cluster": name, "load": load, "seed": seed, "order": order,
+                                 **{f"{a}_jct_h": round(s.mean_jct_h, 4) for a, s in got.items()},
+                                 **{f"{a}_makespan_h": round(s.makespan_h, 3)
+                                    for a, s in got.items()}})
+                    print(rows[-1], flush=True)
     return rows
+
+
+def against_tune(rows: list[dict]) -> list[dict]:
+    """Per cluster, load and allocator: runs with shorter / equal / longer mean JCT and
+    makespan than TUNE's (equal: within 0.01%), and the mean and worst differences."""
+    out = []
+    keys = sorted({(r["cluster"], r["load"]) for r in rows}, key=lambda k: (k[0], k[1]))
+    for name, load in keys:
+        runs = [r for r in rows if r["cluster"] == name and r["load"] == load]
+        for a in COMPARED[name]:
+            if a == "tune":
+                continue
+            dj = [r[f"{a}_jct_h"] / r["tune_jct_h"] - 1 for r in runs]
+            dm = [r[f"{a}_makespan_h"] - r["tune_makespan_h"] for r in runs]
+            out.append({
+                "cluster": name, "load": load, "alloc": a, "runs": len(runs),
+                "jct_shorter": sum(d < -1e-4 for d in dj),
+                "jct_equal": sum(abs(d) <= 1e-4 for d in dj),
+                "jct_longer": sum(d > 1e-4 for d in dj),
+                "jct_mean_change_pct": round(100 * statistics.mean(dj), 2),
+                "jct_worst_change_pct": round(100 * max(dj), 2),
+                "makespan_shorter": sum(d < -1e-6 for d in dm),
+                "makespan_equal": sum(abs(d) <= 1e-6 for d in dm),
+                "makespan_longer": sum(d > 1e-6 for d in dm),
+                "makespan_worst_change_h": round(max(dm), 2)})
+            print(out[-1], flush=True)
+    return out
 
 
 def main() -> None:
@@ -79,6 +115,7 @@ def main() -> None:
     figures = {"machine": f"{platform.node()}, {os.cpu_count()} CPUs",
                "scale_10k_jobs_512_gpus": scale(), "allocator_per_round": per_round(),
                "poisson_comparison": comparison()}
+    figures["against_tune"] = against_tune(figures["poisson_comparison"])
     figures["bench_s"] = round(time.perf_counter() - began, 1)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(figures, indent=2) + "\n")

@@ -10,10 +10,13 @@ them size jobs from the same engine-made `Demands` (demand.py).
 - tune (Synergy-TUNE): the ideal, else the share, else the share after taking cores and
   memory back from jobs on one server that hold more than their share.
 - opt: the round's best total speed (optimal.py).
-- synergy-slurm (this project's): every job first gets its floor (as fast as its share,
-  often less than it), placed where its wishes fit; then each server's spare cores and
-  memory go, step by step, to the job they speed up most, up to the plugin's claim and,
-  once every claim is met, up to the ideal: nothing is left idle that would help a job.
+- synergy-slurm (this project's): TUNE's admission and placement (the same jobs run, on
+  the same servers), then every placed job is cut to its floor (as fast as its share,
+  often less) and each server's spare cores and memory go, step by step, to the job they
+  speed up most, up to the plugin's claim and, once every claim is met, up to the ideal:
+  what TUNE leaves idle or gives where it buys little goes where it buys most. (Placing
+  every job at its floor first, to run more of them, lost to TUNE below full load: it
+  split servers that TUNE gives whole to a job that can use them.)
 """
 
 from __future__ import annotations
@@ -175,42 +178,17 @@ def _reclaim(w: Want, fair: Config, free: Free, on_server: list[list[Grant]],
 
 
 def synergy_slurm(wants: Sequence[Want], free: Free) -> list[Grant]:
-    grants: list[Grant] = []
-    wish = [0.0] * len(free.gpus)            # cores the jobs placed on a server still want
-    steps: dict[int, int] = {}               # job -> its place on its frontier
-    by_key = {}
-    for w in wants:
-        d = w.demands
-        extra = max(0, d.claim.cpus - d.floor.cpus) * w.gpus
-        where = _place_floor(w, free, wish, extra)
-        if where is None:
-            continue
-        free.take(where, d.floor.cpus, d.floor.mem_gb)
-        g = Grant(w.key, where, d.floor.cpus, d.floor.mem_gb)
-        grants.append(g)
-        steps[w.key], by_key[w.key] = 0, (w, g)
-        for s, n in where:
-            wish[s] += extra * n / w.gpus
+    grants = tune(wants, free)
+    by_key, steps = {}, {}
+    want = {w.key: w for w in wants}
+    for g in grants:
+        w = want[g.key]
+        free.resize(g, w.demands.floor.cpus, w.demands.floor.mem_gb)
+        by_key[g.key], steps[g.key] = (w, g), 0
     # Claims first (the site policy's fair share of the spare), then up to the ideal.
     for limit in ("claim", "ideal"):
         upgrade(by_key, steps, free, limit)
     return grants
-
-
-def _place_floor(w: Want, free: Free, wish: list[float], extra: int):
-    """A job that wants more than its floor goes where the most cores are spare after the
-    wishes of the jobs already there; one that does not fills the busiest server, to
-    leave room. Jobs whose GPUs do not fit on one server are placed first fit."""
-    d = w.demands
-    fits = free.whole(w.gpus, d.floor.cpus, d.floor.mem_gb)
-    if not fits:
-        return free.first_fit(w.gpus, d.floor.cpus, d.floor.mem_gb)
-    spare = [free.cpus[s] - wish[s] - w.gpus * d.floor.cpus for s in fits]
-    if extra:
-        s = fits[max(range(len(fits)), key=lambda i: (spare[i], -fits[i]))]
-    else:
-        s = fits[min(range(len(fits)), key=lambda i: (spare[i], fits[i]))]
-    return ((s, w.gpus),)
 
 
 def upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> None:

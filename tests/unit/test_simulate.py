@@ -10,7 +10,7 @@ import pytest
 
 from slurm_synergy.errors import SynergyError
 from slurm_synergy.plugin.policy import Policy
-from slurm_synergy.simulate.allocate import Free, Want, tune
+from slurm_synergy.simulate.allocate import Free, Want, synergy_slurm, tune
 from slurm_synergy.simulate.cluster import ClusterSpec, Server, load_cluster
 from slurm_synergy.simulate.demand import DemandBook
 from slurm_synergy.simulate.optimal import exact, optimal
@@ -60,6 +60,37 @@ def test_with_the_full_matrix_the_projects_policy_beats_tune_on_the_static_trace
     best = _figures(simulate(TRACE, WORK, DEPLOY, Setup(order, "opt", "matrix")))
     assert ours[0] < tuned[0] and ours[1] < tuned[1], (ours, tuned)
     assert best[0] < tuned[0] and best[1] < tuned[1], (best, tuned)
+
+
+@pytest.mark.parametrize("load", [0.6, 0.9, 1.2])
+def test_with_the_full_matrix_the_projects_policy_beats_tune_on_poisson_traces(load):
+    trace = poisson_trace(300, load, DEPLOY.gpus, WORK, seed=2, max_gpus=8)
+    tuned = _figures(simulate(trace, WORK, DEPLOY, Setup("fifo", "tune", "matrix")))
+    ours = _figures(simulate(trace, WORK, DEPLOY, Setup("fifo", "synergy-slurm", "matrix")))
+    assert ours[0] < tuned[0] and ours[1] <= tuned[1], (ours, tuned)
+
+
+def test_the_projects_policy_runs_tunes_jobs_where_tune_does_but_resized():
+    """Only the sizes differ from TUNE's: each between the job's floor and its ideal."""
+    rng = random.Random(5)
+    book = DemandBook(DEPLOY, Policy())
+    names = sorted(WORK)
+    resized = 0
+    for _ in range(20):
+        jobs = [(WORK[m], rng.choice([1, 1, 1, 2, 4, 8]))
+                for m in rng.choices(names, k=rng.randint(3, 30))]
+        wants = [Want(i, g, w, book.of(w, g)) for i, (w, g) in enumerate(jobs)]
+        theirs = {g.key: g for g in tune(wants, Free(DEPLOY))}
+        ours = {g.key: g for g in synergy_slurm(wants, Free(DEPLOY))}
+        assert {k: g.placement for k, g in ours.items()} == \
+            {k: g.placement for k, g in theirs.items()}
+        for w in wants:
+            if w.key in ours:
+                g, d = ours[w.key], w.demands
+                assert d.floor.cpus <= g.cpus <= d.ideal.cpus
+                assert d.floor.mem_gb - 1e-9 <= g.mem_gb <= d.ideal.mem_gb + 1e-9
+                resized += (g.cpus, g.mem_gb) != (theirs[w.key].cpus, theirs[w.key].mem_gb)
+    assert resized > 0
 
 
 def test_the_fast_optimum_is_within_3_percent_of_the_exact_one():

@@ -71,11 +71,10 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     workloads = read_matrix(args.matrix)
     if args.profiles:
-        server = min(cluster.servers, key=lambda s: s.cpus / s.gpus)
+        server = cluster.smallest
         try:
             for profile in ProfileStore(args.profiles):
-                w = from_profile(profile, server.cpus // server.gpus,
-                                 server.mem_gb / server.gpus, server.cpus, server.mem_gb)
+                w = from_profile(profile, *cluster.share, server.cpus, server.mem_gb)
                 workloads[w.name] = w
         except ProfileError as e:
             raise SynergyError(str(e)) from None

@@ -48,6 +48,18 @@ class ClusterSpec:
     def mem_gb(self) -> float:
         return sum(s.mem_gb for s in self.servers)
 
+    @property
+    def smallest(self) -> Server:
+        """The server with the fewest cores, then least memory, per GPU: jobs are sized
+        for it, as the plugin sizes for the smallest node."""
+        return min(self.servers, key=lambda s: (s.cpus / s.gpus, s.mem_gb / s.gpus))
+
+    @property
+    def share(self) -> tuple[int, float]:
+        """The GPU-proportional share every server can give: cores and GB per GPU."""
+        return (max(1, int(min(s.cpus / s.gpus for s in self.servers))),
+                min(s.mem_gb / s.gpus for s in self.servers))
+
     def describe(self) -> str:
         kinds: dict[Server, int] = {}
         for s in self.servers:

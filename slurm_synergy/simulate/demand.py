@@ -64,11 +64,8 @@ class DemandBook:
 
     def __init__(self, cluster: ClusterSpec, policy: Policy):
         self.policy = policy
-        # Size for the smallest server, as the plugin sizes for the smallest node.
-        small = min(cluster.servers, key=lambda s: (s.cpus / s.gpus, s.mem_gb / s.gpus))
-        self.per_gpu_cpus = min(s.cpus / s.gpus for s in cluster.servers)
-        self.per_gpu_mem = min(s.mem_gb / s.gpus for s in cluster.servers)
-        self.server = small
+        self.share = cluster.share
+        self.server = cluster.smallest
         self._book: dict[tuple[str, int], Demands] = {}
 
     def of(self, work: Workload, gpus: int) -> Demands:
@@ -80,8 +77,7 @@ class DemandBook:
 
     def _work_out(self, work: Workload, gpus: int) -> Demands:
         rate = work.rate     # the profile, as the plugin sees it; not the speed model
-        share_c = max(1, int(self.per_gpu_cpus))
-        share_m = self.per_gpu_mem
+        share_c, share_m = self.share
         # A job's GPUs on one server bound what each of them can have.
         on_one = max(1, min(gpus, self.server.gpus))
         max_c = max(1, self.server.cpus // on_one)

@@ -3,13 +3,16 @@ Synergy's, the fast optimal allocator against an exact solver, and bad input."""
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 
 import pytest
 
+from slurm_synergy.cli import main
 from slurm_synergy.errors import SynergyError
 from slurm_synergy.plugin.policy import Policy
+from slurm_synergy.profile import ProfileStore
 from slurm_synergy.simulate.allocate import Free, Want, synergy_slurm, tune
 from slurm_synergy.simulate.cluster import ClusterSpec, Server, load_cluster
 from slurm_synergy.simulate.demand import DemandBook
@@ -18,6 +21,7 @@ from slurm_synergy.simulate.simulator import Setup, simulate
 from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, poisson_trace, read_trace,
                                           write_trace)
 from slurm_synergy.simulate.workload import read_matrix
+from tests.unit.test_engine import profile
 
 WORK = read_matrix()
 TRACE = read_trace(SYNERGY_STATIC_TRACE)
@@ -167,3 +171,39 @@ def test_a_bad_cluster_file_is_refused(tmp_path):
         load_cluster(str(path))
     with pytest.raises(SynergyError, match="no such file"):
         load_cluster("nowhere")
+
+
+def test_the_command_compares_policies_and_writes_its_files(tmp_path, capsys):
+    out = tmp_path / "sim"
+    rc = main(["simulate", "--poisson", "60", "--load", "1.0", "--seed", "4",
+               "--alloc", "tune,synergy-slurm", "--policy", "fifo,las", "--out", str(out),
+               "--write-trace", str(tmp_path / "trace.csv")])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "vs fifo/tune" in table and "las/synergy-slurm" in table
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["label"] for r in summary] == ["fifo/tune", "fifo/synergy-slurm", "las/tune",
+                                             "las/synergy-slurm"]
+    assert len(read_trace(tmp_path / "trace.csv")) == 60
+    jobs = (out / "jobs.csv").read_text().splitlines()
+    assert len(jobs) == 1 + 4 * 60
+    assert (out / "jct.png").stat().st_size > 0 and (out / "utilisation.png").stat().st_size > 0
+
+
+def test_the_command_simulates_the_projects_own_profiles(tmp_path, capsys):
+    # A CPU-hungry workload measured by the profiler, named as the trace names it.
+    ProfileStore(tmp_path / "store").save(profile({1: 100.0, 2: 190.0, 4: 350.0, 8: 390.0},
+                                                  p=0.01, h=0.0))
+    trace = tmp_path / "trace.csv"
+    trace.write_text("".join(f"{i},{m},{60 * i},2000,{g}\n" for i, (m, g) in
+                             enumerate([("job", 1), ("job", 2), ("alexnet", 4), ("job", 1)])))
+    out = tmp_path / "sim"
+    assert main(["simulate", "--trace", str(trace), "--profiles", str(tmp_path / "store"),
+                 "--alloc", "proportional,synergy-slurm", "--out", str(out)]) == 0
+    rows = {r["label"]: r for r in json.loads((out / "summary.json").read_text())}
+    # Its share of the deployment servers is 3 cores a GPU; right-sizing gives it more.
+    assert rows["fifo/synergy-slurm"]["mean_jct_h"] < rows["fifo/proportional"]["mean_jct_h"]
+    (tmp_path / "store" / "0123456789abcdef.json").write_text("{not json")
+    assert main(["simulate", "--trace", str(trace), "--profiles",
+                 str(tmp_path / "store")]) == 1
+    assert "0123456789abcdef" in capsys.readouterr().err

@@ -92,7 +92,13 @@ class Free:
             self.cpus[s] -= sign * n * cpus
             self.mem[s] -= sign * n * mem
 
-    def resize(self, g: "Grant", cpus: int, mem: float) -> None:
+    def grant(self, key: int, where: tuple[tuple[int, int], ...], cpus: int,
+              mem: float) -> Grant:
+        """Take the room and hand out the grant for it."""
+        self.take(where, cpus, mem)
+        return Grant(key, where, cpus, mem)
+
+    def resize(self, g: Grant, cpus: int, mem: float) -> None:
         """Give a placed job other cores and memory per GPU, where it is."""
         self.take(g.placement, g.cpus, g.mem_gb, sign=-1)
         g.cpus, g.mem_gb = cpus, mem
@@ -108,8 +114,7 @@ def _place_each(wants: Sequence[Want], free: Free, size: Callable[[Want], Config
         c = size(w)
         where = free.first_fit(w.gpus, c.cpus, c.mem_gb)
         if where is not None:
-            free.take(where, c.cpus, c.mem_gb)
-            grants.append(Grant(w.key, where, c.cpus, c.mem_gb))
+            grants.append(free.grant(w.key, where, c.cpus, c.mem_gb))
     return grants
 
 
@@ -142,8 +147,7 @@ def tune(wants: Sequence[Want], free: Free) -> list[Grant]:
             where = free.first_fit(w.gpus, size.cpus, size.mem_gb)
         if where is None:
             continue
-        free.take(where, size.cpus, size.mem_gb)
-        g = Grant(w.key, where, size.cpus, size.mem_gb)
+        g = free.grant(w.key, where, size.cpus, size.mem_gb)
         grants.append(g)
         for s, _ in where:
             on_server[s].append(g)

@@ -123,8 +123,7 @@ def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list
             where = free.first_fit(w.gpus, f.cpus, f.mem_gb)
             if where is None:
                 continue
-        free.take(where, f.cpus, f.mem_gb)
-        g = Grant(w.key, where, f.cpus, f.mem_gb)
+        g = free.grant(w.key, where, f.cpus, f.mem_gb)
         grants.append(g)
         if len(where) == 1:
             on[where[0][0]].append(g)
@@ -145,9 +144,7 @@ def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list
     for s, ws in enumerate(members):
         for w, k in zip(ws, _server_best(ws, room_c[s], room_m[s], memo)[1]):
             c = w.demands.frontier[k]
-            g = Grant(w.key, ((s, w.gpus),), c.cpus, c.mem_gb)
-            free.take(g.placement, c.cpus, c.mem_gb)
-            grants.append(g)
+            grants.append(free.grant(w.key, ((s, w.gpus),), c.cpus, c.mem_gb))
     return grants
 
 

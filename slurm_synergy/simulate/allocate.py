@@ -191,11 +191,11 @@ def synergy_slurm(wants: Sequence[Want], free: Free) -> list[Grant]:
         by_key[g.key], steps[g.key] = (w, g), 0
     # Claims first (the site policy's fair share of the spare), then up to the ideal.
     for limit in ("claim", "ideal"):
-        upgrade(by_key, steps, free, limit)
+        _upgrade(by_key, steps, free, limit)
     return grants
 
 
-def upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> None:
+def _upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> None:
     """Greedy on marginal speed per core: repeatedly move the job whose next frontier
     step buys the most speed (x its GPUs) per core (memory priced at the share's ratio)
     and still fits on its servers. Spare capacity only shrinks, so a job's best step only

@@ -175,7 +175,8 @@ def _reclaim(w: Want, fair: Config, free: Free, on_server: list[list[Grant]],
         excess_c = max(0.0, here * (g.cpus - share.cpus))
         excess_m = max(0.0, here * (g.mem_gb - share.mem_gb))
         if g.cpus > share.cpus or g.mem_gb > share.mem_gb:
-            free.resize(g, share.cpus, share.mem_gb)
+            # Down to the share in what it has too much of; never up in the other.
+            free.resize(g, min(g.cpus, share.cpus), min(g.mem_gb, share.mem_gb))
         need_c, need_m = max(0.0, need_c - excess_c), max(0.0, need_m - excess_m)
         if need_c <= 1e-9 and need_m <= 1e-9:
             return
@@ -202,12 +203,14 @@ def _upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> Non
     gets worse: a heap re-checked on pop is exact."""
     def best_step(w: Want, g: Grant, at: int):
         d = w.demands
+        # The frontier starts at the floor, which may exceed the limit in one of the two.
         top = getattr(d, limit)
+        cap_c, cap_m = max(top.cpus, d.floor.cpus), max(top.mem_gb, d.floor.mem_gb)
         here = d.frontier[at]
         best = None
         for j in range(at + 1, len(d.frontier)):
             nxt = d.frontier[j]
-            if nxt.cpus > top.cpus or nxt.mem_gb > top.mem_gb + 1e-9:
+            if nxt.cpus > cap_c or nxt.mem_gb > cap_m + 1e-9:
                 break
             dc, dm = nxt.cpus - here.cpus, nxt.mem_gb - here.mem_gb
             if any(free.cpus[s] + 1e-9 < n * dc or free.mem[s] + 1e-9 < n * dm

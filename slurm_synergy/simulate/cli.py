@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     workloads = read_matrix(args.matrix)
     if args.profiles:
+        if not args.profiles.is_dir():
+            raise SynergyError(f"profile store {args.profiles}: no such folder")
         server = cluster.smallest
         try:
             for profile in ProfileStore(args.profiles):
@@ -88,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
         trace = read_trace(path)
         source = str(path)
     if args.write_trace:
-        write_trace(trace, args.write_trace)
+        try:
+            write_trace(trace, args.write_trace)
+        except OSError as e:
+            raise SynergyError(f"cannot write the trace to {args.write_trace}: "
+                               f"{e.strerror or e}") from None
     policy = load_policy() if policy_path().is_file() else None
     print(f"trace: {source} ({len(trace)} jobs); cluster: {cluster.name}, "
           f"{cluster.describe()}, rounds of {cluster.round_s:g} s; speed model: {args.speed}",

@@ -11,6 +11,7 @@ the nodes of a real Slurm partition (so an admin can simulate the cluster they h
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,20 +93,23 @@ def load_cluster(spec: str, slurm: Slurm | None = None) -> ClusterSpec:
         raise SynergyError(f"cluster {path}: needs at least one [[servers]] table")
     servers: list[Server] = []
     for n, g in enumerate(groups, start=1):
-        try:
-            count, gpus, cpus = (int(g.get(k, 1 if k == "count" else 0))
-                                 for k in ("count", "gpus", "cpus"))
-            mem = float(g["mem_gb"])
-        except (KeyError, TypeError, ValueError):
-            raise SynergyError(f"cluster {path}, servers #{n}: count, gpus, cpus and mem_gb "
-                               "must be numbers") from None
-        if count < 1 or gpus < 1 or cpus < 1 or not mem > 0:
+        if not isinstance(g, dict):
+            raise SynergyError(f"cluster {path}, servers #{n}: a [[servers]] table, not "
+                               f"{g!r}")
+        count, gpus, cpus = (g.get(k, 1 if k == "count" else 0)
+                             for k in ("count", "gpus", "cpus"))
+        mem = g.get("mem_gb")
+        if not all(type(v) is int for v in (count, gpus, cpus)) or \
+                type(mem) not in (int, float):
+            raise SynergyError(f"cluster {path}, servers #{n}: count, gpus and cpus must "
+                               "be whole numbers, mem_gb a number")
+        if count < 1 or gpus < 1 or cpus < 1 or not 0 < mem < math.inf:
             raise SynergyError(f"cluster {path}, servers #{n}: count, gpus, cpus and mem_gb "
                                "must be above 0")
         servers += [Server(gpus, cpus, mem)] * count
     round_s = data.get("round_s", 300)
-    if isinstance(round_s, bool) or not isinstance(round_s, (int, float)) or not round_s > 0:
-        raise SynergyError(f"cluster {path}: round_s must be a number of seconds above 0")
+    if type(round_s) not in (int, float) or not 0 < round_s < math.inf:
+        raise SynergyError(f"cluster {path}: round_s must be a finite number of seconds above 0")
     return ClusterSpec(str(data.get("name", path.stem)), tuple(servers), float(round_s))
 
 

@@ -99,16 +99,18 @@ class DemandBook:
 
     @staticmethod
     def _frontier(rate, floor: Config, ideal: Config, mems: list[float]) -> tuple[Config, ...]:
-        """The allocations worth stepping through from the floor to the ideal: for each
-        core count, the least memory giving that count's best speed, kept only when
-        faster than everything cheaper."""
+        """The allocations worth stepping through from the floor towards the ideal, each
+        with no fewer cores and no less memory than the one before (an upgrade only
+        ever adds): for each core count, the least memory giving that count's best
+        speed, kept only when faster than everything cheaper. The ideal may have fewer
+        cores or less memory than the floor (more memory can stand in for cores), so the
+        steps range over the larger of the two in each."""
+        top_c, top_m = max(floor.cpus, ideal.cpus), max(floor.mem_gb, ideal.mem_gb)
+        fits = [m for m in mems if floor.mem_gb <= m <= top_m]
         steps = [floor]
-        fits = [m for m in mems if floor.mem_gb <= m <= ideal.mem_gb]
-        for c in range(floor.cpus + 1, ideal.cpus + 1):
-            best = max(rate(c, m) for m in fits)
-            m = next(m for m in fits if rate(c, m) >= best)
+        for c in range(floor.cpus, top_c + 1):
+            ms = [m for m in fits if m >= steps[-1].mem_gb]
+            best = max(rate(c, m) for m in ms)
             if best > steps[-1].rate + 1e-9:
-                steps.append(Config(c, m, best))
-        if ideal.rate > steps[-1].rate + 1e-9:
-            steps.append(ideal)
+                steps.append(Config(c, next(m for m in ms if rate(c, m) >= best), best))
         return tuple(steps)

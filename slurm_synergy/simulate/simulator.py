@@ -129,7 +129,13 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
             j = jobs[g.key]
             w = wants[g.key].work
             s = speed(w, g.cpus, g.mem_gb)
-            j.done = min(j.iters, j.done + (math.floor(R / (j.iter_s / s)) if s > 0 else 0))
+            step = math.floor(R / (j.iter_s / s)) if s > 0 else 0
+            if not step:    # it would hold its GPUs for ever: the model cannot run it
+                raise SynergyError(
+                    f"{setup.label}: job {j.job_id} ({j.model}) does not finish one "
+                    f"iteration in a {R:g} s round at the speed it got ({s:.2f} x its "
+                    f"share, {j.iter_s:g} s an iteration there); make round_s longer")
+            j.done = min(j.iters, j.done + step)
             j.attained_s += R * j.gpus
             j.speed_sum += s
             j.last_speed = s

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -75,7 +76,8 @@ def read_matrix(path: Path = SYNERGY_MATRIX) -> dict[str, Workload]:
         except (TypeError, ValueError):
             raise SynergyError(f"throughput matrix {path}, line {n}: not a number where "
                                "one belongs") from None
-        if not name or c < 1 or m <= 0 or value < 0 or info[3] <= 0:
+        if (not name or c < 1 or not 0 < m < math.inf or not 0 <= value < math.inf
+                or not all(0 < x < math.inf for x in info)):
             raise SynergyError(f"throughput matrix {path}, line {n}: out of range")
         cells.setdefault(name, {})[(c, m)] = value
         meta.setdefault(name, info)

@@ -207,3 +207,99 @@ def test_the_command_simulates_the_projects_own_profiles(tmp_path, capsys):
     assert main(["simulate", "--trace", str(trace), "--profiles",
                  str(tmp_path / "store")]) == 1
     assert "0123456789abcdef" in capsys.readouterr().err
+
+
+def _matrix(tmp_path, models: dict, name="m.csv"):
+    """Write a Synergy-format matrix: {model: (rate(c, m), cores, GBs, ideal row)}."""
+    lines = ["model,cpus_per_gpu,mem_per_gpu_gb,norm_throughput,ideal_cpus_per_gpu,"
+             "ideal_mem_per_gpu_gb,speedup_at_ideal,iter_time_s_at_proportional"]
+    for model, (rate, cores, mems, ideal) in models.items():
+        lines += [f"{model},{c},{m},{rate(c, m)},{ideal}" for c in cores for m in mems]
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return read_matrix(path)
+
+
+def test_tunes_reclaim_only_ever_shrinks_a_job(tmp_path):
+    # A job rich in cores but light on memory, put back to its share to make room, must
+    # not be given its share of memory as well: that overcommitted the server.
+    speed = {1: .5, 2: .7, 4: 1.0, 14: 2.0, 16: 2.0}
+    work = _matrix(tmp_path, {
+        "cpuhog": (lambda c, m: speed[c], speed, (10, 100, 680, 800), "14,10,2.0,1.0"),
+        "memhog": (lambda c, m: 2.0 if m >= 680 else 1.0, speed, (10, 100, 680, 800),
+                   "1,680,2.0,1.0")})
+    one = ClusterSpec("one", (Server(8, 32, 800.0),))
+    trace = tmp_path / "t.csv"
+    trace.write_text("a,cpuhog,0,100000,2\nb,memhog,0,100000,1\nc,cpuhog,0,100000,1\n")
+    for alloc in ("tune", "synergy-slurm"):
+        out = simulate(read_trace(trace), work, one, Setup("fifo", alloc))
+        assert max(out.rounds.mem_gb) <= 800 + 1e-6 and max(out.rounds.cpus) <= 32
+
+
+def test_the_frontier_reaches_an_ideal_with_fewer_cores_or_less_memory(tmp_path):
+    """More memory can stand in for cores: the ideal may have fewer cores, or less
+    memory, than the floor. Every allocator still gets a lone job to its best speed."""
+    more_cores = {(1, 50): .5, (1, 100): .5, (2, 50): .8, (2, 100): 1, (4, 50): 2, (4, 100): 2}
+    more_mem = {(1, 50): .5, (1, 100): .5, (1, 200): 3, (2, 50): .8, (2, 100): 1,
+                (2, 200): 3}
+    work = _matrix(tmp_path, {
+        "x": (lambda c, m: more_cores[c, m], (1, 2, 4), (50, 100), "4,50,2,1"),
+        "y": (lambda c, m: more_mem[c, m], (1, 2), (50, 100, 200), "1,200,3,1")})
+    small = ClusterSpec("small", (Server(2, 4, 200.0),))
+    book = DemandBook(small, Policy())
+    for name, best in (("x", 2.0), ("y", 3.0)):
+        steps = book.of(work[name], 1).frontier
+        assert all(b.cpus >= a.cpus and b.mem_gb >= a.mem_gb and b.rate > a.rate
+                   for a, b in zip(steps, steps[1:]))
+        assert steps[-1].rate == best
+        trace = tmp_path / "t.csv"
+        trace.write_text(f"j,{name},0,1000,1\n")
+        for alloc in ("greedy", "tune", "opt", "synergy-slurm"):
+            out = simulate(read_trace(trace), work, small, Setup("fifo", alloc))
+            assert out.jobs[0].last_speed == best, (name, alloc)
+
+
+def test_a_job_that_cannot_finish_an_iteration_in_a_round_is_refused(tmp_path):
+    short = tmp_path / "short.toml"
+    short.write_text("round_s = 0.5\n[[servers]]\ngpus = 8\ncpus = 24\nmem_gb = 500\n")
+    trace = tmp_path / "t.csv"
+    trace.write_text("j1,alexnet,0,100,1\n")
+    with pytest.raises(SynergyError, match=r"job j1 \(alexnet\) does not finish one "
+                       r"iteration in a 0.5 s round"):
+        simulate(read_trace(trace), WORK, load_cluster(str(short)),
+                 Setup("fifo", "proportional"))
+
+
+@pytest.mark.parametrize("row", ["x,1,50,nan,1,50,1,1", "x,1,50,1,1,50,0,1",
+                                 "x,1,50,1,1,50,1,inf", "x,0,50,1,1,50,1,1"])
+def test_a_bad_matrix_is_refused_naming_the_line(tmp_path, row):
+    path = tmp_path / "m.csv"
+    path.write_text("model,cpus_per_gpu,mem_per_gpu_gb,norm_throughput,ideal_cpus_per_gpu,"
+                    "ideal_mem_per_gpu_gb,speedup_at_ideal,iter_time_s_at_proportional\n"
+                    f"{row}\n")
+    with pytest.raises(SynergyError, match="line 2: out of range"):
+        read_matrix(path)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("servers = [1]\n", r"servers #1: a \[\[servers\]\] table, not 1"),
+    ("round_s = inf\n[[servers]]\ngpus = 8\ncpus = 24\nmem_gb = 500\n",
+     "round_s must be a finite number"),
+    ("[[servers]]\ngpus = 8\ncpus = 24\nmem_gb = inf\n", "must be above 0"),
+    ("[[servers]]\ncount = 2.7\ngpus = 8\ncpus = 24\nmem_gb = 500\n",
+     "count, gpus and cpus must be whole numbers"),
+    ("[[servers]]\ngpus = 8\ncpus = 24\n", "mem_gb a number"),
+])
+def test_a_malformed_cluster_file_is_refused(tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(SynergyError, match=message):
+        load_cluster(str(path))
+
+
+def test_the_command_refuses_paths_it_cannot_use(tmp_path, capsys):
+    assert main(["simulate", "--poisson", "3", "--write-trace",
+                 str(tmp_path / "nowhere" / "t.csv")]) == 1
+    assert "cannot write the trace to" in capsys.readouterr().err
+    assert main(["simulate", "--profiles", str(tmp_path / "none")]) == 1
+    assert "no such folder" in capsys.readouterr().err

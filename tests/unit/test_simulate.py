@@ -97,23 +97,45 @@ def test_the_projects_policy_runs_tunes_jobs_where_tune_does_but_resized():
     assert resized > 0
 
 
+def _instance(rng, cluster, names, gpus=(1, 1, 2, 4)):
+    book = DemandBook(cluster, Policy())
+    picks = [(WORK[m], rng.choice(gpus)) for m in
+             rng.choices(names, k=rng.randint(3, sum(s.gpus for s in cluster.servers) + 3))]
+    return [Want(i, g, w, book.of(w, g)) for i, (w, g) in enumerate(picks)]
+
+
+def _total(wants, grants):
+    by = {w.key: w for w in wants}
+    return sum(by[g.key].gpus * by[g.key].work.rate(g.cpus, g.mem_gb) for g in grants)
+
+
 def test_the_fast_optimum_is_within_3_percent_of_the_exact_one():
+    """Deployment-shaped servers, 1 to 3 of them, jobs of 1 to 4 GPUs."""
     names = sorted(WORK)
     worst = 1.0
-    for seed in range(12):
+    for seed in range(36):
         rng = random.Random(seed)
-        cluster = ClusterSpec("t", (Server(8, 24, 500),) * rng.choice([1, 2, 3]))
-        book = DemandBook(cluster, Policy())
-        models = rng.choices(names, k=rng.randint(4, 8 * len(cluster.servers) + 4))
-        wants = [Want(i, 1, WORK[m], book.of(WORK[m], 1)) for i, m in enumerate(models)]
-        fast = sum(WORK[models[g.key]].rate(g.cpus, g.mem_gb)
-                   for g in optimal(wants, Free(cluster)))
+        cluster = ClusterSpec("t", (Server(8, 24, 500),) * (1 + seed % 3))
+        wants = _instance(rng, cluster, names)
+        fast = _total(wants, optimal(wants, Free(cluster)))
         best, _ = exact(wants, Free(cluster))
-        tuned = sum(WORK[models[g.key]].rate(g.cpus, g.mem_gb)
-                    for g in tune(wants, Free(cluster)))
+        tuned = _total(wants, tune(wants, Free(cluster)))
         assert fast <= best + 1e-6 and tuned <= best + 1e-6
+        if len(cluster.servers) == 1:      # one server: no placement to get wrong
+            assert fast == pytest.approx(best), seed
         worst = min(worst, fast / best)
     assert worst >= 0.97, worst
+
+
+def test_on_one_server_where_memory_binds_the_optimum_is_exact():
+    """31 GB a GPU starves Synergy's image models at the share; pricing memory alone
+    left every job at its floor here (0.7 against 5.3)."""
+    server = ClusterSpec("lowmem", (Server(8, 32, 250),))
+    names = sorted(WORK)
+    for seed in range(12):
+        wants = _instance(random.Random(seed), server, names, gpus=(1, 1, 2))
+        best, _ = exact(wants, Free(server))
+        assert _total(wants, optimal(wants, Free(server))) == pytest.approx(best), seed
 
 
 def test_every_allocation_fits_its_servers():

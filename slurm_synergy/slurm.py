@@ -66,11 +66,13 @@ class QueuedJob:
     reason: str
     cpus_per_task: int
     tasks: int
-    mem_mb: int           # per node
+    mem_mb: int           # per node, or per CPU: squeue does not say which
     gpus: int             # per node
     nodes: int
-    partition: str
-    comment: str
+    partition: str        # one, or several comma-separated
+    gres: str             # as asked, e.g. gres:gpu:a100:1
+    features: str         # --constraint, "" if none
+    array: bool           # a task (or pending tasks) of a job array
 
 
 def _mb(text: str) -> int:
@@ -87,9 +89,22 @@ def _comment(text: str) -> str:
     return "" if text == "(null)" else text
 
 
+def _unset(text: str) -> str:
+    """squeue's fields that Slurm fills in print N/A or (null) when unset."""
+    return "" if text in ("N/A", "(null)") else text
+
+
+_GPU_GRES = re.compile(r"\bgpu(?::([A-Za-z_][\w.-]*))?(?::(\d+))?(?=$|[,(\s])")
+
+
 def _gpu_count(gres: str) -> int:
-    """GPUs in a gres list (gres:gpu:2, gpu:a100:4(IDX:0-3), gpu:0)."""
-    return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)", gres))
+    """GPUs in a gres list (gres:gpu:2, gpu:a100:4(IDX:0-3), gpu:0; gres:gpu is one)."""
+    return sum(int(m.group(2) or 1) for m in _GPU_GRES.finditer(gres))
+
+
+def gpu_types(gres: str) -> set[str]:
+    """The GPU types a gres list names (gres:gpu:a100:1 -> {a100})."""
+    return {m.group(1) for m in _GPU_GRES.finditer(gres) if m.group(1)}
 
 
 class Slurm:
@@ -207,25 +222,44 @@ class Slurm:
         return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
     def queue(self, users: Sequence[str] = ()) -> list[QueuedJob]:
-        """Pending and running jobs, highest priority first (squeue's order)."""
-        fields = ("JobID", "UserName", "State", "Reason", "cpus-per-task", "NumTasks",
-                  "MinMemory", "tres-per-node", "NumNodes", "Partition", "Comment:4000")
+        """Pending and running jobs, highest priority first (squeue's order). No free
+        text is asked for: a comment holding a newline could pass for another job's line
+        (read one job's comment with `comment`)."""
+        fields = ("JobID", "ArrayTaskID", "UserName", "State", "Reason", "cpus-per-task",
+                  "NumTasks", "MinMemory", "tres-per-node", "NumNodes", "Partition",
+                  "Feature")
         args = ["squeue", "--noheader", "--states=PENDING,RUNNING", "--sort=-p,i",
-                "--Format=" + ",".join(f"{f}|" if ":" in f else f"{f}:200|" for f in fields)]
+                "--Format=" + ",".join(f"{f}:200|" for f in fields)]
         if users:
             args.append("--user=" + ",".join(users))
-        jobs = []
+        jobs: dict[str, QueuedJob] = {}
         for line in self.run(args).splitlines():
-            v = [x.strip() for x in line.split("|", len(fields) - 1)]
-            if len(v) != len(fields):
+            v = [x.strip() for x in line.split("|")]
+            if len(v) < len(fields):
                 continue
             try:
-                jobs.append(QueuedJob(v[0], v[1], v[2], v[3], int(v[4]), int(v[5]), _mb(v[6]),
-                                      _gpu_count(v[7]), int(v[8]), v[9],
-                                      _comment(v[10].rstrip("|").strip())))
+                job = QueuedJob(v[0], v[2], v[3], v[4], int(v[5]), int(v[6]), _mb(v[7]),
+                                _gpu_count(v[8]), int(v[9]), v[10], _unset(v[8]),
+                                _unset(v[11]), _unset(v[1]) != "")
             except ValueError:
-                continue            # an array's pending range line, e.g. 12_[3-9]
-        return jobs
+                raise SlurmError(f"squeue printed a line this cannot read: {line!r}") \
+                    from None
+            if job.job_id in jobs:
+                raise SlurmError(f"squeue listed job {job.job_id} twice; not trusting "
+                                   "this queue")
+            jobs[job.job_id] = job
+        return list(jobs.values())
+
+    def comment(self, job_id: str) -> str:
+        """One job's comment, whole (squeue cuts it at 4000 characters, as sacct)."""
+        out = self.run(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
+                        "--Format=Comment:4000"])
+        return _comment(out.rstrip("\n").rstrip())
+
+    def memory_per_cpu(self, job_id: str) -> bool:
+        """Whether the job's memory is per CPU (--mem-per-cpu, DefMemPerCPU): squeue's
+        MinMemory does not tell it from memory per node."""
+        return "MinMemoryCPU=" in self.run(["scontrol", "show", "job", "-o", job_id])
 
     def node_use(self, partition: str | None = None) -> list[NodeUse]:
         """Every node of `partition` (default: the default one) with what is held of it."""

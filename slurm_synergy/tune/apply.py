@@ -41,9 +41,15 @@ def _mark(cpus: int, mem_mb: int) -> str:
     return f"tuned=c{cpus},m{mem_mb}"
 
 
-def apply(slurm: Slurm, change: Change, comment: str, log: Path) -> str | None:
+def apply(slurm: Slurm, change: Change, log: Path) -> str | None:
     """Apply one change; returns the error, or None. Slurm refuses a job that has started
     meanwhile, so a running job is never resized."""
+    try:
+        comment = slurm.comment(change.job_id)
+    except SynergyError as e:
+        return str(e)
+    if "tuned=c" in comment:
+        return "its comment says it was tuned before; --revert it first"
     record = {"at": utc_now(), "action": "tune", **asdict(change)}
     _append(log, {**record, "outcome": "trying"})
     settings = _settings(change.cpus_after, change.mem_after_mb)
@@ -58,21 +64,33 @@ def apply(slurm: Slurm, change: Change, comment: str, log: Path) -> str | None:
     return None
 
 
-def last_applied(log: Path, job_id: str) -> dict:
+def in_force(log: Path) -> dict[str, dict]:
+    """Per job, the tune the log says was applied and not yet put back."""
     try:
         lines = log.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise SynergyError(f"no tune log at {log} (SYNERGY_TUNE_LOG names another)") from None
+        return {}
     except OSError as e:
         raise SynergyError(f"tune log {log} cannot be read: {e}") from None
-    found = None
+    found: dict[str, dict] = {}
     for n, line in enumerate(lines, start=1):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             raise SynergyError(f"tune log {log}, line {n}: not JSON") from None
-        if rec.get("job_id") == job_id and rec.get("outcome") == "applied":
-            found = rec if rec.get("action") == "tune" else None   # a revert undoes it
+        if rec.get("outcome") != "applied":
+            continue
+        if rec.get("action") == "tune":
+            found[rec["job_id"]] = rec
+        else:                        # a revert undoes it
+            found.pop(rec.get("job_id"), None)
+    return found
+
+
+def last_applied(log: Path, job_id: str) -> dict:
+    if not log.exists():
+        raise SynergyError(f"no tune log at {log} (SYNERGY_TUNE_LOG names another)")
+    found = in_force(log).get(job_id)
     if found is None:
         raise SynergyError(f"tune log {log} has no change to put back for job {job_id}")
     return found
@@ -87,7 +105,8 @@ def revert(slurm: Slurm, job_id: str, log: Path) -> dict:
                            "only a pending job can be put back")
     mark = _mark(rec["cpus_after"], rec["mem_after_mb"])
     # The mark was appended after a space, or is the whole comment.
-    comment = "" if state.comment == mark else state.comment.replace(f" {mark}", "")
+    now = slurm.comment(job_id)
+    comment = "" if now == mark else now.replace(f" {mark}", "")
     slurm.update_job(job_id, {**_settings(rec["cpus_before"], rec["mem_before_mb"]),
                               "Comment": comment})
     _append(log, {"at": utc_now(), "action": "revert", "job_id": job_id,

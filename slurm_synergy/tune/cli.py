@@ -40,16 +40,17 @@ def _is_admin(slurm: Slurm, me: str) -> bool:
 
 def _one_pass(slurm: Slurm, args, me: str, admin: bool, log: Path) -> int:
     queue = slurm.queue(() if admin else (me,))
-    changes, notes = plan(queue, slurm.node_use(args.partition), me, admin)
+    partition = args.partition or slurm.default_partition()
+    changes, notes = plan(queue, slurm.node_use(partition), me, admin, partition,
+                          tuned=applying.in_force(log), memory_per_cpu=slurm.memory_per_cpu)
     for line in notes:
         print(f"  leave {line}")
     failed = 0
-    comments = {j.job_id: j.comment for j in queue}
     for c in changes:
         if args.dry_run:
             print(f"would tune {c.job_id} ({c.user}): {c.why}")
             continue
-        error = applying.apply(slurm, c, comments.get(c.job_id, ""), log)
+        error = applying.apply(slurm, c, log)
         if error:
             failed += 1
             print(f"could not tune {c.job_id}: {error}", file=sys.stderr)

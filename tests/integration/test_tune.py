@@ -112,7 +112,7 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
         untouched = _queued(slurm, mine)
         assert (untouched.state, untouched.cpus_per_task, untouched.mem_mb) == \
             ("PENDING", node.cpus, 4000)
-        assert "tuned=" not in untouched.comment
+        assert "tuned=" not in slurm.comment(mine)
         finish(slurm, [theirs], timeout=120)
 
         # The admin (root): our job falls back to its share and starts.
@@ -136,7 +136,7 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
 
         # The running job kept what it asked for, and a finished job cannot be put back.
         still = _queued(slurm, blocker)
-        assert (still.state, still.cpus_per_task, still.comment) == \
+        assert (still.state, still.cpus_per_task, slurm.comment(blocker)) == \
             ("RUNNING", node.cpus - 1, "running-as-asked")
         back = subprocess.run([*SYNERGY, "tune", "--revert", mine], capture_output=True,
                               text=True, env=env)
@@ -159,17 +159,19 @@ def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, co
     log = tmp_path / "tune.jsonl"
     try:
         before = _queued(slurm, job)
-        assert before.comment == comment
+        assert slurm.comment(job) == comment
         change = Change(job, before.user, "vm", 2, 3000, 1, 1000, 1, "test")
-        assert applying.apply(slurm, change, before.comment, log) is None
+        assert applying.apply(slurm, change, log) is None
         tuned = _queued(slurm, job)
         assert (tuned.cpus_per_task, tuned.mem_mb) == (1, 1000)
-        assert tuned.comment == " ".join(filter(None, (comment, "tuned=c1,m1000")))
+        assert slurm.comment(job) == " ".join(filter(None, (comment, "tuned=c1,m1000")))
+        # Tuned once, it is not tuned again before it is put back.
+        assert "tuned before" in applying.apply(slurm, change, log)
         back = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,
                               text=True, env=dict(os.environ, SYNERGY_TUNE_LOG=str(log)))
         assert back.returncode == 0, back.stderr
         after = _queued(slurm, job)
-        assert (after.state, after.cpus_per_task, after.mem_mb, after.comment) == \
+        assert (after.state, after.cpus_per_task, after.mem_mb, slurm.comment(job)) == \
             ("PENDING", 2, 3000, comment)
         again = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,
                                text=True, env=dict(os.environ, SYNERGY_TUNE_LOG=str(log)))
@@ -177,3 +179,24 @@ def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, co
         assert f"has no change to put back for job {job}" in again.stderr
     finally:
         slurm.cancel([job])
+
+
+def test_memory_per_cpu_and_comments_are_read_job_by_job(slurm, tmp_path, tag):
+    """squeue's MinMemory does not say whether memory is per CPU, and a comment may hold
+    a newline: both are read for one job at a time, from Slurm itself."""
+    base = ["sbatch", "--parsable", "--hold", f"--job-name=kinds-{tag}",
+            f"--output={tmp_path}/%j.out", "-c2", "--gres=gpu:1", "--wrap", "true"]
+    forged = "x\n999999|N/A|root|PENDING|Resources|1|1|1M|gres:gpu:1|1|gpu|(null)|"
+    jobs = []
+    try:
+        per_cpu = slurm.run(base + ["--mem-per-cpu=500"]).strip()
+        default = slurm.run(base).strip()           # DefMemPerCPU: per CPU too
+        per_node = slurm.run(base + ["--mem=1000", f"--comment={forged}"]).strip()
+        jobs = [per_cpu, default, per_node]
+        assert [slurm.memory_per_cpu(j) for j in jobs] == [True, True, False]
+        queue = {j.job_id: j for j in slurm.queue()}
+        assert queue[per_cpu].mem_mb == 500 and queue[per_node].mem_mb == 1000
+        assert "999999" not in queue
+        assert slurm.comment(per_node) == forged
+    finally:
+        slurm.cancel(jobs)

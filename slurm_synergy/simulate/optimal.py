@@ -205,7 +205,6 @@ def _exact_server(ws: Sequence[Want], cpus: float, mem: float) -> tuple[float, l
                     if m <= mem + 1e-9:
                         nxt.setdefault(c, []).append((m, v0 + w.gpus * step.rate, ks + (k,)))
         states = {}
-        best_v = -1.0
         for c in sorted(nxt):       # fewer cores first: a state must beat all cheaper ones
             kept = []
             for m, v, ks in sorted(nxt[c], key=lambda t: (t[0], -t[1])):
@@ -215,10 +214,9 @@ def _exact_server(ws: Sequence[Want], cpus: float, mem: float) -> tuple[float, l
             kept = [t for t in kept if t[1] > _best_within(states, t[0]) + 1e-12]
             if kept:
                 states[c] = kept
-                best_v = max(best_v, kept[-1][1])
     if not states:
         return -1.0, [0] * len(ws)
-    m, v, ks = max((t for front in states.values() for t in front), key=lambda t: t[1])
+    _, v, ks = max((t for front in states.values() for t in front), key=lambda t: t[1])
     return v, list(ks)
 
 
@@ -248,10 +246,10 @@ def _improve(members: list[list[Want]], room_g, room_c, room_m, memo: dict,
                 if len(w.demands.frontier) == 1 and not any(
                         len(v.demands.frontier) > 1 for v in members[s]):
                     continue      # nothing on this server gains from the room it leaves
+                free_s = room_g[s] - sum(x.gpus for x in members[s])   # until w moves
                 for t in range(len(members)):
                     if t == s or budget <= 0:
                         continue
-                    free_s = room_g[s] - sum(x.gpus for x in members[s])
                     free_t = room_g[t] - sum(x.gpus for x in members[t])
                     for back in _exchanges(members[t]):
                         give = sum(v.gpus for v in back)

@@ -5,15 +5,19 @@ does, and store the profile under the workload's fingerprint.
     synergy profile [profiler options] SCRIPT [script args]          (the same)
 
 Each measurement is an `srun` step of the current allocation, held by Slurm's cgroups to
-k cores. CPU sensitivity is swept: the full allocation first, then half the cores while
-throughput stays within --plateau of the best (Synergy's search). The throughput model is
-fitted to an input-only and a compute-only step, so every swept point checks it. Memory
-sensitivity is modelled (DS-Analyzer), from the dataset's size and the page-cache and
-storage read rates measured here. GPUs are read through NVML while the widest step runs.
+k cores, that runs the script under the script probe (slurm_synergy.probe): the script
+is not changed and need declare nothing. The probe sets the loader's workers for the
+step, counts the batches its loaders yield, times the wait on them, and ends the script
+after a warm-up and --max-iterations measured steps. CPU sensitivity is swept: the full
+allocation first, then half the cores while throughput stays within --plateau of the
+best (Synergy's search). The throughput model is fitted to an input-only step (the
+script's own loader drained alone) and a compute-only step (its first batch replayed),
+so every swept point checks it. Memory sensitivity is modelled (DS-Analyzer), from the
+dataset's size and the page-cache and storage read rates measured here. GPUs are read
+through NVML while the widest step runs.
 
-The script is run with --batch, --workers, --max-iterations (the profiler's values win
-over the script's own) and, for the component steps, --measure loader|compute; it writes
-summary.json (samples_per_s, ...) to its working folder, as profiler/train.py does.
+Options a script declares are used (its workers and iteration-limit options get the
+step's values; Synergy's and torchloader's spellings are known); none is invented.
 Nothing reaches the profile store unless every step succeeded.
 """
 
@@ -51,18 +55,17 @@ from slurm_synergy.errors import SynergyError
 from slurm_synergy.gpu import Gpu, GpuError
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.hooks.power import ceiling_mw
-from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN
+from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN, workload_key
 from slurm_synergy.paths import TRAIN_SCRIPT
 from slurm_synergy.plugin.policy import load_policy
+from slurm_synergy.probe.options import declared_options, spelling, value_of, without
+from slurm_synergy.probe.records import read_result
 from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
                                    Profile, ProfileError, ProfileStore, ThroughputModel)
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.throughput import fit_components, fit_end_to_end, workers_for
+from slurm_synergy.throughput import fit_components, workers_for
 
 PROG = "offline_profiler"
-# Options of the script the profiler sets itself; its values replace the script's.
-CONTROLLED = {"--batch": ("-b",), "--workers": ("-j",), "--max-iterations": (),
-              "--measure": (), "--output": (), "--warmup": ()}
 USAGE_EXIT = 2          # what argparse (and profiler/train.py) exit with on bad options
 BUSY_EXIT = 3           # another job holds this workload's profiling lock
 
@@ -111,11 +114,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add("--cpu", type=_positive_int, help="most cores to sweep (default: the allocation's)")
     add("--memory", type=_memory_mb, help="memory per step, e.g. 16G (default: the "
         "allocation's)")
-    add("-b", "--batch", type=_positive_int, help="batch size (wins over the script's)")
+    add("-b", "--batch", type=_positive_int, help="batch size (wins over the script's; "
+        "the script must declare a batch-size option)")
     add("--max-iterations", type=_positive_int, default=20,
-        help="iterations per step (default %(default)s)")
+        help="measured iterations per step (default %(default)s)")
     add("--warmup", type=int, default=3,
-        help="first iterations of each step left out (built-in trainer; default %(default)s)")
+        help="first iterations of each step left out (default %(default)s)")
+    add("--torchrun", type=_positive_int, metavar="N",
+        help="run the script under torchrun with N processes (its DDP ranks)")
+    add("--first-batch-timeout", type=float, default=120.0,
+        help="seconds a step's script may take to its first batch (default %(default)s)")
     add("--job-name", default="", help="name recorded in the profile")
     add("--fingerprint", help="the workload's fingerprint (default: hashed from the command)")
     add("--store", type=Path, help="profile store (default: SYNERGY_PROFILES or "
@@ -142,55 +150,37 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 # --- the command -------------------------------------------------------------------------
 
-def strip_options(argv: Sequence[str], controlled: dict[str, tuple[str, ...]]) -> list[str]:
-    """The script's arguments without the options the profiler sets itself."""
-    names = {n: long for long, shorts in controlled.items() for n in (long, *shorts)}
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in names:
-            skip = True     # "--batch 64": the value goes too
-            continue
-        if arg.startswith("--") and arg.split("=", 1)[0] in names:
-            continue        # "--batch=64"
-        if re.fullmatch(r"-[bj]\d+", arg):
-            continue        # "-b64"
-        out.append(arg)
-    return out
-
-
-def option_value(argv: Sequence[str], *names: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg in names and i + 1 < len(argv):
-            return argv[i + 1]
-        for n in names:
-            if arg.startswith(n + "="):
-                return arg.split("=", 1)[1]
-    return None
-
-
-def resolve_script(script: str) -> list[str]:
-    """The command that starts the script."""
+def resolve_script(script: str, torchrun: int | None) -> list[str]:
+    """The command that starts the script, as the probe takes it."""
     if script == BUILTIN:
-        return [sys.executable, str(TRAIN_SCRIPT)]
-    path = Path(script).expanduser()
-    if not path.exists():
-        raise UsageError(f"training script {path} does not exist")
-    if path.is_dir():
-        raise UsageError(f"training script {path} is a folder, not a script")
-    path = path.resolve()
-    if path.suffix == ".py":
-        return [sys.executable, str(path)]
-    if not os.access(path, os.X_OK):
-        raise UsageError(f"training script {path} is not executable (chmod +x, or a .py file)")
+        path = TRAIN_SCRIPT
+    else:
+        path = Path(script).expanduser()
+        if not path.exists():
+            raise UsageError(f"training script {path} does not exist")
+        if path.is_dir():
+            raise UsageError(f"training script {path} is a folder, not a script")
+        path = path.resolve()
+        if path.suffix != ".py" and not os.access(path, os.X_OK):
+            raise UsageError(f"training script {path} is not executable (chmod +x, or a "
+                             ".py file)")
+    if torchrun:
+        if path.suffix != ".py":
+            raise UsageError(f"--torchrun runs a Python script, not {path}")
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(torchrun), str(path)]
     return [str(path)]
 
 
-def default_fingerprint(script: str, args: Sequence[str], batch: int, gpus: int) -> str:
-    key = {"script": script, "args": list(args), "batch": batch, "gpus": gpus}
+def script_path(script: str) -> Path:
+    return TRAIN_SCRIPT if script == BUILTIN else Path(script).expanduser().resolve()
+
+
+def default_fingerprint(script: str, args: Sequence[str], batch: int, gpus: int,
+                        procs: int) -> str:
+    """As `synergy submit` keys a user's script: its content and its arguments."""
+    key = workload_key(script, args, gpus, procs)
+    key["batch"] = batch
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -229,18 +219,20 @@ def allocation_limits() -> Limits:
 class Step:
     measure: str
     cores: int
-    workers: int
+    workers: int                # loader workers of each of the script's processes
     gpus: int | None = None     # None: all of the allocation's GPUs
 
 
 @dataclass
 class Runner:
-    command: list[str]          # how to start the script
-    script_args: list[str]      # its arguments, controlled options removed
-    builtin: bool
-    batch: int | None
+    command: list[str]          # how to start the script: the probe runs it
+    script_args: list[str]      # its arguments, less the options the profiler sets
+    workers_option: str | None  # the script's own spelling of its worker count, if any
+    iterations_option: str | None   # ... and of its iteration limit
+    procs: int                  # processes of the script (torchrun ranks)
     iterations: int
     warmup: int
+    first_batch_s: float
     mem_mb: int
     gpus: int
     launcher: str               # srun | local
@@ -250,25 +242,29 @@ class Runner:
     slurm: Slurm
     steps_run: int = 0
 
-    def argv(self, step: Step) -> list[str]:
-        argv = [*self.command, *self.script_args,
-                "--workers", str(step.workers), "--max-iterations", str(self.iterations)]
-        if self.batch is not None:
-            argv += ["--batch", str(self.batch)]
-        if step.measure != "train":
-            argv += ["--measure", step.measure]
-        if self.builtin:
-            argv += ["--warmup", str(self.warmup)]
-        return argv
+    def argv(self, step: Step, out: Path) -> list[str]:
+        """The probe, then the script with the step's values for the options it declares
+        (the probe sets the workers and ends the run whatever the script does)."""
+        script = [*self.command, *self.script_args]
+        if self.workers_option:
+            script += [self.workers_option, str(step.workers)]
+        if self.iterations_option:      # a backstop only: the probe ends the run first
+            script += [self.iterations_option, str(self.warmup + self.iterations + 1)]
+        return [sys.executable, "-m", "slurm_synergy.probe", "--mode", step.measure,
+                "--workers", str(step.workers), "--warmup", str(self.warmup),
+                "--iterations", str(self.iterations), "--time-limit",
+                f"{self.first_batch_s:g}", "--out", str(out), "--", *script]
 
     def run(self, step: Step) -> tuple[dict[str, Any], float]:
-        """Run one step; its summary and wall time. ProfilingError if it fails."""
+        """Run one step; the probe's measurement and the wall time. ProfilingError if the
+        step fails or measures nothing."""
         self.steps_run += 1
         folder = self.workdir / f"step{self.steps_run:02d}-{step.measure}-{step.cores}c"
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        argv = self.argv(step)
+        out = folder / "probe.json"
+        argv = self.argv(step, out)
         gpus = 0 if step.measure == "loader" else self.gpus if step.gpus is None else step.gpus
         preexec: Callable[[], None] | None = None
         if self.launcher == "srun":
@@ -283,10 +279,10 @@ class Runner:
             visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
             env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[:gpus])
         t0 = time.perf_counter()
-        with open(log, "w") as out:
-            out.write("$ " + " ".join(argv) + "\n")
-            out.flush()
-            proc = subprocess.Popen(argv, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
+        with open(log, "w") as output:
+            output.write("$ " + " ".join(argv) + "\n")
+            output.flush()
+            proc = subprocess.Popen(argv, cwd=folder, stdout=output, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True, preexec_fn=preexec)
             try:
@@ -295,25 +291,22 @@ class Runner:
                 _stop(proc)
                 raise ProfilingError(
                     f"the {_describe(step)} step ran past its {self.timeout_s:.0f}s limit and "
-                    f"was stopped; does the script honour --max-iterations? Log: {log}"
-                ) from None
+                    f"was stopped: {self.warmup + self.iterations} iterations took longer "
+                    f"than that (--step-timeout, --max-iterations). Log: {log}") from None
         wall = time.perf_counter() - t0
-        if rc != 0:
-            raise StepFailed(step, rc, log)
-        summary_path = folder / "summary.json"
         try:
-            summary = json.loads(summary_path.read_text())
-            speed = float(summary["samples_per_s"])
-        except FileNotFoundError:
-            raise ProfilingError(f"the {_describe(step)} step exited 0 but wrote no "
-                                 f"{summary_path.name} in its folder {folder}: the script "
-                                 "must write its throughput there (see README)") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise ProfilingError(f"{summary_path} is not a usable summary ({e})") from None
-        if not speed > 0:
-            raise ProfilingError(f"the {_describe(step)} step measured no throughput "
-                                 f"(samples_per_s={speed}); see {log}")
-        return summary, wall
+            result = read_result(out)
+        except ValueError:
+            if rc != 0:
+                raise StepFailed(step, rc, log) from None
+            raise ProfilingError(f"the {_describe(step)} step wrote no probe result; see "
+                                 f"{log}") from None
+        if not result["ok"]:
+            tail = f"; last lines of {log}:\n{_tail(log)}" if result["exit_status"] else \
+                f" (log: {log})"
+            raise ProfilingError(f"the {_describe(step)} step measured nothing: "
+                                 f"{result['reason']}{tail}")
+        return result["measurement"], wall
 
 
 class StepFailed(ProfilingError):
@@ -351,14 +344,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def to_point(step: Step, summary: dict[str, Any], wall: float, mem_mb: int) -> Point:
-    def num(key: str, default: float = 0.0) -> float:
-        value = summary.get(key, default)
-        return float(value) if isinstance(value, (int, float)) else default
-    return Point(measure=step.measure, cores=step.cores, workers=step.workers, mem_mb=mem_mb,
-                 samples_per_s=num("samples_per_s"),
-                 data_stall_fraction=num("data_stall_fraction"),
-                 host_cpu_s_per_sample=num("host_cpu_s_per_sample"),
+def to_point(step: Step, measured: dict[str, Any], wall: float, mem_mb: int,
+             procs: int = 1) -> Point:
+    """A profile point from the probe's measurement; workers counted over all ranks."""
+    def num(key: str) -> float:
+        value = measured.get(key)
+        return float(value) if isinstance(value, (int, float)) else 0.0
+    return Point(measure=step.measure, cores=step.cores, workers=step.workers * procs,
+                 mem_mb=mem_mb, samples_per_s=num("samples_per_s"),
+                 data_stall_fraction=num("data_wait_share"),
+                 host_cpu_s_per_sample=num("cpu_s_per_sample"),
                  peak_rss_mb=num("peak_rss_mb"), step_s=wall, gpus=step.gpus)
 
 
@@ -470,14 +465,15 @@ class Plan:
     fingerprint: str
     store: ProfileStore
     command: list[str]
-    script_args: list[str]
-    builtin: bool
+    script_args: list[str]      # the script's own, less the options the profiler sets
+    workers_option: str | None
+    iterations_option: str | None
+    procs: int
     limits: Limits
     launcher: str
     top: int                    # most cores swept
     mem_mb: int
     gpus: int
-    batch: int | None           # the profiler's -b, which wins over the script's
     record_batch: int           # the batch size the workload runs with, for the record
 
 
@@ -492,8 +488,16 @@ def plan(args: argparse.Namespace) -> Plan:
                          "allocation; multi-node jobs are profiled per node (use --nnodes 1)")
     if not 0 < args.plateau < 1:
         raise UsageError(f"--plateau {args.plateau} must lie between 0 and 1")
-    command = resolve_script(args.script)
-    script_args = strip_options(args.script_args, CONTROLLED)
+    command = resolve_script(args.script, args.torchrun)
+    declared = declared_options(script_path(args.script))
+    workers_opt, iterations_opt = spelling("workers", declared), spelling("iterations", declared)
+    batch_opt = spelling("batch", declared)
+    script_args = without(args.script_args, [o for o in (workers_opt, iterations_opt) if o])
+    if args.batch is not None:
+        if batch_opt is None:
+            raise UsageError(f"-b/--batch {args.batch}: {args.script} declares no batch-size "
+                             "option to pass it to; give the script's own in its arguments")
+        script_args = [*without(script_args, [batch_opt]), batch_opt, str(args.batch)]
     limits = allocation_limits()
     launcher = args.launcher
     if launcher == "auto":
@@ -513,17 +517,18 @@ def plan(args: argparse.Namespace) -> Plan:
     ngpus = limits.gpus if args.num_gpus is None else args.num_gpus
     if not 0 <= ngpus <= limits.gpus:
         raise UsageError(f"--num-gpus {ngpus}: the allocation has {limits.gpus} GPU(s)")
-    script_batch = option_value(args.script_args, "--batch", "-b")
-    record_batch = args.batch or (int(script_batch) if script_batch and script_batch.isdigit()
-                                  else 0)
-    fp = args.fingerprint or default_fingerprint(args.script, script_args, record_batch, ngpus)
+    batch_text = value_of(script_args, [batch_opt]) if batch_opt else None
+    record_batch = int(batch_text) if batch_text and batch_text.isdigit() else 0
+    procs = args.torchrun or 1
+    fp = args.fingerprint or default_fingerprint(args.script, script_args, record_batch,
+                                                 ngpus, procs)
     store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
     try:
         store.path(fp)
     except SynergyError as e:
         raise UsageError(str(e)) from None
-    return Plan(fp, store, command, script_args, args.script == BUILTIN, limits, launcher,
-                top, mem_mb, ngpus, args.batch, record_batch)
+    return Plan(fp, store, command, script_args, workers_opt, iterations_opt, procs, limits,
+                launcher, top, mem_mb, ngpus, record_batch)
 
 
 def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Profile | None:
@@ -568,43 +573,51 @@ def _sync_decisions(log: Callable[[str], None]) -> None:
 def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -> Profile:
     fp, store, limits, top, mem_mb = (plan.fingerprint, plan.store, plan.limits, plan.top,
                                       plan.mem_mb)
-    builtin, launcher, ngpus = plan.builtin, plan.launcher, plan.gpus
+    launcher, ngpus, procs = plan.launcher, plan.gpus, plan.procs
     workdir = (args.workdir or Path.cwd() / f"synergy-profile-{fp}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
 
-    runner = Runner(command=plan.command, script_args=plan.script_args, builtin=builtin,
-                    batch=plan.batch,
-                    iterations=args.max_iterations, warmup=args.warmup, mem_mb=mem_mb,
+    runner = Runner(command=plan.command, script_args=plan.script_args,
+                    workers_option=plan.workers_option,
+                    iterations_option=plan.iterations_option, procs=procs,
+                    iterations=args.max_iterations, warmup=args.warmup,
+                    first_batch_s=args.first_batch_timeout, mem_mb=mem_mb,
                     gpus=ngpus, launcher=launcher, workdir=workdir,
                     timeout_s=args.step_timeout, name=f"profile-{fp}", slurm=Slurm())
     started, t0 = _now(), time.perf_counter()
     where = f"job {limits.job_id}" if limits.job_id else socket.gethostname()
     log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
-        f"cores, {mem_mb}M, {ngpus} GPU(s), {args.max_iterations} iterations per step, "
-        f"{launcher} steps; logs in {workdir}")
+        f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), {args.max_iterations} "
+        f"iterations per step, {launcher} steps; logs in {workdir}")
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
     points: list[Point] = []
-    summaries: dict[int, dict[str, Any]] = {}
+    measured: dict[int, dict[str, Any]] = {}
     # The most steps the sweep can take: log2(top) + 1 training steps, two components
     # and one on a single GPU.
     bar = tqdm(total=top.bit_length() + 2 + (ngpus >= 2), desc=f"profile {fp[:8]}", unit="step",
                file=sys.stderr, disable=None)
     sampler: Sampler | None = None
 
+    def point(step: Step) -> Point:
+        m, wall = runner.run(step)
+        points.append(to_point(step, m, wall, mem_mb, procs))
+        return points[-1]
+
     def measure(k: int) -> float:
         nonlocal sampler
-        step = Step("train", k, workers_for(k))
+        step = Step("train", k, workers_for(k, procs))
         bar.set_postfix_str(f"{k} cores")
         if k == top and gpus:
             with Sampler(gpus) as sampler:
-                summary, wall = runner.run(step)
+                m, wall = runner.run(step)
         else:
-            summary, wall = runner.run(step)
-        summaries[k] = summary
-        points.append(to_point(step, summary, wall, mem_mb))
-        advance(f"{k} cores, {workers_for(k)} workers: {points[-1].samples_per_s:.1f} "
-                f"samples/s ({wall:.0f}s)")
+            m, wall = runner.run(step)
+        measured[k] = m
+        points.append(to_point(step, m, wall, mem_mb, procs))
+        advance(f"{k} cores, {step.workers} worker(s) per process: "
+                f"{points[-1].samples_per_s:.1f} samples/s, "
+                f"{points[-1].data_stall_fraction:.0%} waiting on data ({wall:.0f}s)")
         return points[-1].samples_per_s
 
     def advance(line: str) -> None:
@@ -615,63 +628,63 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     try:
         core_sweep(top, measure, args.plateau)
         train = [p for p in points if p.measure == "train"]
-        first = summaries[top]
-        data = option_value(plan.script_args, "--data")
-        fetch: FetchRates | None = None
-        notes: list[str] = []
-        if data and Path(data).exists():
-            samples = int(first.get("dataset_samples") or 0)
-            fetch = measure_fetch(Path(data), samples or 1)
-        else:
-            notes.append("no --data folder among the script's arguments: memory model off")
+        first = measured[top]
+        fetch, notes = _fetch_rates(first, plan.script_args)
+        # Each component as the training steps run it: one loader worker with a core of
+        # its own (the training process on the other), and the training process on one
+        # core, as workers_for leaves it. Measured on more threads, its CPU time per
+        # sample would count the threads' spinning too.
         components: list[Point] = []
-        try:
-            # Each component as the training steps run it: one loader worker with a core
-            # of its own (the training process on the other), and the training process on
-            # one core, as workers_for leaves it. Measured on more threads, its CPU time
-            # per sample would count the threads' spinning too.
-            for step in (Step("loader", 2, 1), Step("compute", 1, 0)):
-                bar.set_postfix_str(f"{step.measure} only")
-                summary, wall = runner.run(step)
-                components.append(to_point(step, summary, wall, mem_mb))
-                advance(f"{step.measure} only, {step.cores} cores: "
-                        f"{components[-1].samples_per_s:.1f} samples/s ({wall:.0f}s)")
-        except StepFailed as e:
-            if e.rc != USAGE_EXIT or builtin:
-                raise
-            notes.append("the script does not take --measure loader|compute: the model is "
-                         "fitted to the training steps alone")
-            components = []
+        for step in (Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 0)):
+            bar.set_postfix_str(f"{step.measure} only")
+            pt = point(step)
+            components.append(points.pop())
+            advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
+                    f"samples/s ({pt.step_s:.0f}s)")
         if ngpus >= 2:
             # Would fewer GPUs do? The best core count again, on one GPU.
             best = max(train, key=lambda pt: pt.samples_per_s)
-            step = Step("train", best.cores, best.workers, gpus=1)
             bar.set_postfix_str("1 GPU")
-            summary, wall = runner.run(step)
-            points.append(to_point(step, summary, wall, mem_mb))
-            advance(f"{best.cores} cores on 1 of {ngpus} GPUs: "
-                    f"{points[-1].samples_per_s:.1f} samples/s ({wall:.0f}s)")
-        if components:
-            model: ThroughputModel = fit_components(components[0], components[1], train,
-                                                    on_gpu=bool(gpus), fetch=fetch)
-        else:
-            model = fit_end_to_end(train, fetch)
+            pt = point(Step("train", best.cores, best.workers // procs, gpus=1))
+            advance(f"{best.cores} cores on 1 of {ngpus} GPUs: {pt.samples_per_s:.1f} "
+                    f"samples/s ({pt.step_s:.0f}s)")
+        model = fit_components(components[0], components[1], train, on_gpu=bool(gpus),
+                               fetch=fetch)
         readings = gpu_readings(sampler, gpu_reason, gpus, first)
         if gpus and args.power_sweep == "auto":
             bar.set_postfix_str("power limits")
-            readings = power_sweep(runner, Step("train", top, workers_for(top)), gpus, readings)
+            readings = power_sweep(runner, Step("train", top, workers_for(top, procs)), gpus,
+                                   readings)
     finally:
         bar.close()
     profile = Profile(
         fingerprint=fp, job_name=args.job_name,
-        command=tuple([args.script, *plan.script_args]), batch=plan.record_batch, allocation=Allocation(top, mem_mb, ngpus, socket.gethostname(),
-                                                  launcher, limits.job_id),
+        command=tuple([args.script, *plan.script_args]), batch=plan.record_batch,
+        allocation=Allocation(top, mem_mb, ngpus, socket.gethostname(), launcher,
+                              limits.job_id, procs),
         points=tuple(points + components), model=model, gpu=readings, started=started,
         finished=_now(), profiling_s=round(time.perf_counter() - t0, 2),
         profiler_version=__version__, notes=tuple(notes))
     path = store.save(profile)
     log(f"{PROG}: {fp}: {summary_line(profile)}; {profile.profiling_s:.0f}s; saved {path}")
     return profile
+
+
+def _fetch_rates(measured: dict[str, Any],
+                 script_args: Sequence[str]) -> tuple[FetchRates | None, list[str]]:
+    """The memory model's read rates, from the folder the script's dataset reads: the one
+    it names itself (ImageFolder's root and the like), else --data, else the first of its
+    arguments that is a folder."""
+    candidates = [measured.get("data_root") or "", value_of(script_args, ["--data"]) or "",
+                  *(a for a in script_args if not a.startswith("-"))]
+    folder = next((Path(c) for c in candidates if c and Path(c).is_dir()), None)
+    if folder is None:
+        return None, ["no data folder found (the dataset names none, no --data, no folder "
+                      "among the arguments): memory model off"]
+    try:
+        return measure_fetch(folder, int(measured.get("dataset_len") or 0) or 1), []
+    except (ValueError, OSError) as e:
+        return None, [f"data folder {folder}: {e}: memory model off"]
 
 
 def summary_line(profile: Profile) -> str:

@@ -19,15 +19,24 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import SynergyError
-from .jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LOADERS, SYNTHETIC_DATASET, JobSpec,
-                      RowRef)
+from .jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LAUNCHES, LOADERS, SYNTHETIC_DATASET,
+                      JobSpec, RowRef)
+from .probe.options import SPELLINGS, declared_options, spelling
 
 TORCHLOADER_COLUMNS = ("arch", "depth", "batch", "workers", "output_folder", "port",
                        "submit_interval", "cuda_device")
 PROJECT_COLUMNS = ("name", "script", "dataset", "gpus", "gpu_type", "cpus", "mem", "time",
-                   "partition", "iterations", "epochs", "loader", "args")
+                   "partition", "iterations", "epochs", "loader", "args", "launcher", "nproc",
+                   "watch")
 COLUMNS = TORCHLOADER_COLUMNS + PROJECT_COLUMNS
+# Without a script column every row runs the built-in trainer, which needs these.
 REQUIRED = ("arch", "batch")
+# Columns that become a user's script's options, when it declares one (probe.options).
+SCRIPT_OPTION_COLUMNS = {"arch": "arch", "depth": "depth", "batch": "batch",
+                         "workers": "workers", "iterations": "iterations", "epochs": "epochs",
+                         "port": "port", "dataset": "data", "loader": "loader"}
+BOOLEANS = {"yes": True, "true": True, "1": True, "on": True,
+            "no": False, "false": False, "0": False, "off": False}
 
 DEFAULT_WORKERS = 1
 DEFAULT_TIME = "01:00:00"
@@ -146,8 +155,9 @@ def _check_header(path: Path, first_line: str) -> list[str]:
             hint = f"; did you mean {near[0]!r}?" if near else f"; known columns: {', '.join(COLUMNS)}"
             problems.append(f"{path} line 1: unknown column {col!r}{hint}")
     for col in REQUIRED:
-        if col not in header:
-            problems.append(f"{path} line 1: missing required column {col!r}")
+        if col not in header and "script" not in header:
+            problems.append(f"{path} line 1: missing required column {col!r} (or a script "
+                            "column naming each row's training script)")
     return problems
 
 
@@ -157,8 +167,8 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
     builtin = script == BUILTIN_SCRIPT
 
     arch = row.matching("arch", ARCH_RE, "a model name (a letter, then letters, digits, _ . -)")
-    if not row.get("arch"):
-        row.bad("arch", "is empty; it names the model")
+    if builtin and not row.get("arch"):
+        row.bad("arch", "is empty; it names the built-in trainer's model")
     elif builtin and arch and arch not in BUILTIN_ARCHS:
         near = difflib.get_close_matches(arch, BUILTIN_ARCHS, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
@@ -167,8 +177,8 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
     if builtin and depth is not None and arch and arch != "resnet":
         row.bad("depth", f"the built-in {arch} has a fixed depth; leave depth empty")
     batch = row.integer("batch", 1, 65536)
-    if batch is None and not row.get("batch"):
-        row.bad("batch", "is empty; it needs the batch size")
+    if builtin and batch is None and not row.get("batch"):
+        row.bad("batch", "is empty; the built-in trainer needs the batch size")
     workers = row.integer("workers", 0, 256, DEFAULT_WORKERS)
     gpus = _gpus(row)
     gpu_type = row.matching("gpu_type", TOKEN_RE, "a GPU type (letters, digits, _ . -)")
@@ -188,9 +198,30 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
     port = row.integer("port", 1024, 65535)
     interval = _interval(row)
     dataset = _dataset(row, base, builtin)
+    launch = row.get("launcher").lower() or "python"
+    if launch not in LAUNCHES:
+        row.bad("launcher", f"{launch!r} is not a launcher ({', '.join(LAUNCHES)})")
+    procs = row.integer("nproc", 1, 256, 1) or 1
+    if procs > 1 and launch != "torchrun":
+        row.bad("nproc", f"{procs} processes need launcher torchrun")
+    if launch == "torchrun" and (builtin or not script.endswith(".py")):
+        row.bad("launcher", "torchrun runs a user's Python script (a .py in the script column)")
+    watch = _boolean(row, "watch")
+    options: tuple[str, ...] = ()
+    workers_option = ""
+    if not builtin:
+        if dataset == SYNTHETIC_DATASET:
+            row.bad("dataset", f"{SYNTHETIC_DATASET!r} is the built-in trainer's generated "
+                    "set; give your script's data folder")
+        values = {"arch": arch, "depth": depth, "batch": batch, "workers": workers,
+                  "iterations": iterations, "epochs": epochs, "port": port,
+                  "dataset": dataset, "loader": row.get("loader")}
+        options, workers_option = _script_options(row, script, values)
     name = row.matching("name", NAME_RE, "a job name (letters, digits, _ . -, at most 64)")
     if not name and not row.get("name"):
-        name = f"{arch or 'job'}{depth if depth is not None else ''}-b{batch}-w{workers}-r{row.ref.row}"
+        stem = arch or re.sub(r"[^A-Za-z0-9_.-]", "_", Path(script).stem)[:40] or "job"
+        size = f"-b{batch}" if batch is not None else ""
+        name = f"{stem}{depth if depth is not None else ''}{size}-w{workers}-r{row.ref.row}"
     output_folder = row.get("output_folder")
     if output_folder and (not FOLDER_RE.match(output_folder)
                           or ".." in output_folder.split("/")):
@@ -206,7 +237,39 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         iterations=iterations, epochs=epochs, loader=loader, args=args,
         output_folder=output_folder or "", port=port, submit_interval_s=interval,
         source=row.ref, row_digest=digest,
-        pinned=tuple(c for c in ("cpus", "mem", "gpus") if row.get(c)))
+        pinned=tuple(c for c in ("cpus", "mem", "gpus") if row.get(c)),
+        script_options=options, workers_option=workers_option,
+        workers_given=bool(row.get("workers")), launch=launch, procs=procs, watch=watch)
+
+
+def _script_options(row: _Row, script: str,
+                    values: dict[str, object]) -> tuple[tuple[str, ...], str]:
+    """The options a user's script gets from its row: a column it sets becomes an option
+    only when the script declares one (its own spelling); a column it cannot take is an
+    error, except workers, which the probe sets for a script without the option."""
+    declared = declared_options(Path(script))
+    argv: list[str] = []
+    for column, option in SCRIPT_OPTION_COLUMNS.items():
+        if not row.get(column) or values[column] in (None, ""):
+            continue
+        flag = spelling(option, declared)
+        if flag is not None:
+            argv += [flag, str(values[column])]
+        elif column != "workers":
+            row.bad(column, f"{Path(script).name} declares no {'/'.join(SPELLINGS[option])} "
+                    "option to take it; leave the column empty and put the value in args "
+                    "as the script expects it")
+    return tuple(argv), spelling("workers", declared) or ""
+
+
+def _boolean(row: _Row, column: str) -> bool | None:
+    text = row.get(column).lower()
+    if not text:
+        return None
+    if text not in BOOLEANS:
+        row.bad(column, f"{text!r} is not yes or no")
+        return None
+    return BOOLEANS[text]
 
 
 def _script(row: _Row, base: Path) -> str:

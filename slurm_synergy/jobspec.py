@@ -5,6 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .paths import TRAIN_SCRIPT
+from .probe.options import without
 
 # The built-in trainer's models and the kind of data each reads (profiler/models.py
 # MODELS and DATA_KINDS; a unit test keeps them equal). Listed here so that validating a
@@ -19,7 +24,28 @@ BUILTIN_SHAPE_OPTIONS = BUILTIN_DATA_OPTIONS + ("--crop", "--seq-len", "--audio-
 BUILTIN_SCRIPT = "builtin:train"
 SYNTHETIC_DATASET = "synthetic"
 LOADERS = ("pytorch", "dali")
+LAUNCHES = ("python", "torchrun")
 COMMENT_PREFIX = "synergy:fp="
+
+
+def script_digest(script: str) -> str:
+    """A script's identity is its content: a copy elsewhere is the same workload, an
+    edited one is not."""
+    path = TRAIN_SCRIPT if script == BUILTIN_SCRIPT else Path(script)
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return f"unreadable:{path}"
+
+
+def workload_key(script: str, args: Sequence[str], gpus: int, procs: int) -> dict:
+    """What identifies a user's script as a workload, before hashing: its content, the
+    arguments it gets (less the worker count, which is what gets tuned), its GPUs and
+    processes."""
+    key: dict = {"script": script_digest(script), "args": list(args), "gpus": gpus}
+    if procs != 1:
+        key["procs"] = procs
+    return key
 
 
 @dataclass(frozen=True)
@@ -59,6 +85,15 @@ class JobSpec:
     source: RowRef
     row_digest: str             # hash of the row's cells: the ledger's identity of the row
     pinned: tuple[str, ...] = ()  # resources the row sets itself (cpus, mem, gpus)
+    # A user's script: the options its row's columns give it (only those it declares),
+    # how it spells its worker count ("" = it has none: the probe sets the workers), and
+    # how it is launched.
+    script_options: tuple[str, ...] = ()
+    workers_option: str = ""
+    workers_given: bool = False
+    launch: str = "python"
+    procs: int = 1
+    watch: bool | None = None   # record throughput during the run; None = site policy
 
     @property
     def builtin(self) -> bool:
@@ -84,16 +119,25 @@ class JobSpec:
         """What decides the workload's resource sensitivity, hashed.
 
         Workers, CPUs and memory are left out on purpose: they are what gets tuned.
-        The loader is in, because DALI and PyTorch decode answer differently to cores.
-        Pass-through args are out (a --seed must not split a sweep into many workloads),
-        except the built-in trainer's options that change its cost per sample.
+        The built-in trainer: its model, batch, data and loader (DALI and PyTorch decode
+        answer differently to cores); pass-through args are out (a --seed must not split
+        a sweep into many workloads), except the options that change its cost per sample.
+        A user's script: its content and every argument it gets but the worker count
+        (we cannot tell which of its options change its cost), its GPUs and processes.
         """
-        key = {"script": self.script, "arch": self.arch, "depth": self.depth,
-               "batch": self.batch, "dataset": self.dataset, "gpus": self.gpus,
-               "gpu_type": self.gpu_type, "loader": self.loader}
-        shape = self.builtin_options(BUILTIN_SHAPE_OPTIONS)
-        if shape:
-            key["shape"] = shape
+        if self.builtin:
+            key = {"script": self.script, "arch": self.arch, "depth": self.depth,
+                   "batch": self.batch, "dataset": self.dataset, "gpus": self.gpus,
+                   "gpu_type": self.gpu_type, "loader": self.loader}
+            shape = self.builtin_options(BUILTIN_SHAPE_OPTIONS)
+            if shape:
+                key["shape"] = shape
+        else:
+            args = [*self.script_options, *self.args]
+            if self.workers_option:
+                args = without(args, [self.workers_option])
+            key = workload_key(self.script, args, self.gpus, self.procs)
+            key["gpu_type"] = self.gpu_type
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
     def builtin_options(self, names: tuple[str, ...]) -> dict[str, str]:
@@ -128,12 +172,14 @@ class JobSpec:
         """The training script's options from the row's columns (shell-quoted later).
 
         The built-in trainer gets every option; a user's script gets only the options
-        its row sets. Pass-through `args` are not included: they go last, so they win.
+        its row sets and it declares (checked when the CSV is read). Pass-through `args`
+        are not included: they go last, so they win.
         """
+        if not self.builtin:
+            return list(self.script_options)
         argv: list[str] = []
         opt = argv.extend
-        if self.builtin or self.arch:
-            opt(["--arch", self.arch])
+        opt(["--arch", self.arch])
         if self.depth is not None:
             opt(["--depth", str(self.depth)])
         opt(["--batch", str(self.batch), "--workers", str(self.workers)])
@@ -141,8 +187,7 @@ class JobSpec:
             opt(["--max-iterations", str(self.iterations)])
         if self.epochs is not None:
             opt(["--epochs", str(self.epochs)])
-        if self.builtin:
-            opt(["--loader", self.loader])
+        opt(["--loader", self.loader])
         if self.port is not None:
             opt(["--port", str(self.port)])
         return argv

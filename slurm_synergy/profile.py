@@ -130,6 +130,7 @@ class Allocation:
     node: str
     launcher: str                # "srun" (Slurm's cgroups) or "local" (CPU affinity only)
     job_id: str = ""
+    procs: int = 1               # training processes (torchrun ranks), each with its loader
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from . import paths
 from .errors import SynergyError
 from .jobspec import SYNTHETIC_DATASET, JobSpec
 from .plugin.engine import Decision
+from .plugin.policy import load_policy
 
 # #SBATCH lines are parsed by sbatch, not the shell, so paths there cannot be quoted.
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
@@ -73,8 +74,6 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
         else:
             argv += ["--data", spec.dataset]
         argv += ["--output", str(output)]
-    elif spec.dataset:
-        argv += ["--data", spec.dataset]
     argv += spec.args
     return Task(index, spec, str(output.resolve()), tuple(argv))
 
@@ -114,14 +113,22 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         resubmit=resubmit and resubmit_command(head, script_path, comment, resubmit),
         decision=decision,
         profile_only=profile_only, outputs_dir=paths.outputs_dir(),
+        watch=head.watch if head.watch is not None else load_policy().watch_runs,
+        workers_option="--workers" if head.builtin else head.workers_option,
+        probe_workers=(head.workers if head.workers_given and not head.builtin
+                       and not head.workers_option else ""),
+        probe=[python_for_jobs(), "-m", "slurm_synergy.probe"],
     )
 
 
 def profiler_command(spec: JobSpec) -> list[str]:
     """The profiling prolog's command and options; the template adds the working folder,
     then the script and the task's own arguments."""
-    return [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
+    argv = [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
             "--job-name", spec.name]
+    if spec.launch == "torchrun":
+        argv += ["--torchrun", str(spec.procs)]
+    return argv
 
 
 def resubmit_command(spec: JobSpec, script_path: Path, comment: str,
@@ -136,6 +143,9 @@ def launcher(spec: JobSpec) -> list[str]:
     """How the job starts its script: Python files with the jobs' Python, others as programs."""
     if spec.builtin:
         return [python_for_jobs(), str(paths.TRAIN_SCRIPT)]
+    if spec.launch == "torchrun":
+        return [python_for_jobs(), "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(spec.procs), spec.script]
     if spec.script.endswith(".py"):
         return [python_for_jobs(), spec.script]
     return [spec.script]

@@ -23,9 +23,10 @@ from typing import Sequence
 from .profile import FetchRates, Point, PointError, ThroughputModel
 
 
-def workers_for(cores: int) -> int:
-    """Loader workers for k cores: one core stays with the training process."""
-    return max(1, cores - 1)
+def workers_for(cores: int, procs: int = 1) -> int:
+    """Loader workers per training process for k cores: each of the job's processes
+    (torchrun ranks) gets an equal share of the cores, one of which stays with it."""
+    return max(1, cores // procs - 1)
 
 
 def cached_fraction(fetch: FetchRates, footprint_mb: float, mem_mb: float) -> float:
@@ -89,30 +90,3 @@ def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu
         footprint_mb=max((pt.peak_rss_mb for pt in train), default=compute.peak_rss_mb),
         fetch=fetch)
     return replace(model, held_out=_errors(model, train))
-
-
-def _fit_end_to_end(points: Sequence[Point], fetch: FetchRates | None,
-                    footprint_mb: float) -> ThroughputModel:
-    # cores/p bounds every point from above (p = the least CPU time per sample seen),
-    # G is the plateau.
-    p = min(pt.cores / pt.samples_per_s for pt in points)
-    g = max(pt.samples_per_s for pt in points)
-    return ThroughputModel(basis="end-to-end", prep_core_s=p, host_core_s=0.0,
-                           device_rate=g, footprint_mb=footprint_mb, fetch=fetch)
-
-
-def fit_end_to_end(train: Sequence[Point], fetch: FetchRates | None) -> ThroughputModel:
-    """For scripts that cannot run the components: fit to the whole runs, and measure
-    the error leave-one-out (each point predicted by a model fitted to the others)."""
-    usable = [pt for pt in train if pt.samples_per_s > 0]
-    if not usable:
-        raise ValueError("no end-to-end point with a positive throughput")
-    footprint = max(pt.peak_rss_mb for pt in usable)
-    model = _fit_end_to_end(usable, fetch, footprint)
-    held: list[PointError] = []
-    if len(usable) >= 3:
-        for i, pt in enumerate(usable):
-            others = _fit_end_to_end(usable[:i] + usable[i + 1:], fetch, footprint)
-            held.append(PointError(pt.cores, pt.workers, pt.samples_per_s,
-                                   predict(others, pt.cores, None, pt.workers)))
-    return replace(model, held_out=tuple(held))

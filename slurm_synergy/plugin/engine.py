@@ -197,8 +197,11 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
         why.append(f"note: {cpus} cores is beyond the {alloc.cores} the profiler measured; "
                    "the figure is the model's extrapolation")
     why.append(_memory_note(profile, footprint, mem_mb, floor_m, policy.mem_headroom))
-    workers = workers_for(cpus)
-    why.append(f"workers: {workers} data-loader worker(s), one core left to the trainer")
+    procs = alloc.procs
+    workers = workers_for(cpus, procs)
+    why.append(f"workers: {workers} data-loader worker(s)"
+               + (f" in each of {procs} processes, one core left to each" if procs > 1
+                  else ", one core left to the trainer"))
     power, power_note = _power(profile, policy.zeus_eta, policy.power_cap_w)
     why.append(power_note)
     return Decision(fingerprint=profile.fingerprint, job_name=profile.job_name, cpus=cpus,

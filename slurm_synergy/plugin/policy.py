@@ -21,6 +21,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "min_mem_mb": (int, 1, 1 << 20),
     "user_request_wins": (bool, 0, 1),
     "profile_new": (bool, 0, 1),
+    "watch_runs": (bool, 0, 1),
     "gpu_sample_period_s": (float, 0.05, 60.0),
     "hook_timeout_s": (float, 1.0, 120.0),
 }
@@ -37,6 +38,7 @@ class Policy:
     min_mem_mb: int = 512
     user_request_wins: bool = False
     profile_new: bool = True
+    watch_runs: bool = False
     gpu_sample_period_s: float = 1.0  # the node's GPU sampler, for each job's lifetime
     hook_timeout_s: float = 20.0      # prolog/epilog give up after this; keep well under
                                       # slurm.conf's PrologEpilogTimeout

@@ -5,6 +5,7 @@ workload's profile, what the GPU-proportional allocation would have given it."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -55,27 +56,49 @@ def add_gpu_stats(jobs: pd.DataFrame, stats_dir: Path | None = None) -> list[str
 
 
 def add_throughput(jobs: pd.DataFrame, outputs: Path | None = None) -> None:
-    """samples/s from the summary.json the job itself wrote. A job's folder is shared by
-    its profiling run and its resubmission (and by reruns of the row), so a summary counts
-    only if it was written while this job ran."""
+    """samples/s and the share of each step spent waiting on data, as the job measured
+    them: the script probe's record of the run (probe.json, any script run in watch mode),
+    else the summary.json the built-in trainer writes. A job's folder is shared by its
+    profiling run and its resubmission (and by reruns of the row), so a file counts only
+    if it was written while this job ran."""
     outputs = outputs or paths.outputs_dir()
-    values: list[float | None] = []
+    rates: list[float | None] = []
+    waits: list[float | None] = []
     for raw, start, end, profiling in zip(jobs["raw_id"], jobs["start"], jobs["end"],
                                           jobs["profiling"]):
-        values.append(None if profiling or start is None or end is None else
-                      _summary_rate(outputs / raw, start.timestamp(), end.timestamp()))
-    _column(jobs, "samples_per_s", values)
+        found = (None, None) if profiling or start is None or end is None else \
+            _measured(outputs / raw, start.timestamp(), end.timestamp())
+        rates.append(found[0])
+        waits.append(found[1])
+    _column(jobs, "samples_per_s", rates)
+    _column(jobs, "data_wait_share", waits)
 
 
-def _summary_rate(pointer: Path, start: float, end: float) -> float | None:
+def _measured(pointer: Path, start: float, end: float) -> tuple[float | None, float | None]:
     try:
-        summary = Path(pointer.read_text().strip()) / "summary.json"
-        written = summary.stat().st_mtime
-        if not start - 1 <= written <= end + 60:
-            return None
-        return float(json.loads(summary.read_text())["samples_per_s"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        folder = Path(pointer.read_text().strip())
+    except (OSError, ValueError):
+        return None, None
+    for name, rate, wait in (("probe.json", ("measurement", "samples_per_s"),
+                              ("measurement", "data_wait_share")),
+                             ("summary.json", ("samples_per_s",), ("data_stall_fraction",))):
+        try:
+            path = folder / name
+            if not start - 1 <= path.stat().st_mtime <= end + 60:
+                continue
+            data = json.loads(path.read_text())
+            value, share = _dig(data, rate), _dig(data, wait)
+            if value is not None:
+                return value, share
+        except (OSError, ValueError):
+            continue
+    return None, None
+
+
+def _dig(data: Any, keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return float(data) if isinstance(data, (int, float)) and math.isfinite(data) else None
 
 
 def add_chains(jobs: pd.DataFrame) -> list[str]:

@@ -39,6 +39,11 @@ def _n(value: Any, fmt: str = ".0f", none: str = "-") -> str:
     return format(value, fmt)
 
 
+def _scaled(value: Any, factor: float) -> Any:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else value * factor
+
+
 def _dur(s: Any) -> str:
     if s is None or (isinstance(s, float) and math.isnan(s)):
         return "-"
@@ -53,7 +58,7 @@ def _mb(value: Any) -> str:
 def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[list[str]]]:
     head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores asked>decided>got", "used",
             "CPU%", "Mem got", "peak", "Mem%", "GPUs", "GPU kJ", "kWh", "util%", "limit W",
-            "samples/s", "chain", "GPU note"]
+            "samples/s", "data wait%", "chain", "GPU note"]
     rows = []
     shown = report.jobs if most is None else report.jobs.tail(most)   # the latest
     for _, j in shown.iterrows():
@@ -69,6 +74,7 @@ def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[l
             f"{j['gpus']}{':' + j['gpu_type'] if j['gpu_type'] else ''}",
             _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
             _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
+            _n(_scaled(j["data_wait_share"], 100)),
             chain, _clean(j["gpu_note"])])
     return head, rows
 

@@ -38,7 +38,8 @@ def test_torchloader_readme_rows_parse_unchanged(tmp_path):
 
 def test_missing_required_column(tmp_path):
     out = problems(write(tmp_path, "arch,depth,workers\nresnet,12,1\n"))
-    assert out == [f"{tmp_path / 'jobs.csv'} line 1: missing required column 'batch'"]
+    assert out == [f"{tmp_path / 'jobs.csv'} line 1: missing required column 'batch' (or a "
+                   "script column naming each row's training script)"]
 
 
 def test_non_integer_batch_names_row_and_column(tmp_path):
@@ -123,7 +124,7 @@ def test_missing_script_and_dataset(tmp_path):
 
 def test_script_must_be_python_or_executable(tmp_path):
     (tmp_path / "run.sh").write_text("#!/bin/sh\n")
-    out = problems(write(tmp_path, "arch,batch,script\nmine,32,run.sh\n"))
+    out = problems(write(tmp_path, "name,script\nmine,run.sh\n"))
     assert "neither a .py file nor executable" in out[0]
     (tmp_path / "run.sh").chmod(0o755)
     spec = load_jobs(tmp_path / "jobs.csv")[0]

@@ -45,10 +45,25 @@ def test_builtin_options_that_change_the_cost_per_sample_are_in_the_fingerprint(
     assert spec(args=("--seed", "3")).fingerprint == fp
     assert spec(args=("--image-size", "512")).fingerprint != fp
     assert spec(args=("--crop=32",)).fingerprint != fp
-    # A user's script: its args are its own business.
-    mine = spec(script="/home/u/train.py")
-    assert spec(script="/home/u/train.py", args=("--image-size", "512")).fingerprint == \
-        mine.fingerprint
+
+
+def test_a_users_script_is_known_by_its_content_and_arguments(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("print('train')\n")
+    b.write_text("print('train')\n")
+
+    def user(path, options=("--batch-size", "64"), args=(), **more):
+        return spec(script=str(path), arch="", depth=None, script_options=options, args=args,
+                    workers_option="-j", **more).fingerprint
+
+    fp = user(a)
+    assert user(b) == fp                                    # a copy elsewhere: the same
+    assert user(a, args=("-j", "12"), workers=12) == fp     # the worker count is tuned
+    assert user(a, options=("--batch-size", "128")) != fp
+    assert user(a, args=("--seed", "3")) != fp              # we cannot tell its options apart
+    assert user(a, procs=2) != fp and user(a, gpus=2) != fp
+    b.write_text("print('train, edited')\n")
+    assert user(b) != fp
 
 
 def test_generated_datasets_get_a_folder_per_generation_setting():

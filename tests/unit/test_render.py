@@ -9,7 +9,12 @@ from pathlib import Path
 from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.render import render, task_for
 
-ECHO_ARGS = "import json, sys; print(json.dumps(sys.argv[1:]))\n"
+# A user's script that declares --arch, --batch and -j/--workers (and parses nothing).
+ECHO_ARGS = ("import argparse, json, sys\n"
+             "p = argparse.ArgumentParser()\n"
+             "p.add_argument('--arch'); p.add_argument('--batch')\n"
+             "p.add_argument('-j', '--workers', type=int)\n"
+             "print(json.dumps(sys.argv[1:]))\n")
 
 
 def rendered(tmp_path: Path, csv_text: str) -> Path:
@@ -38,7 +43,7 @@ def test_shell_metacharacters_in_args_are_inert(tmp_path):
                       f"j1,mine,8,echo_args.py,\"--x '; touch {marker}' '$(touch {marker})' "
                       f"'`touch {marker}`' --y\"\n")
     argv = run(script, tmp_path)
-    assert argv == ["--arch", "mine", "--batch", "8", "--workers", "1", "--x", f"; touch {marker}",
+    assert argv == ["--arch", "mine", "--batch", "8", "--x", f"; touch {marker}",
                     f"$(touch {marker})", f"`touch {marker}`", "--y"]
     assert not marker.exists()
 
@@ -62,3 +67,16 @@ def test_builtin_trainer_gets_data_and_output(tmp_path):
     text = script.read_text()
     assert "profiler/train.py" in text
     assert "--generate-data" in text and "--output" in text and "--max-iterations 5" in text
+
+
+def test_a_script_without_a_worker_option_gets_its_workers_from_the_probe(tmp_path):
+    (tmp_path / "plain.py").write_text("print('no options here')\n")
+    script = rendered(tmp_path, "name,script,workers,watch\nj1,plain.py,3,\n")
+    text = script.read_text()
+    assert 'workers="${SYNERGY_WORKERS:-3}"' in text
+    assert "probe+=(--mode watch --workers" in text and "argv+=(" not in text
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "plain.py").write_text("print('no options here')\n")
+    watched = rendered(tmp_path / "again", "name,script,watch\nj1,plain.py,yes\n").read_text()
+    assert "probe=(--mode watch)" in watched
+    assert "-m slurm_synergy.probe" in watched

@@ -60,7 +60,8 @@ def test_steps_fold_into_their_job():
 
 def frame(*rows) -> pd.DataFrame:
     jobs = accounting.jobs_frame(list(rows))
-    for col in enrich.GPU_COLUMNS[:-1] + ("samples_per_s", "resubmitted_as", "profiled_as",
+    for col in enrich.GPU_COLUMNS[:-1] + ("samples_per_s", "data_wait_share",
+                                          "resubmitted_as", "profiled_as",
                                           "prop_cpus", "prop_mem_mb", "prop_elapsed_s"):
         enrich._column(jobs, col, [None] * len(jobs))
     enrich._column(jobs, "gpu_note", [""] * len(jobs))

@@ -6,7 +6,7 @@ import pytest
 
 from slurm_synergy.profile import FetchRates, Point, ThroughputModel
 from slurm_synergy.throughput import (cached_fraction, fetch_rate, fit_components,
-                                      fit_end_to_end, predict, workers_for)
+                                      predict, workers_for)
 
 
 def model(p=0.01, h=0.002, g=None, fetch=None, basis="components"):
@@ -15,6 +15,7 @@ def model(p=0.01, h=0.002, g=None, fetch=None, basis="components"):
 
 def test_workers_leave_one_core_to_the_trainer():
     assert [workers_for(k) for k in (1, 2, 3, 8)] == [1, 1, 2, 7]
+    assert [workers_for(k, 2) for k in (2, 4, 8)] == [1, 1, 3]
 
 
 def test_gpu_job_hungry_for_cores_rises_until_the_device_limits_it():
@@ -79,23 +80,6 @@ def test_fit_components_holds_out_every_training_point():
     assert m.mean_error == pytest.approx(sum(e.error for e in m.held_out) / 2)
     on_gpu = fit_components(loader, compute, train, on_gpu=True, fetch=None)
     assert on_gpu.device_rate == 250.0
-
-
-def test_end_to_end_fit_errors_are_leave_one_out():
-    train = [pt("train", k, workers_for(k), min(50.0 * k, 700.0)) for k in (16, 8, 4, 2)]
-    m = fit_end_to_end(train, None)
-    assert m.basis == "end-to-end"
-    assert predict(m, 2) == pytest.approx(100.0) and predict(m, 16) == 700.0
-    # Leaving out the only point at the plateau under-predicts it (400 for 700); the
-    # others lie on the fitted line and come out exact.
-    errors = {e.cores: e.error for e in m.held_out}
-    assert errors[16] == pytest.approx(300 / 700)
-    assert errors[8] == errors[4] == errors[2] == pytest.approx(0.0)
-
-
-def test_end_to_end_with_two_points_reports_no_error():
-    m = fit_end_to_end([pt("train", 2, 1, 80.0), pt("train", 1, 1, 50.0)], None)
-    assert m.held_out == () and m.mean_error is None
 
 
 def test_predict_refuses_zero_cores():

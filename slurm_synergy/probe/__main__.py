@@ -1,0 +1,111 @@
+"""python -m slurm_synergy.probe [options] -- COMMAND...: see the package's docstring."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from .records import MODES, ProbeConfig
+from .supervise import run
+
+PROG = "probe"
+USAGE_EXIT = 2
+FAILED_EXIT = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_EXIT, f"{PROG}: error: {message} (see --help)\n")
+
+
+def _count(low: int):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"python -m slurm_synergy.{PROG}",
+                description="Measure an unmodified training script from the inside: "
+                "samples/s, the share of each step spent waiting on the data loader, peak "
+                "memory; per process and for the run.",
+                epilog="Exit status: 0 measured (watch mode: the command's own status), "
+                "1 nothing measured (the reason is in --out and on stderr), 2 bad options.")
+    add = p.add_argument
+    add("--mode", choices=MODES, default="train",
+        help="train: end to end; loader: the script's loader alone; compute: its first "
+        "batch replayed, no loader; watch: the real run, recorded, never stopped "
+        "(default %(default)s)")
+    add("--workers", type=_count(0), help="set every DataLoader's num_workers (and DALI's "
+        "num_threads) to this, whatever the script asks")
+    add("--warmup", type=_count(0), default=3, help="batches left out first (default "
+        "%(default)s)")
+    add("--iterations", type=_count(1), default=20,
+        help="measured steps, then the script is ended cleanly (default %(default)s)")
+    add("--time-limit", type=_seconds, default=120.0,
+        help="seconds the script may take to its first batch (default %(default)s)")
+    add("--interval", type=_seconds, default=30.0,
+        help="watch mode: seconds between the processes' record writes (default "
+        "%(default)s)")
+    add("--no-sync", action="store_true",
+        help="do not synchronise CUDA at each batch (the wait then absorbs queued work)")
+    add("--out", type=Path, default=Path("probe.json"),
+        help="the result file, written whole (default %(default)s)")
+    add("command", nargs=argparse.REMAINDER,
+        help="-- then SCRIPT.py [args], or a launcher: torchrun ... SCRIPT.py [args]")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print(f"{PROG}: error: no command to probe (-- SCRIPT.py [args])", file=sys.stderr)
+        return USAGE_EXIT
+    if command[0].endswith(".py") and not Path(command[0]).is_file():
+        print(f"{PROG}: error: {command[0]}: no such script", file=sys.stderr)
+        return USAGE_EXIT
+    config = ProbeConfig(mode=args.mode, workers=args.workers, warmup=args.warmup,
+                         iterations=args.iterations, interval_s=args.interval,
+                         sync_cuda=not args.no_sync)
+    try:
+        result = run(config, command, args.out.resolve(), args.time_limit)
+    except OSError as e:
+        print(f"{PROG}: error: cannot run {command[0]}: {e}", file=sys.stderr)
+        return USAGE_EXIT if args.mode != "watch" else 127
+    m = result.measurement
+    if m is not None:
+        print(f"{PROG}: {result.script}: {m.samples_per_s:.1f} samples/s over {m.steps} "
+              f"steps, {m.data_wait_share:.0%} of each step waiting on data, "
+              f"{m.processes} process(es); {args.out}", file=sys.stderr)
+    if result.reason:
+        print(f"{PROG}: error: {result.reason}", file=sys.stderr)
+    if args.mode == "watch":
+        # The user's job: its own exit status, whatever the probe saw.
+        rc = result.exit_status or 0
+        return 128 - rc if rc < 0 else rc
+    return 0 if result.ok else FAILED_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""Inside one probed process: count and time what the script's data loaders yield.
+
+Installed at interpreter start by the probe's sitecustomize, before the script runs, and
+without importing torch or DALI: the hooks go in when the script imports them. Hooked:
+`_BaseDataLoaderIter.__next__` (every PyTorch DataLoader, map-style or iterable),
+`DataLoader.__init__` (the worker count), DALI's PyTorch iterators' `__next__` and
+`Pipeline.__init__` (its thread count).
+
+A step is the time from one request for a batch to the next, so it holds the wait on the
+loader and the rest of the step (forward, backward, optimizer, logging). On CUDA the
+probe synchronises before it reads the clock, or the wait would absorb queued kernels.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import inspect
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from .records import ENV_CONFIG, ENV_DIR, ProbeConfig, ProcessRecord
+
+DATA_ROOT_ATTRS = ("root", "data_dir", "root_dir", "data_root", "data_path", "folder",
+                   "directory", "path")
+
+
+class ProbeStop(SystemExit):
+    """The measurement is complete: ends the script as a clean exit (SystemExit passes
+    through the script's `except Exception`)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+def batch_size(batch: Any, depth: int = 0) -> int | None:
+    """Samples in a batch: the leading dimension of its first tensor, however nested
+    (a tensor, a tuple (inputs, labels), a dict, DALI's list of dicts)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None and not isinstance(batch, (str, bytes)):
+        return int(shape[0]) if len(shape) > 0 else None
+    if depth > 4:
+        return None
+    values = (list(batch.values()) if isinstance(batch, dict)
+              else batch if isinstance(batch, (list, tuple)) else [])
+    for value in values[:8]:
+        n = batch_size(value, depth + 1)
+        if n is not None:
+            return n
+    return None
+
+
+def data_root(dataset: Any) -> str:
+    """A folder the dataset says it reads (ImageFolder's root and the like), if any."""
+    for obj in (dataset, getattr(dataset, "dataset", None)):   # Subset wraps one
+        for attr in DATA_ROOT_ATTRS:
+            value = getattr(obj, attr, None)
+            if isinstance(value, (str, os.PathLike)) and os.path.isdir(value):
+                return str(Path(value).resolve())
+    return ""
+
+
+class Recorder:
+    """This process's measurement, and the decisions of when to stop."""
+
+    def __init__(self, config: ProbeConfig, folder: Path) -> None:
+        self.cfg = config
+        self.folder = folder
+        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", ""))
+        self.rec = ProcessRecord(pid=os.getpid(), rank=int(rank) if rank.isdigit() else None,
+                                 argv=list(sys.argv), workers_set=config.workers)
+        self.t_start = time.perf_counter()
+        self.window_t = self.window_cpu = 0.0
+        self.pending: tuple[float, int | None] | None = None   # (wait, samples) of a batch
+        self.replay: Any = None
+        self.last_write = 0.0
+        self.done = False
+        self.rec.write(folder)
+
+    # --- the clock ---------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        if not self.cfg.sync_cuda or self.cfg.mode == "watch":
+            return
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def _step_boundary(self) -> float:
+        """A batch is asked for: the previous step has ended. May end the script."""
+        self._sync()
+        now = time.perf_counter()
+        if self.pending is not None:
+            wait, samples = self.pending
+            self.pending = None
+            if self.rec.batches > self.cfg.warmup:
+                r = self.rec
+                r.steps += 1
+                r.samples += samples if samples is not None else 1
+                r.batch_size_known &= samples is not None
+                r.wait_s += wait
+                r.seconds = now - self.window_t
+                r.cpu_s = time.process_time() - self.window_cpu
+        if self.rec.batches == self.cfg.warmup and self.rec.steps == 0:
+            self.window_t, self.window_cpu = now, time.process_time()
+        if self.cfg.mode == "watch":
+            if now - self.last_write >= self.cfg.interval_s:
+                self.write("iterating")
+        elif self.rec.steps >= self.cfg.iterations:
+            self.finish()
+        return now
+
+    def _took(self, wait: float, batch: Any) -> None:
+        first = self.rec.batches == 0
+        self.rec.batches += 1
+        self.pending = (wait, batch_size(batch))
+        if first:
+            self.rec.first_batch_s = round(time.perf_counter() - self.t_start, 3)
+            self.write("iterating")
+
+    # --- the hooked __next__ -----------------------------------------------------------
+
+    def next_batch(self, it: Any, original: Callable[[Any], Any], kind: str) -> Any:
+        if kind not in self.rec.loaders:
+            self.rec.loaders.append(kind)
+        if self.cfg.mode == "loader":
+            self._drain(it, original)
+        if self.cfg.mode == "compute" and self.replay is not None:
+            self._step_boundary()
+            self._took(0.0, self.replay)
+            return self.replay
+        t0 = self._step_boundary()
+        batch = original(it)
+        self._took(time.perf_counter() - t0, batch)
+        if self.cfg.mode == "compute":
+            self.replay = batch
+        return batch
+
+    def _drain(self, it: Any, original: Callable[[Any], Any]) -> None:
+        """Loader mode: take warm-up + N batches as fast as the loader gives them, without
+        the script's step, then end the script."""
+        while True:
+            t0 = self._step_boundary()
+            try:
+                batch = original(it)
+            except StopIteration:       # a short epoch: start the next one
+                it = _next_epoch(it)
+                continue
+            self._took(time.perf_counter() - t0, batch)
+
+    # --- records -----------------------------------------------------------------------
+
+    def write(self, state: str) -> None:
+        self.rec.state = state
+        self.rec.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            self.rec.peak_gpu_mem_mb = torch.cuda.max_memory_allocated() / 2**20
+        self.last_write = time.perf_counter()
+        try:
+            self.rec.write(self.folder)
+        except OSError:
+            pass    # a full disk must not break the user's training
+
+    def finish(self) -> None:
+        self.done = True
+        self.write("measured")
+        raise ProbeStop()
+
+    def at_exit(self) -> None:
+        if not self.done and self.rec.state != "failed":
+            self.write("ended")
+
+    def failed(self, exc: BaseException) -> None:
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            return
+        self.rec.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        self.write("failed")
+
+    def saw_dataset(self, length: int | None, root: str) -> None:
+        if length:
+            self.rec.dataset_len = max(self.rec.dataset_len or 0, length)
+        if root and not self.rec.data_root:
+            self.rec.data_root = root
+
+
+def _next_epoch(it: Any) -> Any:
+    loader = getattr(it, "_synergy_loader", None)
+    if loader is not None:
+        return iter(loader)
+    if hasattr(it, "reset"):        # DALI without auto_reset
+        it.reset()
+        return it
+    raise RuntimeError("the loader ended and cannot be restarted for more batches")
+
+
+RECORDER: Recorder | None = None
+
+
+def _hook_next(cls: type, kind: str) -> None:
+    original = cls.__next__
+
+    def __next__(self: Any) -> Any:
+        assert RECORDER is not None
+        return RECORDER.next_batch(self, original, kind)
+
+    cls.__next__ = __next__  # type: ignore[method-assign]
+
+
+def _set_argument(func: Callable[..., Any], name: str,
+                  change: Callable[[inspect.BoundArguments], None]) -> Callable[..., Any]:
+    """`func` with one of its arguments changed, however it was passed."""
+    signature = inspect.signature(func)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return func(*args, **kwargs)    # let the call fail as it would have
+        change(bound)
+        return func(*bound.args, **bound.kwargs)
+
+    wrapper.__wrapped__ = func  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _patch_torch(module: ModuleType) -> None:
+    rec = RECORDER
+    assert rec is not None
+    loader_cls, base_iter = module.DataLoader, module._BaseDataLoaderIter
+    _hook_next(base_iter, "DataLoader")
+
+    def change(bound: inspect.BoundArguments) -> None:
+        args = bound.arguments
+        dataset = args.get("dataset")
+        try:
+            length = len(dataset)  # type: ignore[arg-type]
+        except TypeError:       # an IterableDataset has no length
+            length = None
+        rec.saw_dataset(length, data_root(dataset))
+        if rec.cfg.workers is not None:
+            args["num_workers"] = rec.cfg.workers
+            if rec.cfg.workers == 0:    # options DataLoader refuses without workers
+                args.pop("prefetch_factor", None)
+                args["persistent_workers"] = False
+
+    loader_cls.__init__ = _set_argument(loader_cls.__init__, "num_workers", change)
+    original_iter = loader_cls.__iter__
+
+    def __iter__(self: Any) -> Any:
+        it = original_iter(self)
+        it._synergy_loader = self           # loader mode starts another epoch from it
+        return it
+
+    loader_cls.__iter__ = __iter__
+
+
+def _patch_dali_pipeline(module: ModuleType) -> None:
+    rec = RECORDER
+    assert rec is not None
+    if rec.cfg.workers is None:
+        return
+
+    def change(bound: inspect.BoundArguments) -> None:
+        bound.arguments["num_threads"] = max(1, rec.cfg.workers or 0)   # DALI needs one
+
+    module.Pipeline.__init__ = _set_argument(module.Pipeline.__init__, "num_threads", change)
+
+
+def _patch_dali_pytorch(module: ModuleType) -> None:
+    for name in ("DALIGenericIterator", "DALIRaggedIterator"):
+        cls = getattr(module, name, None)
+        if cls is not None and "__next__" in vars(cls):
+            _hook_next(cls, "DALI")
+    base = getattr(module, "DALIGenericIterator", None)
+    if base is not None:
+        original_init = base.__init__
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(self, *args, **kwargs)
+            size = getattr(self, "size", None)
+            if RECORDER is not None and isinstance(size, int) and size > 0:
+                RECORDER.saw_dataset(size, "")
+
+        base.__init__ = __init__
+
+
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "torch.utils.data.dataloader": _patch_torch,
+    "nvidia.dali.pipeline": _patch_dali_pipeline,
+    "nvidia.dali.plugin.pytorch": _patch_dali_pytorch,
+}
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then our patch on the fresh module."""
+
+    def __init__(self, loader: Any, patch: Callable[[ModuleType], None]) -> None:
+        self.loader, self.patch = loader, patch
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.patch(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Patches a module right after it is first imported, whoever imports it."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        patch = PATCHES.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+def install() -> None:
+    """Start probing this process, if the probe's environment asks for it."""
+    global RECORDER
+    folder, config = os.environ.get(ENV_DIR), os.environ.get(ENV_CONFIG)
+    if not folder or not config or RECORDER is not None:
+        return
+    try:
+        RECORDER = Recorder(ProbeConfig.from_env(config), Path(folder))
+    except (OSError, ValueError, TypeError) as e:
+        print(f"slurm-synergy probe: not probing this process: {e}", file=sys.stderr)
+        return
+    recorder = RECORDER
+    for name, patch in PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    sys.meta_path.insert(0, _AfterImport())
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        recorder.failed(exc)
+        previous(kind, exc, tb)
+
+    sys.excepthook = excepthook
+    atexit.register(recorder.at_exit)

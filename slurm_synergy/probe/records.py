@@ -1,0 +1,163 @@
+"""What the probe measures: per process, and for the whole run.
+
+Each probed process writes its own record (`<pid>.json` in the run's folder), whole, when
+it takes its first batch, when its measurement ends and, in watch mode, every few
+seconds; the supervisor reads them all and writes one result file. Imports nothing heavy:
+the supervisor and the reports read these without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..fileio import atomic_write_text
+
+MODES = ("train", "loader", "compute", "watch")
+ENV_DIR = "SYNERGY_PROBE_DIR"
+ENV_CONFIG = "SYNERGY_PROBE_CONFIG"
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """How every process of one run is probed; passed to them in the environment.
+
+    mode: train (end to end), loader (the script's loader drained alone, no step run),
+    compute (the first batch replayed, no loader), watch (the real run, never stopped).
+    """
+
+    mode: str = "train"
+    workers: int | None = None      # loader workers to set; None leaves the script's
+    warmup: int = 3                 # batches left out before the measured window
+    iterations: int = 20            # measured steps, then the script is ended
+    interval_s: float = 30.0        # watch mode: seconds between record writes
+    sync_cuda: bool = True          # synchronise CUDA at each batch so the split is true
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls, text: str) -> "ProbeConfig":
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class ProcessRecord:
+    """One probed process: the script, or one of its ranks."""
+
+    pid: int
+    rank: int | None                # RANK from torchrun or SLURM_PROCID; None alone
+    argv: list[str]
+    state: str = "started"          # started, iterating, measured, ended, failed
+    error: str = ""                 # the exception that ended the process, if any
+    loaders: list[str] = field(default_factory=list)   # kinds seen: DataLoader, DALI
+    workers_set: int | None = None  # what the probe set the loaders' workers to
+    batches: int = 0                # batches taken, warm-up included
+    steps: int = 0                  # measured steps (complete ones)
+    samples: int = 0                # samples in the measured steps
+    seconds: float = 0.0            # wall time of the measured steps
+    wait_s: float = 0.0             # of which waiting on the loader
+    cpu_s: float = 0.0              # this process's CPU time over the measured steps
+    batch_size_known: bool = True
+    first_batch_s: float | None = None   # from the process's start to its first batch
+    peak_rss_mb: float = 0.0
+    peak_gpu_mem_mb: float | None = None
+    dataset_len: int | None = None
+    data_root: str = ""             # a folder the dataset reads from, when it says
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    def write(self, folder: Path) -> None:
+        atomic_write_text(folder / f"{self.pid}.json", json.dumps(asdict(self)) + "\n")
+
+
+def read_records(folder: Path) -> list[ProcessRecord]:
+    """Every process record in a run's folder; one being replaced is skipped this time."""
+    known = {f.name for f in fields(ProcessRecord)}
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            out.append(ProcessRecord(**{k: v for k, v in data.items() if k in known}))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The run as a whole. Ranks train side by side, so their rates add up."""
+
+    processes: int                  # processes that took batches
+    samples_per_s: float
+    data_wait_share: float          # of the step time, mean over processes
+    steps: int                      # measured steps, the fewest of any process
+    samples: int
+    seconds: float                  # the longest measured window
+    cpu_s_per_sample: float         # the training processes' CPU time per sample
+    peak_rss_mb: float              # the whole process tree, loader workers included
+    peak_gpu_mem_mb: float | None
+    dataset_len: int | None
+    data_root: str
+
+
+def measure(records: list[ProcessRecord], tree_rss_mb: float) -> Measurement | None:
+    """None when no process completed a measured step."""
+    ranks = [r for r in records if r.steps > 0 and r.seconds > 0]
+    if not ranks:
+        return None
+    samples = sum(r.samples for r in ranks)
+    gpu = [r.peak_gpu_mem_mb for r in ranks if r.peak_gpu_mem_mb is not None]
+    lens = [r.dataset_len for r in ranks if r.dataset_len]
+    return Measurement(
+        processes=len(ranks),
+        samples_per_s=sum(r.samples_per_s for r in ranks),
+        data_wait_share=sum(r.wait_s / r.seconds for r in ranks) / len(ranks),
+        steps=min(r.steps for r in ranks), samples=samples,
+        seconds=max(r.seconds for r in ranks),
+        cpu_s_per_sample=sum(r.cpu_s for r in ranks) / samples if samples else 0.0,
+        peak_rss_mb=max(tree_rss_mb, sum(r.peak_rss_mb for r in ranks)),
+        peak_gpu_mem_mb=max(gpu) if gpu else None,
+        dataset_len=max(lens) if lens else None,
+        data_root=next((r.data_root for r in ranks if r.data_root), ""))
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What `python -m slurm_synergy.probe` writes to --out: the verdict, the whole run's
+    measurement and every process's record."""
+
+    ok: bool
+    reason: str                     # why not, in one line naming the script
+    script: str
+    mode: str
+    exit_status: int | None
+    measurement: Measurement | None
+    processes: list[ProcessRecord]
+    started_processes: list[str]    # commands the script started that ran unprobed
+
+    def write(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(asdict(self), indent=1) + "\n")
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """A result file as plain data; ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a probe result ({e})") from None
+    if not isinstance(data, dict) or "ok" not in data or "mode" not in data:
+        raise ValueError(f"{path}: not a probe result (no verdict)")
+    return data
+
+
+def probe_dir_of(out: Path) -> Path:
+    """Where the processes of the run written to `out` keep their records."""
+    return out.with_name(f".{out.name}.{os.getpid()}.d")

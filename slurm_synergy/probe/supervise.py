@@ -1,0 +1,173 @@
+"""The probe's parent process: start the command with the hooks, bound it, judge it.
+
+It never imports torch, so it costs the step it watches next to nothing: it wakes every
+half second (every few seconds in watch mode) to read the processes' records and the
+process tree's memory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .records import (ENV_CONFIG, ENV_DIR, ProbeConfig, ProbeResult, ProcessRecord,
+                      measure, probe_dir_of, read_records)
+
+BOOT = Path(__file__).resolve().parent / "boot"
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def command_for(argv: list[str]) -> list[str]:
+    """A Python script runs with this interpreter; anything else (torchrun, srun, a
+    program) as given: the hooks reach every Python process it starts."""
+    if argv[0].endswith(".py"):
+        return [sys.executable, *argv]
+    return list(argv)
+
+
+def script_name(argv: list[str]) -> str:
+    """What the messages call the script: the first .py of the command, else the command."""
+    return next((a for a in argv if a.endswith(".py")), argv[0])
+
+
+@dataclass
+class _Tree:
+    """The processes seen beneath the probe, and their memory."""
+
+    top: int
+    seen: dict[int, tuple[int, str]] = field(default_factory=dict)   # pid: (ppid, cmdline)
+    peak_rss_mb: float = 0.0
+
+    def look(self) -> None:
+        try:
+            root = psutil.Process(self.top)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss = 0
+        for p in procs:
+            try:
+                with p.oneshot():
+                    rss += p.memory_info().rss
+                    if p.pid not in self.seen:
+                        self.seen[p.pid] = (p.ppid(), " ".join(p.cmdline()))
+            except psutil.Error:
+                continue
+        self.peak_rss_mb = max(self.peak_rss_mb, rss / 2**20)
+
+    def unprobed(self, probed: set[int]) -> list[str]:
+        """Commands started beneath the script that ran without the hooks: not probed,
+        not the command itself, and not a fork of a probed process (a loader worker)."""
+        out = []
+        for pid, (ppid, cmd) in self.seen.items():
+            if pid in probed or pid == self.top:
+                continue
+            if ppid in self.seen and self.seen[ppid][1] == cmd:
+                continue
+            out.append(cmd[:160])
+        return out[:5]
+
+
+def _kill(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            if sig == signal.SIGTERM:
+                os.killpg(proc.pid, signal.SIGKILL)    # what the script left behind
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) -> ProbeResult:
+    """Run `argv` probed; write the result to `out` and return it."""
+    folder = probe_dir_of(out)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT), env.get("PYTHONPATH")) if p)
+    env[ENV_DIR], env[ENV_CONFIG] = str(folder), config.to_env()
+    watch = config.mode == "watch"
+    proc = subprocess.Popen(command_for(argv), env=env, start_new_session=True)
+    forward = {sig: signal.signal(sig, lambda s, _f: _signal(proc, s)) for sig in FORWARDED}
+    tree = _Tree(proc.pid)
+    started, timed_out = time.monotonic(), False
+    try:
+        while proc.poll() is None:
+            tree.look()
+            if not watch and time.monotonic() - started > time_limit_s and \
+                    not any(r.batches for r in read_records(folder)):
+                timed_out = True
+                _kill(proc)
+                break
+            time.sleep(5.0 if watch else 0.5)
+        rc = proc.wait()
+        if not watch:
+            _kill(proc, grace=2.0)      # workers or children the script left running
+    finally:
+        for sig, handler in forward.items():
+            signal.signal(sig, handler)
+    records = read_records(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    result = judge(config, argv, rc, records, tree, time_limit_s if timed_out else None)
+    result.write(out)
+    return result
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRecord],
+          tree: _Tree, timed_out_after: float | None) -> ProbeResult:
+    script = script_name(argv)
+    measurement = measure(records, tree.peak_rss_mb)
+    unprobed = tree.unprobed({r.pid for r in records})
+    took = max((r.batches for r in records), default=0)
+    errors = [r.error for r in records if r.error]
+    reason = ""
+    if config.mode == "watch":
+        if measurement is None:
+            reason = f"{script}: no measured step (it took {took} batch(es))"
+    elif timed_out_after is not None:
+        reason = (f"{script} took no batch from a PyTorch DataLoader or a DALI iterator in "
+                  f"{timed_out_after:.0f}s and was stopped; the probe measures training "
+                  "loops that read their data from one")
+    elif all(r.state != "measured" for r in records):
+        if took and errors:
+            reason = f"{script} failed after {took} batch(es): {errors[0]}"
+        elif took:
+            reason = (f"{script} ended after {took} batch(es), before the probe's "
+                      f"{config.warmup} warm-up and {config.iterations} measured ones: give "
+                      "it more data or epochs, or measure fewer iterations")
+        elif errors:
+            reason = f"{script} failed before its first batch: {errors[0]}"
+        elif rc != 0:
+            reason = f"{script} exited with status {rc} before its first batch (see its output)"
+        elif unprobed:
+            reason = (f"{script} took no batch in its own processes; it started processes "
+                      f"the probe cannot follow ({'; '.join(unprobed)}): launch the ranks "
+                      "with torchrun or srun, or keep the training loop in the script")
+        else:
+            reason = (f"{script} ended without taking a batch from a PyTorch DataLoader or a "
+                      "DALI iterator: nothing to measure")
+    return ProbeResult(ok=not reason, reason=reason, script=script, mode=config.mode,
+                       exit_status=rc, measurement=measurement, processes=records,
+                       started_processes=unprobed)

@@ -62,5 +62,6 @@ bench: setup
 	$(PY) bench/bench_loaders.py
 	$(PY) bench/bench_profiles.py
 	$(PY) bench/bench_sampler.py
+	$(PY) bench/bench_probe.py
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_simulate.py

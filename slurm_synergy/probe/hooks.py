@@ -3,8 +3,8 @@
 Installed at interpreter start by the probe's sitecustomize, before the script runs, and
 without importing torch or DALI: the hooks go in when the script imports them. Hooked:
 `_BaseDataLoaderIter.__next__` (every PyTorch DataLoader, map-style or iterable),
-`DataLoader.__init__` (the worker count), DALI's PyTorch iterators' `__next__` and
-`Pipeline.__init__` (its thread count).
+`DataLoader.__init__` (the worker count), DALI's PyTorch iterators' `__next__` and the
+thread count its Pipeline hands its backend.
 
 A step is the time from one request for a batch to the next, so it holds the wait on the
 loader and the rest of the step (forward, backward, optimizer, logging). On CUDA the
@@ -268,10 +268,17 @@ def _patch_dali_pipeline(module: ModuleType) -> None:
     if rec.cfg.workers is None:
         return
 
-    def change(bound: inspect.BoundArguments) -> None:
-        bound.arguments["num_threads"] = max(1, rec.cfg.workers or 0)   # DALI needs one
+    # Not through __init__: pipeline_def reads its argument list with getfullargspec,
+    # which a wrapper would hide. The thread count is read when the backend is made.
+    original = getattr(module.Pipeline, "_get_params", None)
+    if original is None:
+        return
 
-    module.Pipeline.__init__ = _set_argument(module.Pipeline.__init__, "num_threads", change)
+    def _get_params(self: Any) -> Any:
+        self._num_threads = max(1, rec.cfg.workers or 0)    # DALI needs one thread
+        return original(self)
+
+    module.Pipeline._get_params = _get_params
 
 
 def _patch_dali_pytorch(module: ModuleType) -> None:

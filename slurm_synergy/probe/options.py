@@ -29,16 +29,21 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
 
 
 def declared_options(script: Path) -> frozenset[str]:
-    """Every option string passed to an `add_argument` call in the script's source;
-    empty for a program that is not Python or a file that does not parse."""
+    """Every option string passed to an `add_argument` call in the script's source (also
+    through an alias, `add = parser.add_argument`); empty for a program that is not
+    Python or a file that does not parse."""
     try:
         tree = ast.parse(Path(script).read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return frozenset()
+    aliases = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               and isinstance(node.value, ast.Attribute) and node.value.attr == "add_argument"
+               for t in node.targets if isinstance(t, ast.Name)}
     found: set[str] = set()
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument"):
+        if isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument")
+                or (isinstance(node.func, ast.Name) and node.func.id in aliases)):
             found.update(a.value for a in node.args
                          if isinstance(a, ast.Constant) and isinstance(a.value, str)
                          and a.value.startswith("-"))

@@ -58,7 +58,7 @@ class _Tree:
                 with p.oneshot():
                     rss += p.memory_info().rss
                     if p.pid not in self.seen:
-                        self.seen[p.pid] = (p.ppid(), " ".join(p.cmdline()))
+                        self.seen[p.pid] = (p.ppid(), " ".join(" ".join(p.cmdline()).split()))
             except psutil.Error:
                 continue
         self.peak_rss_mb = max(self.peak_rss_mb, rss / 2**20)
@@ -72,7 +72,7 @@ class _Tree:
                 continue
             if ppid in self.seen and self.seen[ppid][1] == cmd:
                 continue
-            out.append(cmd[:160])
+            out.append(cmd[:100] + ("..." if len(cmd) > 100 else ""))
         return out[:5]
 
 

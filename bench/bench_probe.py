@@ -1,0 +1,97 @@
+"""Benchmark the script probe's cost: samples/s of the built-in workloads with and without
+it, side by side in one run.
+
+Each round runs the built-in trainer for --iterations on one workload twice, once plain
+and once under `python -m slurm_synergy.probe --mode watch` (the mode ordinary jobs run
+in), in alternating order, so drift on a shared machine hits both alike. The figure is
+the trainer's own samples/s (its summary.json), so the probe is judged by a clock it
+does not own; the probe's own figure for the same run is kept beside it, to show it
+measures what the trainer measures. Figures go to bench/results/probe.json.
+
+    make bench              # or: .venv/bin/python bench/bench_probe.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN = ROOT / "profiler" / "train.py"
+# The built-in workloads: an image, a text and an audio model, each with its data kind.
+WORKLOADS = {
+    "resnet8-jpeg": ["--arch", "resnet", "--depth", "8", "--batch", "32"],
+    "transformer-text": ["--arch", "transformer", "--batch", "32", "--dataset-size", "2048"],
+    "m5-audio": ["--arch", "m5", "--batch", "32"],
+}
+
+
+def run(workload: str, data: Path, out: Path, iterations: int, probed: bool) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, str(TRAIN), *WORKLOADS[workload], "--workers", "1",
+            "--data", str(data / workload), "--generate-data", "--output", str(out),
+            "--max-iterations", str(iterations), "--warmup", "3"]
+    if probed:
+        argv = [sys.executable, "-m", "slurm_synergy.probe", "--mode", "watch",
+                "--out", str(out / "probe.json"), "--", *argv]
+    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+    trainer = json.loads((out / "summary.json").read_text())["samples_per_s"]
+    probe = None
+    if probed:
+        probe = json.loads((out / "probe.json").read_text())["measurement"]["samples_per_s"]
+    return {"trainer": trainer, "probe": probe}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iterations", type=int, default=60)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "probe.json")
+    args = p.parse_args()
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        for workload in WORKLOADS:        # generate the data (and warm the cache) first
+            run(workload, data, Path(tmp) / "warm", 5, probed=False)
+        for workload in WORKLOADS:
+            plain, probed, own = [], [], []
+            for r in range(args.rounds):
+                order = (False, True) if r % 2 == 0 else (True, False)
+                for with_probe in order:
+                    got = run(workload, data, Path(tmp) / f"{workload}-{r}-{with_probe}",
+                              args.iterations, with_probe)
+                    (probed if with_probe else plain).append(got["trainer"])
+                    if with_probe:
+                        own.append(got["probe"] / got["trainer"])
+            ratios = [b / a for a, b in zip(plain, probed)]
+            results[workload] = {
+                "plain_samples_per_s": plain, "probed_samples_per_s": probed,
+                "ratio_per_round": [round(x, 4) for x in ratios],
+                "ratio_median": round(statistics.median(ratios), 4),
+                "ratio_of_medians": round(statistics.median(probed) / statistics.median(plain), 4),
+                "probe_over_trainer_median": round(statistics.median(own), 4),
+            }
+            print(f"{workload}: probed/plain median {results[workload]['ratio_median']:.3f} "
+                  f"(rounds {min(ratios):.3f}..{max(ratios):.3f}); plain "
+                  f"{statistics.median(plain):.1f} samples/s; the probe's own figure "
+                  f"{results[workload]['probe_over_trainer_median']:.3f} of the trainer's",
+                  flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(), "cpus": os.cpu_count(), "rounds": args.rounds,
+        "iterations": args.iterations, "workloads": results}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

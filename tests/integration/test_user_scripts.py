@@ -1,0 +1,185 @@
+"""Users' own training scripts, unmodified, on the real local cluster: each style in
+tests/corpus goes CSV -> profiling job (through the script probe) -> resubmission that
+the shim rewrites with the decision; the built-in trainer profiled as a user's script
+decides as the built-in does; scripts that cannot be measured are named with the reason,
+store nothing, and their jobs run as submitted."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from profiler.datagen import ensure_image_dataset
+from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.plugin.table import TABLE_NAME, read
+from slurm_synergy.profile import ProfileStore
+
+from .conftest import ROOT, executable, finish, resubmitted, submitted_ids, synergy
+
+CORPUS = ROOT / "tests" / "corpus"
+PROFILER = ROOT / "profiler" / "offline_profiler.py"
+ACCT = ("JobID", "JobName", "State", "AllocCPUS", "ExitCode", "Comment")
+# The scripts' columns as a user fills them in: only what each script takes.
+COLUMNS = "name,script,dataset,batch,workers,epochs,iterations,launcher,nproc,cpus,mem,time,args"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A JPEG folder of 10 classes, and the same under train/ for pytorch/examples' style."""
+    root = tmp_path_factory.mktemp("corpus-data")
+    images = ensure_image_dataset(root / "images", num_images=512, image_size=96)
+    (root / "inet").mkdir()
+    (root / "inet" / "train").symlink_to(images)
+    hungry = ensure_image_dataset(root / "hungry", num_images=256, image_size=512)
+    return images, root / "inet", hungry
+
+
+def corpus_rows(images, inet, hungry) -> dict[str, str]:
+    c = CORPUS
+    return {
+        "examples": f"u-examples,{c}/examples_imagenet.py,,16,1,3,,,,2,3G,00:15:00,{inet}",
+        "synergy": f"u-synergy,{c}/synergy_contract.py,{images},16,1,,60,,,2,3G,00:15:00,",
+        "torchloader": f"u-torchloader,{c}/torchloader_contract.py,{images},16,1,2,,,,2,3G,"
+                       "00:15:00,--arch resnet",
+        "plain": f"u-plain,{c}/plain_loop.py,,,2,,,,,2,3G,00:15:00,",
+        "dali": f"u-dali,{c}/dali_cpu.py,,16,,3,,,,2,3G,00:15:00,\"{images} --threads 3\"",
+        "ddp": f"u-ddp,{c}/ddp_gloo.py,,16,1,3,,torchrun,2,2,3G,00:15:00,",
+        # The built-in trainer's hungry workload, submitted as the built-in and as a
+        # user's script that is the trainer's own file.
+        "as-builtin": "u-builtin,,{hungry},32,1,,,,,2,3G,00:20:00,"
+                      "\"--crop 32\"".format(hungry=hungry),
+        "as-script": f"u-trainpy,{ROOT}/profiler/train.py,{hungry},32,1,,,,,2,3G,00:20:00,"
+                     "\"--arch resnet --depth 8 --crop 32\"",
+    }
+
+
+@pytest.fixture(scope="module")
+def corpus(slurm, box, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus")
+    rows = corpus_rows(*data)
+    csv = out / "jobs.csv"
+    # The built-in row names its model in arch/depth; user rows leave both empty.
+    lines = [COLUMNS + ",arch,depth"]
+    for key, row in rows.items():
+        lines.append(row + (",resnet,8" if key == "as-builtin" else ",,"))
+    csv.write_text("\n".join(lines) + "\n")
+    first = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
+    finish(slurm, first.values(), timeout=2400)
+    second = {name: resubmitted(job) for name, job in first.items()}
+    finish(slurm, second.values(), timeout=2400)
+    acct = {r["JobID"]: r for r in slurm.sacct([*first.values(), *second.values()], ACCT)}
+    specs = {s.name: s for s in load_jobs(csv)}
+    return (specs, {n: acct[j] for n, j in first.items()},
+            {n: acct[j] for n, j in second.items()}, out)
+
+
+STYLES = ["u-examples", "u-synergy", "u-torchloader", "u-plain", "u-dali", "u-ddp"]
+
+
+@pytest.mark.parametrize("name", STYLES)
+def test_each_style_is_profiled_and_resubmitted_with_its_decision(box, corpus, name):
+    specs, first, second, out = corpus
+    spec = specs[name]
+    log = (out / "logs").glob(f"*-{first[name]['JobID']}.out")
+    assert first[name]["State"] == "COMPLETED", next(log).read_text()[-3000:]
+    profile = ProfileStore.default().load(spec.fingerprint)
+    assert [(p.measure, p.cores) for p in profile.points] == [
+        ("train", 2), ("train", 1), ("loader", 2), ("compute", 1)]
+    assert all(p.samples_per_s > 0 and p.peak_rss_mb > 0 for p in profile.points)
+    assert profile.model.basis == "components" and len(profile.model.held_out) == 2
+    decision = read(box.etc / TABLE_NAME)[1][spec.fingerprint]
+    again = second[name]
+    assert again["State"] == "COMPLETED"
+    assert int(again["AllocCPUS"]) == decision.cpus
+    assert f"decision=c{decision.cpus},m{decision.mem_mb},g{decision.gpus}," \
+           f"w{decision.workers}" in again["Comment"]
+    assert f"from={first[name]['JobID']}" in again["Comment"]
+
+
+def test_the_probe_gives_scripts_without_a_worker_option_the_decided_workers(box, corpus):
+    specs, _, second, out = corpus
+    for name in ("u-plain", "u-dali"):
+        decision = read(box.etc / TABLE_NAME)[1][specs[name].fingerprint]
+        result = json.loads((out / name / "probe.json").read_text())
+        assert result["mode"] == "watch" and result["measurement"]["samples_per_s"] > 0
+        assert {p["workers_set"] for p in result["processes"]} == {decision.workers}
+        log = next((out / "logs").glob(f"*-{second[name]['JobID']}.out")).read_text()
+        assert f"workers={decision.workers}" in log and "samples/s over" in log
+
+
+def test_the_ddp_script_is_probed_in_every_rank(corpus):
+    specs, _, _, _ = corpus
+    profile = ProfileStore.default().load(specs["u-ddp"].fingerprint)
+    assert profile.allocation.procs == 2
+    # Two ranks with one worker each at two cores.
+    assert profile.points[0].workers == 2
+
+
+def test_the_builtin_and_its_own_file_as_a_users_script_decide_alike(box, corpus):
+    specs, _, second, _ = corpus
+    table = read(box.etc / TABLE_NAME)[1]
+    builtin, script = (table[specs[n].fingerprint] for n in ("u-builtin", "u-trainpy"))
+    assert specs["u-builtin"].fingerprint != specs["u-trainpy"].fingerprint
+    assert (builtin.cpus, builtin.gpus, builtin.workers) == (script.cpus, script.gpus,
+                                                             script.workers)
+    assert second["u-builtin"]["AllocCPUS"] == second["u-trainpy"]["AllocCPUS"]
+
+
+BAD = {
+    "bad-import": ("bad_import.py", "FAILED",
+                   "bad_import.py failed before its first batch: ModuleNotFoundError"),
+    "bad-noloader": ("bad_no_loader.py", "COMPLETED",
+                     "bad_no_loader.py ended without taking a batch"),
+    "bad-spawns": ("bad_spawns.py", "COMPLETED",
+                   "bad_spawns.py took no batch in its own processes; it started processes "
+                   "the probe cannot follow"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad(slurm, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bad-scripts")
+    csv = out / "bad.csv"
+    csv.write_text("name,script,cpus,mem,time\n" + "".join(
+        f"{name},{CORPUS / script},2,2G,00:05:00\n" for name, (script, _, _) in BAD.items()))
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
+    # The one that never takes a batch: the profiler straight in a job, with a short
+    # first-batch limit (a job's default is two minutes).
+    forever = executable(out / "forever.sh", textwrap.dedent(f"""\
+        #!/bin/bash
+        #SBATCH --job-name=bad-forever
+        #SBATCH --cpus-per-task=2
+        #SBATCH --mem=2G
+        #SBATCH --time=00:05:00
+        #SBATCH --output={out}/forever.out
+        cd {out}
+        exec {sys.executable} {PROFILER} --fingerprint 00000000000000fe \\
+            --first-batch-timeout 10 {CORPUS / 'bad_forever.py'}
+        """))
+    ids["bad-forever"] = slurm.sbatch(forever)
+    recs = finish(slurm, ids.values(), timeout=900)
+    specs = {s.name: s for s in load_jobs(csv)}
+    return out, ids, recs, specs
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_script_that_cannot_be_measured_is_named_and_runs_as_submitted(bad, name):
+    out, ids, recs, specs = bad
+    _, state, words = BAD[name]
+    log = next((out / "logs").glob(f"*-{ids[name]}.out")).read_text()
+    assert f"offline_profiler: error: the training 2-core step measured nothing: " in log
+    assert words in log and "nothing was stored" in log
+    assert "running the job as submitted" in log
+    assert recs[ids[name]].state == state, log
+    assert not ProfileStore.default().has(specs[name].fingerprint)
+
+
+def test_a_script_that_never_takes_a_batch_is_stopped_and_named(bad):
+    out, ids, recs, _ = bad
+    log = (out / "forever.out").read_text()
+    assert recs[ids["bad-forever"]].state == "FAILED" and recs[ids["bad-forever"]].exit_code \
+        == "1:0", log
+    assert "bad_forever.py took no batch from a PyTorch DataLoader or a DALI iterator in " \
+           "10s and was stopped" in log
+    assert not ProfileStore.default().has("00000000000000fe")

@@ -1,0 +1,189 @@
+"""The script probe on real scripts run here (no Slurm): what it counts and times, how it
+ends a script, what it sets, and the one-line reasons when there is nothing to measure."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.probe.hooks import batch_size
+from slurm_synergy.probe.options import declared_options, spelling, value_of, without
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "corpus"
+
+# 12 batches of 8 per epoch; it prints "done" only if it runs to its end.
+LOOP = textwrap.dedent("""\
+    import sys
+    import torch
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    class Items(Dataset):
+        def __len__(self):
+            return 96
+        def __getitem__(self, i):
+            return torch.full((4,), float(i)), i % 3
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            for i in range(96):
+                yield {"x": torch.full((4,), float(i))}
+
+    kind = sys.argv[1] if len(sys.argv) > 1 else "map"
+    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    loader = DataLoader(Items() if kind == "map" else Stream(), batch_size=8, num_workers=3,
+                        prefetch_factor=2)
+    seen = 0
+    for _ in range(epochs):
+        for batch in loader:
+            seen += 1
+    print("workers", loader.num_workers, "done", seen, flush=True)
+    sys.exit(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    """)
+
+
+def probe(tmp_path: Path, *options: str, script: str = LOOP, args=()) -> tuple:
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.probe", *options, "--out",
+                           str(out), "--", str(path), *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    result = json.loads(out.read_text()) if out.exists() else None
+    return proc, result
+
+
+def test_batch_size_of_nested_batches():
+    import torch
+
+    x = torch.zeros(5, 3)
+    assert batch_size(x) == 5 and batch_size((x, torch.zeros(5))) == 5
+    assert batch_size([{"data": x, "label": x}]) == 5        # DALI's list of dicts
+    assert batch_size({"ids": torch.zeros(7, 128)}) == 7
+    assert batch_size(torch.tensor(3.0)) is None and batch_size(["a", "b"]) is None
+
+
+def test_train_mode_measures_n_steps_after_the_warm_up_then_ends_the_script(tmp_path):
+    proc, result = probe(tmp_path, "--workers", "0", "--warmup", "2", "--iterations", "15")
+    assert proc.returncode == 0, proc.stderr
+    assert "done" not in proc.stdout            # ended cleanly before its own end
+    assert result["ok"] and result["exit_status"] == 0
+    (rec,) = result["processes"]
+    assert rec["state"] == "measured" and rec["workers_set"] == 0 and rec["loaders"] == [
+        "DataLoader"]
+    # 2 warm-up batches, 15 measured steps: the 18th request ends the script. The epoch
+    # boundary at 12 batches is crossed.
+    assert (rec["batches"], rec["steps"], rec["samples"]) == (17, 15, 120)
+    m = result["measurement"]
+    assert m["samples_per_s"] == pytest.approx(120 / rec["seconds"])
+    assert 0 <= m["data_wait_share"] <= 1 and m["dataset_len"] == 96
+    assert m["peak_rss_mb"] > 50
+    assert "samples/s over 15 steps" in proc.stderr
+
+
+def test_the_workers_are_set_whatever_the_script_asks(tmp_path):
+    proc, result = probe(tmp_path, "--mode", "watch", "--workers", "1", args=("map", "1"))
+    assert proc.returncode == 0, proc.stderr
+    assert "workers 1 done 12" in proc.stdout     # watch mode: the script runs to its end
+    assert result["processes"][0]["workers_set"] == 1
+
+
+def test_watch_mode_keeps_the_scripts_exit_status(tmp_path):
+    proc, result = probe(tmp_path, "--mode", "watch", "--warmup", "0", args=("map", "2", "3"))
+    assert proc.returncode == 3 and "done 24" in proc.stdout
+    # The request that finds the loader empty ends the last step too.
+    assert result["measurement"]["steps"] == 24
+
+
+def test_loader_and_compute_modes_on_an_iterable_dataset(tmp_path):
+    for mode in ("loader", "compute"):
+        proc, result = probe(tmp_path, "--mode", mode, "--iterations", "30",
+                             args=("stream", "1"))
+        assert proc.returncode == 0, proc.stderr
+        rec = result["processes"][0]
+        # One epoch holds 12 batches: loader mode starts another, compute mode replays.
+        assert rec["steps"] == 30 and rec["samples"] == 240, mode
+        assert result["measurement"]["dataset_len"] is None    # a stream has no length
+    assert rec["batches"] == 33
+
+
+def test_dali_threads_are_set_by_the_probe(tmp_path):
+    images = tmp_path / "images"
+    from profiler.datagen import ensure_image_dataset
+    ensure_image_dataset(images, num_images=40, image_size=32, num_classes=2)
+    script = textwrap.dedent(f"""\
+        from nvidia.dali import fn, pipeline_def
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        @pipeline_def
+        def pipe():
+            jpegs, labels = fn.readers.file(file_root="{images}", name="Reader")
+            return fn.decoders.image(jpegs, device="cpu"), labels
+
+        p = pipe(batch_size=4, num_threads=4, device_id=None)
+        p.build()
+        print("threads", p.num_threads, flush=True)
+        for epoch in range(10):
+            for batch in DALIGenericIterator(p, ["x", "y"], reader_name="Reader"):
+                pass
+        """)
+    proc, result = probe(tmp_path, "--workers", "2", "--iterations", "12", script=script)
+    assert proc.returncode == 0, proc.stderr
+    assert "threads 2" in proc.stdout
+    rec = result["processes"][0]
+    assert rec["loaders"] == ["DALI"] and rec["steps"] == 12 and rec["samples"] == 48
+    assert rec["dataset_len"] == 40
+
+
+@pytest.mark.parametrize("script,options,words", [
+    ("bad_import.py", [], "bad_import.py failed before its first batch: ModuleNotFoundError: "
+                          "No module named 'a_module_that_does_not_exist'"),
+    ("bad_no_loader.py", [], "bad_no_loader.py ended without taking a batch from a PyTorch "
+                             "DataLoader or a DALI iterator"),
+    ("bad_spawns.py", [], "bad_spawns.py took no batch in its own processes; it started "
+                          "processes the probe cannot follow ("),
+    ("bad_forever.py", ["--time-limit", "5"], "bad_forever.py took no batch from a PyTorch "
+                                              "DataLoader or a DALI iterator in 5s"),
+])
+def test_scripts_with_nothing_to_measure_get_one_reason(tmp_path, script, options, words):
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.probe", *options, "--out",
+                           str(out), "--", str(CORPUS / script)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1
+    result = json.loads(out.read_text())
+    assert not result["ok"] and words in result["reason"]
+    assert f"probe: error: {result['reason']}" in proc.stderr
+    assert result["measurement"] is None
+
+
+def test_a_script_that_ends_too_soon_is_not_a_measurement(tmp_path):
+    proc, result = probe(tmp_path, "--iterations", "50", args=("map", "1"))
+    assert proc.returncode == 1
+    assert "ended after 12 batch(es), before the probe's 3 warm-up and 50 measured" in \
+        result["reason"]
+
+
+def test_declared_options_are_read_from_the_source_without_running_it(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\nadd = p.add_argument\n"
+                      "add('-b', '--batch-size', type=int)\np.add_argument('--max_iterations')\n"
+                      "raise SystemExit('never run')\n")
+    declared = declared_options(script)
+    assert declared == {"-b", "--batch-size", "--max_iterations"}
+    assert spelling("batch", declared) == "--batch-size"
+    assert spelling("iterations", declared) == "--max_iterations"
+    assert spelling("workers", declared) is None
+    assert declared_options(tmp_path / "missing.py") == frozenset()
+    (tmp_path / "run.sh").write_text("#!/bin/sh\ntorchrun train.py\n")
+    assert declared_options(tmp_path / "run.sh") == frozenset()
+
+
+def test_options_are_removed_and_read_in_every_spelling():
+    argv = ["--data", "/d", "-j", "4", "--workers=3", "-j2", "--lr", "0.1", "-b64"]
+    assert without(argv, ["-j", "--workers"]) == ["--data", "/d", "--lr", "0.1", "-b64"]
+    assert value_of(argv, ["-b"]) == "64" and value_of(argv, ["--workers", "-j"]) == "2"
+    assert value_of(["--data=/x"], ["--data"]) == "/x" and value_of([], ["--data"]) is None

@@ -84,8 +84,9 @@ def test_each_style_is_profiled_and_resubmitted_with_its_decision(box, corpus, n
     log = (out / "logs").glob(f"*-{first[name]['JobID']}.out")
     assert first[name]["State"] == "COMPLETED", next(log).read_text()[-3000:]
     profile = ProfileStore.default().load(spec.fingerprint)
+    # The compute-only step gives each of the script's processes a core.
     assert [(p.measure, p.cores) for p in profile.points] == [
-        ("train", 2), ("train", 1), ("loader", 2), ("compute", 1)]
+        ("train", 2), ("train", 1), ("loader", 2), ("compute", spec.procs)]
     assert all(p.samples_per_s > 0 and p.peak_rss_mb > 0 for p in profile.points)
     assert profile.model.basis == "components" and len(profile.model.held_out) == 2
     decision = read(box.etc / TABLE_NAME)[1][spec.fingerprint]

@@ -32,8 +32,8 @@ def job_list(folder: Path, rows: int) -> Path:
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o755)
     csv = folder / "sweep.csv"
-    lines = ["name,script,arch,batch,cpus,gpus,mem,time,args"]
-    lines += [f"sweep-{i},{script},resnet,64,1,1,100M,00:05:00,--seed {i}" for i in range(rows)]
+    lines = ["name,script,cpus,gpus,mem,time,args"]
+    lines += [f"sweep-{i},{script},1,1,100M,00:05:00,--seed {i}" for i in range(rows)]
     csv.write_text("\n".join(lines) + "\n")
     return csv
 

@@ -64,7 +64,7 @@ def test_jobs_are_confined_and_hooks_run(box, slurm, tmp_path):
     script = executable(tmp_path / "probe.sh",
                         "#!/bin/bash\nnproc\necho \"gpus=$CUDA_VISIBLE_DEVICES\"\n")
     csv = tmp_path / "probe.csv"
-    csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\nprobe,{script},probe,1,1,3,100M\n")
+    csv.write_text(f"name,script,cpus,gpus,mem\nprobe,{script},1,3,100M\n")
     ids = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "out"))).values()
     recs = finish(slurm, ids)
     (rec,) = recs.values()

@@ -108,7 +108,7 @@ def test_row_slurm_would_refuse_stops_the_whole_list(slurm, tmp_path, tag):
 def test_resubmitting_the_same_file_does_not_duplicate(slurm, tmp_path, tag):
     script = executable(tmp_path / "true.sh", "#!/bin/sh\nexit 0\n")
     csv = tmp_path / "twice.csv"
-    csv.write_text(f"name,script,arch,batch,cpus,gpus,mem\ntwice-{tag},{script},noop,1,1,0,50M\n")
+    csv.write_text(f"name,script,cpus,gpus,mem\ntwice-{tag},{script},1,0,50M\n")
     first = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o")))
     again = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"))
     assert again.returncode == 0 and again.stdout == ""
@@ -123,8 +123,10 @@ def test_identical_rows_go_in_as_one_array(slurm, tmp_path):
     script = executable(tmp_path / "seed.sh",
                         "#!/bin/bash\necho \"seed ${@: -1} task $SLURM_ARRAY_TASK_ID\"\n")
     csv = tmp_path / "sweep.csv"
-    csv.write_text("name,script,arch,batch,cpus,gpus,mem,args\n"
-                   + "".join(f"sweep-{i},{script},m,1,1,0,50M,--seed {i}\n" for i in range(5)))
+    csv.write_text("name,script,cpus,gpus,mem,args\n"
+                   # The same arguments: a user's script with other arguments is another
+                   # workload (its fingerprint is its content and arguments).
+                   + "".join(f"sweep-{i},{script},1,0,50M,--seed 7\n" for i in range(5)))
     ids = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"), "--arrays"))
     (array_id,) = {i.split("_")[0] for i in ids.values()}
     assert sorted(ids.values()) == [f"{array_id}_{i}" for i in range(5)]
@@ -133,7 +135,7 @@ def test_identical_rows_go_in_as_one_array(slurm, tmp_path):
     logs = sorted((tmp_path / "o" / "logs").glob("*.out"))
     assert len(logs) == 5
     assert {log.read_text().splitlines()[-1] for log in logs} == {
-        f"seed {i} task {i}" for i in range(5)}
+        f"seed 7 task {i}" for i in range(5)}
 
 
 def test_dry_run_writes_scripts_and_submits_nothing(slurm, tmp_path, tag):

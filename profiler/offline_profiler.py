@@ -61,7 +61,7 @@ from slurm_synergy.plugin.policy import load_policy
 from slurm_synergy.probe.options import declared_options, spelling, value_of, without
 from slurm_synergy.probe.records import read_result
 from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
-                                   Profile, ProfileError, ProfileStore, ThroughputModel)
+                                   Profile, ProfileError, ProfileStore)
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.throughput import fit_components, workers_for
 

@@ -4,11 +4,8 @@ Run as `python profiler/train.py ...` or `python -m profiler.train ...`. Options
 torchloader's pretrain.py. Every iteration is timed in four parts, as torchloader
 keeps them: waiting for the loader, copying to the device, compute (forward, backward,
 step) and the total, plus the process's CPU time. They go to iterations.csv and a
-summary.json in --output.
-
---measure picks what runs: train (end to end), loader (the input pipeline alone, no
-model) or compute (one batch held on the device and trained on over and over, no
-loader), so the profiler can tell the input pipeline's rate from the device's.
+summary.json in --output. (The profiler measures it like any other script, through
+the script probe, which also runs its input pipeline and its step apart.)
 
 Exit status 2, with one line on stderr, for bad arguments or a bad data folder.
 """
@@ -39,7 +36,6 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import default_collate
 
 from profiler.data import (SAMPLE_UNITS, AnyDataset, TextWindows, make_dali_loader,
                            open_dataset, torch_loader)
@@ -50,7 +46,6 @@ from profiler.models import (DATA_KINDS, M5_MIN_SAMPLES, MAX_SEQ_LEN, MODELS, VO
 
 PROG = "train"
 LOADERS = ("pytorch", "dali")
-MEASURES = ("train", "loader", "compute")
 MAX_GENERATED_CLASSES = 10
 MB = 2**20
 
@@ -135,10 +130,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
              "(default %(default)s: 0.9 s at 8 kHz)")
     add("--loader", choices=LOADERS, default="pytorch",
         help="input pipeline; dali reads JPEGs only (default %(default)s)")
-    add("--measure", choices=MEASURES, default="train",
-        help="train: end to end; loader: the input pipeline alone, no model, nothing "
-             "copied to the device; compute: one batch built once, kept on the device "
-             "and trained on repeatedly, no loader (default %(default)s)")
     add("--lr", type=_positive_float, default=0.1,
         help="SGD learning rate (default %(default)s)")
     add("--output", type=Path, default=Path("."),
@@ -161,7 +152,7 @@ class IterationStats:
     compute_s: float    # forward + backward + optimizer step
     total_s: float
     cpu_s: float        # CPU time of this process, all threads (not loader workers)
-    loss: float | None  # None in loader mode: nothing is trained
+    loss: float
 
 
 def usable_cpus() -> int:
@@ -233,18 +224,15 @@ def cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(output.flatten(0, -2), target.flatten())
 
 
-def run_iterations(model: nn.Module | None, loader: Iterable[Any], device: torch.device,
+def run_iterations(model: nn.Module, loader: Iterable[Any], device: torch.device,
                    lr: float, max_iterations: int | None, epochs: int) -> list[IterationStats]:
-    """Train; return one record per iteration. With no model only the loader runs:
-    batches are fetched and dropped, nothing is copied."""
-    optimizer = (torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
-                 if model is not None else None)
+    """Train; return one record per iteration."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
     cuda = device.type == "cuda"
     # CUDA runs asynchronously: without a sync each section would show only the time
     # to queue its kernels, and the real cost would land in whichever section syncs.
     sync: Callable[[], None] = torch.cuda.synchronize if cuda else (lambda: None)
-    if model is not None:
-        model.train()
+    model.train()
     stats: list[IterationStats] = []
     epoch = 0
     while (len(stats) < max_iterations) if max_iterations else (epoch < epochs):
@@ -257,20 +245,18 @@ def run_iterations(model: nn.Module | None, loader: Iterable[Any], device: torch
                 inputs, targets = next(batches)
             except StopIteration:
                 break
-            t1 = t2 = t3 = time.perf_counter()
-            loss_value = None
-            if model is not None and optimizer is not None:
-                inputs = inputs.to(device, non_blocking=True)
-                targets = targets.to(device, non_blocking=True)
-                sync()
-                t2 = time.perf_counter()
-                optimizer.zero_grad(set_to_none=True)
-                loss = cross_entropy(model(inputs), targets)
-                loss.backward()
-                optimizer.step()
-                loss_value = loss.item()     # also waits for the step on a GPU
-                sync()
-                t3 = time.perf_counter()
+            t1 = time.perf_counter()
+            inputs = inputs.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+            sync()
+            t2 = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss = cross_entropy(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            loss_value = loss.item()     # also waits for the step on a GPU
+            sync()
+            t3 = time.perf_counter()
             stats.append(IterationStats(len(stats) + 1, epoch, t1 - t0, t2 - t1, t3 - t2,
                                         t3 - t0, time.process_time() - cpu0, loss_value))
         if len(stats) == before:
@@ -333,14 +319,7 @@ def peak_gpu_mem_mb(gpus: int) -> float | None:
 
 def make_input(args: argparse.Namespace, data: Path, dataset: AnyDataset,
                device: torch.device) -> Iterable[Any]:
-    """What run_iterations iterates: a loader, or in compute mode one batch of random
-    samples, collated once and moved to the device, repeated as many times an epoch as
-    the loader would give batches."""
-    if args.measure == "compute":
-        picks = torch.randperm(len(dataset))[:args.batch].tolist()
-        batch = default_collate([dataset[i] for i in picks])
-        batch = [t.to(device) for t in batch]
-        return [batch] * (len(dataset) // args.batch)
+    """What run_iterations iterates: the PyTorch or the DALI loader."""
     if args.loader == "dali":
         try:
             return make_dali_loader(data, args.batch, args.workers, args.crop,
@@ -370,15 +349,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     data, dataset = prepare_data(args, kind)
     classes = num_classes(dataset)
     seed_everything(args.seed)      # before the model, so --seed fixes its weights
-    # No loader runs in compute mode, so its workers need no cores.
-    workers = 0 if args.measure == "compute" else args.workers
+    workers = args.workers
     device, gpus, cpus, threads = choose_device(workers)
     name = model_name(args.arch, args.depth)
-    model: nn.Module | None = None      # none runs in loader mode
-    if args.measure != "loader":
-        model = build_model(args.arch, args.depth, classes).to(device)
-        if gpus > 1:
-            model = nn.DataParallel(model)
+    model = build_model(args.arch, args.depth, classes).to(device)
+    if gpus > 1:
+        model = nn.DataParallel(model)
     loader = make_input(args, data, dataset, device)
     if gpus:
         where = f"{gpus} GPU(s)"
@@ -390,7 +366,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               else f"{args.epochs or 1} epoch(s)")
     shape = list(dataset[0][0].shape)
     print(f"{PROG}: {name} b={args.batch} j={args.workers} loader={args.loader} "
-          f"measure={args.measure} on {where}; data {data} ({len(dataset)} "
+          f"on {where}; data {data} ({len(dataset)} "
           f"{SAMPLE_UNITS[kind]}, {classes} classes), input {'x'.join(map(str, shape))}, "
           f"{length}", flush=True)
 
@@ -403,7 +379,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset_bytes = sum(path.stat().st_size for path in dataset.files)
     summary: dict[str, Any] = {
         "arch": args.arch, "depth": args.depth, "model": name, "batch": args.batch,
-        "workers": args.workers, "loader": args.loader, "measure": args.measure,
+        "workers": args.workers, "loader": args.loader,
         "device": device.type, "gpus": gpus,
         "device_name": torch.cuda.get_device_name(0) if gpus else "cpu",
         "data": str(data), "data_kind": kind,
@@ -418,7 +394,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "started": started, "finished": _now(),
         "train_s": train_s, "wall_s": time.perf_counter() - wall0,
     }
-    # Written whole: the profiler reads summary.json as soon as the step ends.
+    # Written whole: reports read summary.json while other jobs write theirs.
     atomic_write_text(output / "iterations.csv", iterations_csv(stats))
     atomic_write_text(output / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(f"{PROG}: {name} b={args.batch} j={args.workers} {device.type}: {len(stats)} "

@@ -214,9 +214,9 @@ def _hook_next(cls: type, kind: str) -> None:
     cls.__next__ = __next__  # type: ignore[method-assign]
 
 
-def _set_argument(func: Callable[..., Any], name: str,
-                  change: Callable[[inspect.BoundArguments], None]) -> Callable[..., Any]:
-    """`func` with one of its arguments changed, however it was passed."""
+def _with_arguments(func: Callable[..., Any],
+                    change: Callable[[inspect.BoundArguments], None]) -> Callable[..., Any]:
+    """`func` with its arguments changed by `change`, however they were passed."""
     signature = inspect.signature(func)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -251,7 +251,7 @@ def _patch_torch(module: ModuleType) -> None:
                 args.pop("prefetch_factor", None)
                 args["persistent_workers"] = False
 
-    loader_cls.__init__ = _set_argument(loader_cls.__init__, "num_workers", change)
+    loader_cls.__init__ = _with_arguments(loader_cls.__init__, change)
     original_iter = loader_cls.__iter__
 
     def __iter__(self: Any) -> Any:

@@ -107,14 +107,18 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) ->
     tree = _Tree(proc.pid)
     started, timed_out = time.monotonic(), False
     try:
-        while proc.poll() is None:
+        while True:
             tree.look()
             if not watch and time.monotonic() - started > time_limit_s and \
                     not any(r.batches for r in read_records(folder)):
                 timed_out = True
                 _kill(proc)
                 break
-            time.sleep(5.0 if watch else 0.5)
+            try:
+                proc.wait(timeout=5.0 if watch else 0.5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
         rc = proc.wait()
         if not watch:
             _kill(proc, grace=2.0)      # workers or children the script left running

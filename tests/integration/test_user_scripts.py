@@ -169,7 +169,7 @@ def test_a_script_that_cannot_be_measured_is_named_and_runs_as_submitted(bad, na
     out, ids, recs, specs = bad
     _, state, words = BAD[name]
     log = next((out / "logs").glob(f"*-{ids[name]}.out")).read_text()
-    assert f"offline_profiler: error: the training 2-core step measured nothing: " in log
+    assert "offline_profiler: error: the training 2-core step measured nothing: " in log
     assert words in log and "nothing was stored" in log
     assert "running the job as submitted" in log
     assert recs[ids[name]].state == state, log

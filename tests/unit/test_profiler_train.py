@@ -1,5 +1,5 @@
 """The training script, run as Slurm jobs run it: a subprocess on a tiny dataset (and, for
-the matrix of models and --measure modes, in this process, to spare the imports)."""
+the matrix of models, in this process, to spare the imports)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_path_form_writes_iterations_and_summary(dataset: Path, tmp_path: Path) 
     assert summary["mean_compute_s"] == pytest.approx(
         sum(float(r["compute_s"]) for r in measured) / 3, rel=1e-3)
     assert {"arch": "resnet", "depth": 6, "batch": 8, "workers": 1, "loader": "pytorch",
-            "device": "cpu", "warmup": 2, "num_classes": 4, "measure": "train",
+            "device": "cpu", "warmup": 2, "num_classes": 4,
             "data_kind": "jpeg", "dataset_samples": 32, "sample_shape": [3, 32, 32],
             "peak_gpu_mem_mb": None}.items() <= summary.items()
     assert summary["cpu_s"] == pytest.approx(sum(float(r["cpu_s"]) for r in measured),
@@ -145,12 +145,12 @@ def test_bad_arguments_exit_2_with_one_line(dataset: Path, tmp_path: Path, args:
         assert word in done.stderr
 
 
-# --- the new models and the --measure modes ---------------------------------------------
+# --- the text and audio models ----------------------------------------------------------
 
 # Small enough that each run takes well under a second on two cores.
 TINY = {"transformer": ["--seq-len", "32"], "lstm": ["--seq-len", "32"],
         "m5": ["--audio-crop", "2000"]}
-NEW_SUMMARY_KEYS = {"measure", "data_kind", "cpu_s", "host_cpu_s_per_sample", "peak_rss_mb",
+NEW_SUMMARY_KEYS = {"data_kind", "cpu_s", "host_cpu_s_per_sample", "peak_rss_mb",
                     "dataset_bytes", "dataset_samples", "sample_bytes", "peak_gpu_mem_mb"}
 
 
@@ -172,14 +172,12 @@ def keep_torch_threads() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("keep_torch_threads")
-@pytest.mark.parametrize("measure", ["train", "loader", "compute"])
 @pytest.mark.parametrize("arch", ["transformer", "lstm", "m5"])
-def test_measure_modes(datasets: dict[str, Path], tmp_path: Path, arch: str,
-                       measure: str) -> None:
+def test_text_and_audio_models_train(datasets: dict[str, Path], tmp_path: Path,
+                                     arch: str) -> None:
     data = datasets[arch]
     assert train.main(["--arch", arch, "-b", "4", "-j", "1", "--max-iterations", "3",
-                       "--measure", measure, "--data", str(data), "--output", str(tmp_path),
-                       *TINY[arch]]) == 0
+                       "--data", str(data), "--output", str(tmp_path), *TINY[arch]]) == 0
     rows = _rows(tmp_path)
     assert len(rows) == 3
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -187,7 +185,7 @@ def test_measure_modes(datasets: dict[str, Path], tmp_path: Path, arch: str,
     kind = "audio" if arch == "m5" else "text"
     files = sorted(data.glob("*/*.wav")) if kind == "audio" else [data / "corpus.txt"]
     samples = 12 if kind == "audio" else 24
-    assert {"measure": measure, "data_kind": kind, "iterations": 3, "measured_iterations": 1,
+    assert {"data_kind": kind, "iterations": 3, "measured_iterations": 1,
             "dataset_samples": samples, "peak_gpu_mem_mb": None,
             "num_classes": 3 if kind == "audio" else 256,
             "sample_shape": [1, 2000] if kind == "audio" else [32]}.items() <= summary.items()
@@ -198,20 +196,9 @@ def test_measure_modes(datasets: dict[str, Path], tmp_path: Path, arch: str,
     assert summary["cpu_s"] > 0
     assert summary["host_cpu_s_per_sample"] == pytest.approx(summary["cpu_s"] / 4)
     assert summary["peak_rss_mb"] > 50        # torch alone takes more than that
-    if measure == "loader":
-        # No model and no copy: the whole iteration is the wait for the loader.
-        assert all(float(r["h2d_s"]) == float(r["compute_s"]) == 0 for r in rows)
-        assert all(r["loss"] == "" for r in rows)
-        assert summary["final_loss"] is None and summary["data_stall_fraction"] == 1.0
-    else:
-        assert math.isfinite(summary["final_loss"])
-        assert all(float(r["compute_s"]) > 0 for r in rows)
-    if measure == "compute":
-        # The batch is already in memory: there is nothing to wait for.
-        assert all(float(r["data_s"]) < 0.01 for r in rows)
-        assert summary["torch_threads"] == summary["cpus"]
-    else:
-        assert summary["torch_threads"] == max(1, summary["cpus"] - 1)
+    assert math.isfinite(summary["final_loss"])
+    assert all(float(r["compute_s"]) > 0 for r in rows)
+    assert summary["torch_threads"] == max(1, summary["cpus"] - 1)
 
 
 def test_generates_text_and_trains_a_language_model(tmp_path: Path) -> None:
@@ -229,7 +216,7 @@ def test_generates_text_and_trains_a_language_model(tmp_path: Path) -> None:
 def test_generates_audio_for_m5(tmp_path: Path) -> None:
     data = tmp_path / "audio"
     done = _train(["--arch", "m5", "-b", "4", "-j", "1", "--max-iterations", "2",
-                   "--measure", "loader", "--generate-data", "--dataset-size", "8",
+                   "--generate-data", "--dataset-size", "8",
                    "--data", str(data), "--output", str(tmp_path / "out")], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert len(list(data.glob("*/*.wav"))) == 8
@@ -239,11 +226,11 @@ def test_generates_audio_for_m5(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--arch", "m5", "--loader", "dali", "--measure", "compute"],
+    (["--arch", "m5", "--loader", "dali"],
      ["the DALI loader reads JPEGs only", "m5", "audio"]),
     (["--arch", "lstm", "--seq-len", "2000"], ["--seq-len", "2000", "1024"]),
     (["--arch", "m5", "--audio-crop", "100"], ["--audio-crop", "100", "1100"]),
-    (["--measure", "everything"], ["--measure", "everything"]),
+    (["--loader", "everything"], ["--loader", "everything"]),
     (["--arch", "transformer", "--depth", "4"], ["transformer", "depth"]),
     (["--arch", "m5", "--batch", "20"], ["fewer than one batch", "12 clips"]),
 ])

@@ -122,8 +122,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="first iterations of each step left out (default %(default)s)")
     add("--torchrun", type=_positive_int, metavar="N",
         help="run the script under torchrun with N processes (its DDP ranks)")
-    add("--first-batch-timeout", type=float, default=120.0,
-        help="seconds a step's script may take to its first batch (default %(default)s)")
+    add("--first-batch-timeout", type=float, default=300.0,
+        help="seconds a step's script may take to its first batch (default %(default)s; "
+        "jobs get the site policy's first_batch_timeout_s)")
     add("--job-name", default="", help="name recorded in the profile")
     add("--fingerprint", help="the workload's fingerprint (default: hashed from the command)")
     add("--store", type=Path, help="profile store (default: SYNERGY_PROFILES or "

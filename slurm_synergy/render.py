@@ -125,7 +125,8 @@ def profiler_command(spec: JobSpec) -> list[str]:
     """The profiling prolog's command and options; the template adds the working folder,
     then the script and the task's own arguments."""
     argv = [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
-            "--job-name", spec.name]
+            "--job-name", spec.name,
+            "--first-batch-timeout", f"{load_policy().first_batch_timeout_s:g}"]
     if spec.launch == "torchrun":
         argv += ["--torchrun", str(spec.procs)]
     return argv

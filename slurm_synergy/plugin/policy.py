@@ -22,6 +22,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "user_request_wins": (bool, 0, 1),
     "profile_new": (bool, 0, 1),
     "watch_runs": (bool, 0, 1),
+    "first_batch_timeout_s": (float, 5.0, 86400.0),
     "gpu_sample_period_s": (float, 0.05, 60.0),
     "hook_timeout_s": (float, 1.0, 120.0),
 }
@@ -39,6 +40,8 @@ class Policy:
     user_request_wins: bool = False
     profile_new: bool = True
     watch_runs: bool = False
+    first_batch_timeout_s: float = 300.0   # a profiling step's script may take this long
+                                           # to its first batch (indexing a dataset, say)
     gpu_sample_period_s: float = 1.0  # the node's GPU sampler, for each job's lifetime
     hook_timeout_s: float = 20.0      # prolog/epilog give up after this; keep well under
                                       # slurm.conf's PrologEpilogTimeout

@@ -5,8 +5,8 @@ decides as the built-in does; scripts that cannot be measured are named with the
 store nothing, and their jobs run as submitted."""
 
 import json
-import sys
-import textwrap
+import os
+import subprocess
 
 import pytest
 
@@ -15,10 +15,9 @@ from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.plugin.table import TABLE_NAME, read
 from slurm_synergy.profile import ProfileStore
 
-from .conftest import ROOT, executable, finish, resubmitted, submitted_ids, synergy
+from .conftest import SYNERGY, ROOT, finish, resubmitted, submitted_ids, synergy
 
 CORPUS = ROOT / "tests" / "corpus"
-PROFILER = ROOT / "profiler" / "offline_profiler.py"
 ACCT = ("JobID", "JobName", "State", "AllocCPUS", "ExitCode", "Comment")
 # The scripts' columns as a user fills them in: only what each script takes.
 COLUMNS = "name,script,dataset,batch,workers,epochs,iterations,launcher,nproc,cpus,mem,time,args"
@@ -135,30 +134,28 @@ BAD = {
     "bad-spawns": ("bad_spawns.py", "COMPLETED",
                    "bad_spawns.py took no batch in its own processes; it started processes "
                    "the probe cannot follow"),
+    # Stopped after the site's first-batch limit (10 s here), then run as submitted until
+    # Slurm's time limit ends it.
+    "bad-forever": ("bad_forever.py", "TIMEOUT",
+                    "bad_forever.py took no batch from a PyTorch DataLoader or a DALI "
+                    "iterator in 10s and was stopped"),
 }
 
 
 @pytest.fixture(scope="module")
 def bad(slurm, tmp_path_factory):
     out = tmp_path_factory.mktemp("bad-scripts")
+    policy = out / "policy.toml"
+    policy.write_text((ROOT / "etc" / "policy.toml").read_text().replace(
+        "first_batch_timeout_s = 300", "first_batch_timeout_s = 10"))
     csv = out / "bad.csv"
     csv.write_text("name,script,cpus,mem,time\n" + "".join(
-        f"{name},{CORPUS / script},2,2G,00:05:00\n" for name, (script, _, _) in BAD.items()))
-    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
-    # The one that never takes a batch: the profiler straight in a job, with a short
-    # first-batch limit (a job's default is two minutes).
-    forever = executable(out / "forever.sh", textwrap.dedent(f"""\
-        #!/bin/bash
-        #SBATCH --job-name=bad-forever
-        #SBATCH --cpus-per-task=2
-        #SBATCH --mem=2G
-        #SBATCH --time=00:05:00
-        #SBATCH --output={out}/forever.out
-        cd {out}
-        exec {sys.executable} {PROFILER} --fingerprint 00000000000000fe \\
-            --first-batch-timeout 10 {CORPUS / 'bad_forever.py'}
-        """))
-    ids["bad-forever"] = slurm.sbatch(forever)
+        f"{name},{CORPUS / script},2,2G,{'00:01:00' if state == 'TIMEOUT' else '00:05:00'}\n"
+        for name, (script, state, _) in BAD.items()))
+    proc = subprocess.run([*SYNERGY, "submit", str(csv), "--out", str(out), "--profile"],
+                          capture_output=True, text=True,
+                          env=dict(os.environ, SYNERGY_POLICY=str(policy)))
+    ids = submitted_ids(proc)
     recs = finish(slurm, ids.values(), timeout=900)
     specs = {s.name: s for s in load_jobs(csv)}
     return out, ids, recs, specs
@@ -174,13 +171,3 @@ def test_a_script_that_cannot_be_measured_is_named_and_runs_as_submitted(bad, na
     assert "running the job as submitted" in log
     assert recs[ids[name]].state == state, log
     assert not ProfileStore.default().has(specs[name].fingerprint)
-
-
-def test_a_script_that_never_takes_a_batch_is_stopped_and_named(bad):
-    out, ids, recs, _ = bad
-    log = (out / "forever.out").read_text()
-    assert recs[ids["bad-forever"]].state == "FAILED" and recs[ids["bad-forever"]].exit_code \
-        == "1:0", log
-    assert "bad_forever.py took no batch from a PyTorch DataLoader or a DALI iterator in " \
-           "10s and was stopped" in log
-    assert not ProfileStore.default().has("00000000000000fe")

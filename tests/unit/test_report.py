@@ -176,3 +176,33 @@ def test_a_profiling_chain_is_one_job_for_jct_and_pending_cancels_never_waited()
     c = summary.cluster(jobs)
     assert c["jct_mean_s"] == 120                        # 10:00 submit to 10:02 end
     assert c["wait_mean_s"] == 10                        # job 3 never waited to run
+
+
+def test_throughput_and_data_wait_come_from_what_the_job_wrote_while_it_ran(tmp_path):
+    import os
+
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    start, end = pd.Timestamp("2026-11-22T10:00:10"), pd.Timestamp("2026-11-22T10:10:00")
+    inside, before = start.timestamp() + 60, start.timestamp() - 3600
+
+    def job(raw, files, written):
+        folder = tmp_path / raw
+        folder.mkdir()
+        for name, data in files.items():
+            (folder / name).write_text(json.dumps(data))
+            os.utime(folder / name, (written, written))
+        (outputs / raw).write_text(f"{folder}\n")
+
+    probe = {"ok": True, "mode": "watch",
+             "measurement": {"samples_per_s": 812.5, "data_wait_share": 0.25}}
+    job("1", {"probe.json": probe}, inside)                                # a user's script
+    job("2", {"summary.json": {"samples_per_s": 90.0, "data_stall_fraction": 0.5}}, inside)
+    job("3", {"probe.json": probe}, before)                 # an earlier run of the row
+    job("4", {"probe.json": probe}, inside)                 # its profiling run: not a rate
+    jobs = pd.DataFrame({"raw_id": ["1", "2", "3", "4", "5"],
+                         "start": [start] * 5, "end": [end] * 5,
+                         "profiling": [False, False, False, True, False]})
+    enrich.add_throughput(jobs, outputs)
+    assert list(jobs["samples_per_s"]) == [812.5, 90.0, None, None, None]
+    assert list(jobs["data_wait_share"]) == [0.25, 0.5, None, None, None]

@@ -1,8 +1,8 @@
 """The probe's parent process: start the command with the hooks, bound it, judge it.
 
-It never imports torch, so it costs the step it watches next to nothing: it wakes every
-half second (every few seconds in watch mode) to read the processes' records and the
-process tree's memory.
+It never imports torch. While a measurement runs it wakes twice a second to read the
+processes' records and the process tree's memory; in watch mode it only waits for the
+script to end, so a real run pays nothing for it.
 """
 
 from __future__ import annotations
@@ -107,18 +107,16 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) ->
     tree = _Tree(proc.pid)
     started, timed_out = time.monotonic(), False
     try:
-        while True:
+        # Watch mode is the user's real run: block until it ends, no wake-ups at all.
+        # A measurement is bounded and needs the tree's memory: look twice a second.
+        while not watch and proc.poll() is None:
             tree.look()
-            if not watch and time.monotonic() - started > time_limit_s and \
+            if time.monotonic() - started > time_limit_s and \
                     not any(r.batches for r in read_records(folder)):
                 timed_out = True
                 _kill(proc)
                 break
-            try:
-                proc.wait(timeout=5.0 if watch else 0.5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+            time.sleep(0.5)
         rc = proc.wait()
         if not watch:
             _kill(proc, grace=2.0)      # workers or children the script left running

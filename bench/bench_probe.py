@@ -1,12 +1,18 @@
-"""Benchmark the script probe's cost: samples/s of the built-in workloads with and without
-it, side by side in one run.
+"""Benchmark the script probe's cost, two ways, side by side in one run.
 
-Each round runs the built-in trainer for --iterations on one workload twice, once plain
-and once under `python -m slurm_synergy.probe --mode watch` (the mode ordinary jobs run
-in), in alternating order, so drift on a shared machine hits both alike. The figure is
-the trainer's own samples/s (its summary.json), so the probe is judged by a clock it
-does not own; the probe's own figure for the same run is kept beside it, to show it
-measures what the trainer measures. Figures go to bench/results/probe.json.
+End to end: each round runs the built-in trainer for --iterations on one workload twice,
+once plain and once under `python -m slurm_synergy.probe --mode watch` (the mode
+ordinary jobs run in), in alternating order, so drift on a shared machine hits both
+alike. The figure is the trainer's own samples/s (its summary.json), so the probe is
+judged by a clock it does not own; the probe's own figure for the same run is kept
+beside it, to show it measures what the trainer measures. On a shared 2-core machine a
+single run swings by several percent, so the spread is reported with the median.
+
+Per batch: what the hooks add to one batch, measured directly on a loader that costs
+next to nothing (an in-memory dataset, no workers): --batches batches plain and probed,
+alternating. Divided by each workload's step time, it is the probe's share of a step.
+
+Figures go to bench/results/probe.json.
 
     make bench              # or: .venv/bin/python bench/bench_probe.py --rounds 5
 """
@@ -50,14 +56,49 @@ def run(workload: str, data: Path, out: Path, iterations: int, probed: bool) -> 
     return {"trainer": trainer, "probe": probe}
 
 
+# Iterates a loader whose batches cost next to nothing: the time per batch is the
+# DataLoader's own, plus the probe's hooks when it runs under the probe.
+PER_BATCH = """
+import sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.zeros(256, 4)), batch_size=1)
+n, t0 = 0, time.perf_counter()
+while n < int(sys.argv[1]):
+    for batch in loader:
+        n += 1
+print((time.perf_counter() - t0) / n * 1e6)
+"""
+
+
+def per_batch_us(folder: Path, batches: int, probed: bool) -> float:
+    script = folder / "per_batch.py"
+    script.write_text(PER_BATCH)
+    argv = [sys.executable, str(script), str(batches)]
+    if probed:
+        argv = [sys.executable, "-m", "slurm_synergy.probe", "--mode", "watch",
+                "--out", str(folder / "per_batch.json"), "--", *argv]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=ROOT)
+    return float(done.stdout.split()[-1])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--iterations", type=int, default=60)
+    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--batches", type=int, default=50000)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "probe.json")
     args = p.parse_args()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        plain_us, probed_us = [], []
+        for r in range(args.rounds):
+            for with_probe in ((False, True) if r % 2 == 0 else (True, False)):
+                (probed_us if with_probe else plain_us).append(
+                    per_batch_us(Path(tmp), args.batches, with_probe))
+        hook_us = statistics.median(b - a for a, b in zip(plain_us, probed_us))
+        print(f"per batch: {statistics.median(plain_us):.1f} us plain, "
+              f"{statistics.median(probed_us):.1f} us probed: the hooks add {hook_us:.1f} us",
+              flush=True)
         data = Path(tmp) / "data"
         for workload in WORKLOADS:        # generate the data (and warm the cache) first
             run(workload, data, Path(tmp) / "warm", 5, probed=False)
@@ -72,7 +113,10 @@ def main() -> int:
                     if with_probe:
                         own.append(got["probe"] / got["trainer"])
             ratios = [b / a for a, b in zip(plain, probed)]
+            # The workload's step, from its plain runs: batch over samples/s.
+            step_us = 32 / statistics.median(plain) * 1e6
             results[workload] = {
+                "step_us": round(step_us), "hook_share_of_step": hook_us / step_us,
                 "plain_samples_per_s": plain, "probed_samples_per_s": probed,
                 "ratio_per_round": [round(x, 4) for x in ratios],
                 "ratio_median": round(statistics.median(ratios), 4),
@@ -82,13 +126,15 @@ def main() -> int:
             print(f"{workload}: probed/plain median {results[workload]['ratio_median']:.3f} "
                   f"(rounds {min(ratios):.3f}..{max(ratios):.3f}); plain "
                   f"{statistics.median(plain):.1f} samples/s; the probe's own figure "
-                  f"{results[workload]['probe_over_trainer_median']:.3f} of the trainer's",
-                  flush=True)
+                  f"{results[workload]['probe_over_trainer_median']:.3f} of the trainer's; "
+                  f"the hooks are {hook_us / step_us:.4%} of its step", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(), "rounds": args.rounds,
-        "iterations": args.iterations, "workloads": results}, indent=2) + "\n")
+        "iterations": args.iterations,
+        "per_batch_us": {"plain": plain_us, "probed": probed_us, "hooks_median": hook_us},
+        "workloads": results}, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
 

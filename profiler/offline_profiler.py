@@ -58,7 +58,8 @@ from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN, workload_key
 from slurm_synergy.paths import TRAIN_SCRIPT
 from slurm_synergy.plugin.policy import load_policy
-from slurm_synergy.probe.options import declared_options, spelling, value_of, without
+from slurm_synergy.probe.options import (declared_options, spelling, spellings, value_of,
+                                         without)
 from slurm_synergy.probe.records import read_result
 from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
                                    Profile, ProfileError, ProfileStore)
@@ -177,11 +178,12 @@ def script_path(script: str) -> Path:
     return TRAIN_SCRIPT if script == BUILTIN else Path(script).expanduser().resolve()
 
 
-def default_fingerprint(script: str, args: Sequence[str], batch: int, gpus: int,
-                        procs: int) -> str:
-    """As `synergy submit` keys a user's script: its content and its arguments."""
+def default_fingerprint(script: str, args: Sequence[str], gpus: int, procs: int) -> str:
+    """As `synergy submit` keys a user's script (its content and arguments, its GPUs and
+    processes) for a row that names no GPU type: submit it with the same arguments and
+    the job finds this profile."""
     key = workload_key(script, args, gpus, procs)
-    key["batch"] = batch
+    key["gpu_type"] = ""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -266,7 +268,9 @@ class Runner:
         folder.mkdir(parents=True)
         out = folder / "probe.json"
         argv = self.argv(step, out)
-        gpus = 0 if step.measure == "loader" else self.gpus if step.gpus is None else step.gpus
+        # Every step keeps the job's GPUs, the input-only one too: a script that moves its
+        # model to CUDA before its loop would fail without one.
+        gpus = self.gpus if step.gpus is None else step.gpus
         preexec: Callable[[], None] | None = None
         if self.launcher == "srun":
             argv = self.slurm.step_argv(argv, step.cores, self.mem_mb, gpus, self.name)
@@ -493,7 +497,8 @@ def plan(args: argparse.Namespace) -> Plan:
     declared = declared_options(script_path(args.script))
     workers_opt, iterations_opt = spelling("workers", declared), spelling("iterations", declared)
     batch_opt = spelling("batch", declared)
-    script_args = without(args.script_args, [o for o in (workers_opt, iterations_opt) if o])
+    script_args = without(args.script_args,
+                          spellings("workers", declared) + spellings("iterations", declared))
     if args.batch is not None:
         if batch_opt is None:
             raise UsageError(f"-b/--batch {args.batch}: {args.script} declares no batch-size "
@@ -521,8 +526,7 @@ def plan(args: argparse.Namespace) -> Plan:
     batch_text = value_of(script_args, [batch_opt]) if batch_opt else None
     record_batch = int(batch_text) if batch_text and batch_text.isdigit() else 0
     procs = args.torchrun or 1
-    fp = args.fingerprint or default_fingerprint(args.script, script_args, record_batch,
-                                                 ngpus, procs)
+    fp = args.fingerprint or default_fingerprint(args.script, script_args, ngpus, procs)
     store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
     try:
         store.path(fp)
@@ -636,7 +640,10 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         # core, as workers_for leaves it. Measured on more threads, its CPU time per
         # sample would count the threads' spinning too.
         components: list[Point] = []
-        for step in (Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 0)):
+        # One loader worker in the compute-only step too: it takes the first batch, which
+        # is then replayed; none would break a script's worker_init_fn or a DataLoader
+        # given a multiprocessing_context, which need workers.
+        for step in (Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)):
             bar.set_postfix_str(f"{step.measure} only")
             pt = point(step)
             components.append(points.pop())

@@ -21,7 +21,7 @@ from typing import Callable
 from .errors import SynergyError
 from .jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LAUNCHES, LOADERS, SYNTHETIC_DATASET,
                       JobSpec, RowRef)
-from .probe.options import SPELLINGS, declared_options, spelling
+from .probe.options import SPELLINGS, declared_options, spelling, spellings
 
 TORCHLOADER_COLUMNS = ("arch", "depth", "batch", "workers", "output_folder", "port",
                        "submit_interval", "cuda_device")
@@ -209,6 +209,7 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
     watch = _boolean(row, "watch")
     options: tuple[str, ...] = ()
     workers_option = ""
+    workers_options: tuple[str, ...] = ()
     if not builtin:
         if dataset == SYNTHETIC_DATASET:
             row.bad("dataset", f"{SYNTHETIC_DATASET!r} is the built-in trainer's generated "
@@ -216,7 +217,8 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         values = {"arch": arch, "depth": depth, "batch": batch, "workers": workers,
                   "iterations": iterations, "epochs": epochs, "port": port,
                   "dataset": dataset, "loader": row.get("loader")}
-        options, workers_option = _script_options(row, script, values)
+        options, workers_options = _script_options(row, script, values)
+        workers_option = workers_options[0] if workers_options else ""
     name = row.matching("name", NAME_RE, "a job name (letters, digits, _ . -, at most 64)")
     if not name and not row.get("name"):
         stem = arch or re.sub(r"[^A-Za-z0-9_.-]", "_", Path(script).stem)[:40] or "job"
@@ -239,11 +241,12 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         source=row.ref, row_digest=digest,
         pinned=tuple(c for c in ("cpus", "mem", "gpus") if row.get(c)),
         script_options=options, workers_option=workers_option,
+        workers_options=workers_options,
         workers_given=bool(row.get("workers")), launch=launch, procs=procs, watch=watch)
 
 
 def _script_options(row: _Row, script: str,
-                    values: dict[str, object]) -> tuple[tuple[str, ...], str]:
+                    values: dict[str, object]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The options a user's script gets from its row: a column it sets becomes an option
     only when the script declares one (its own spelling); a column it cannot take is an
     error, except workers, which the probe sets for a script without the option."""
@@ -259,7 +262,7 @@ def _script_options(row: _Row, script: str,
             row.bad(column, f"{Path(script).name} declares no {'/'.join(SPELLINGS[option])} "
                     "option to take it; leave the column empty and put the value in args "
                     "as the script expects it")
-    return tuple(argv), spelling("workers", declared) or ""
+    return tuple(argv), tuple(spellings("workers", declared))
 
 
 def _boolean(row: _Row, column: str) -> bool | None:

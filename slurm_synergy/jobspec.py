@@ -90,6 +90,7 @@ class JobSpec:
     # how it is launched.
     script_options: tuple[str, ...] = ()
     workers_option: str = ""
+    workers_options: tuple[str, ...] = ()   # every spelling it declares, for the fingerprint
     workers_given: bool = False
     launch: str = "python"
     procs: int = 1
@@ -133,9 +134,7 @@ class JobSpec:
             if shape:
                 key["shape"] = shape
         else:
-            args = [*self.script_options, *self.args]
-            if self.workers_option:
-                args = without(args, [self.workers_option])
+            args = without([*self.script_options, *self.args], self.workers_options)
             key = workload_key(self.script, args, self.gpus, self.procs)
             key["gpu_type"] = self.gpu_type
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -124,9 +124,11 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
 def profiler_command(spec: JobSpec) -> list[str]:
     """The profiling prolog's command and options; the template adds the working folder,
     then the script and the task's own arguments."""
+    first_batch = load_policy().first_batch_timeout_s
+    # A step may take all of its first-batch allowance and then still measure.
     argv = [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
-            "--job-name", spec.name,
-            "--first-batch-timeout", f"{load_policy().first_batch_timeout_s:g}"]
+            "--job-name", spec.name, "--first-batch-timeout", f"{first_batch:g}",
+            "--step-timeout", f"{max(600.0, first_batch + 300):g}"]
     if spec.launch == "torchrun":
         argv += ["--torchrun", str(spec.procs)]
     return argv

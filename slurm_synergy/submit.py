@@ -75,7 +75,11 @@ def plan(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) -> list[
         offset += spec.submit_interval_s
         begins[spec.name] = offset
         if opts.arrays and not opts.sequential:
-            key = (*spec.resources, spec.fingerprint, spec.script, offset)
+            # Rows share an array when Slurm allocates them alike, they are one workload
+            # and their script runs alike (watch mode, the workers the probe sets): one
+            # rendered script serves the whole array.
+            key = (*spec.resources, spec.fingerprint, spec.script, spec.watch,
+                   spec.workers_given and not spec.workers_option and spec.workers, offset)
         else:
             key = (spec.name,)
         groups.setdefault(key, []).append(spec)

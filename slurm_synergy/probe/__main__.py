@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -91,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run(config, command, args.out.resolve(), args.time_limit)
     except OSError as e:
-        print(f"{PROG}: error: cannot run {command[0]}: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {command[0]}: {e}", file=sys.stderr)
         return USAGE_EXIT if args.mode != "watch" else 127
     m = result.measurement
     if m is not None:
@@ -101,9 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.reason:
         print(f"{PROG}: error: {result.reason}", file=sys.stderr)
     if args.mode == "watch":
-        # The user's job: its own exit status, whatever the probe saw.
+        # The user's job: its own exit status, whatever the probe saw; a script ended by
+        # a signal ends the probe by the same signal, so Slurm records it as such.
         rc = result.exit_status or 0
-        return 128 - rc if rc < 0 else rc
+        if rc < 0:
+            signal.signal(-rc, signal.SIG_DFL)
+            os.kill(os.getpid(), -rc)
+            return 128 - rc
+        return rc
     return 0 if result.ok else FAILED_EXIT
 
 

@@ -20,6 +20,7 @@ import inspect
 import os
 import resource
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -43,7 +44,10 @@ class ProbeStop(SystemExit):
 def batch_size(batch: Any, depth: int = 0) -> int | None:
     """Samples in a batch: the leading dimension of its first tensor, however nested
     (a tensor, a tuple (inputs, labels), a dict, DALI's list of dicts)."""
-    shape = getattr(batch, "shape", None)
+    try:
+        shape = getattr(batch, "shape", None)
+    except Exception:       # a user's type with a property that raises
+        return None
     if shape is not None and not isinstance(batch, (str, bytes)):
         return int(shape[0]) if len(shape) > 0 else None
     if depth > 4:
@@ -59,16 +63,24 @@ def batch_size(batch: Any, depth: int = 0) -> int | None:
 
 def data_root(dataset: Any) -> str:
     """A folder the dataset says it reads (ImageFolder's root and the like), if any."""
-    for obj in (dataset, getattr(dataset, "dataset", None)):   # Subset wraps one
-        for attr in DATA_ROOT_ATTRS:
-            value = getattr(obj, attr, None)
-            if isinstance(value, (str, os.PathLike)) and os.path.isdir(value):
-                return str(Path(value).resolve())
+    try:
+        for obj in (dataset, getattr(dataset, "dataset", None)):   # Subset wraps one
+            for attr in DATA_ROOT_ATTRS:
+                value = getattr(obj, attr, None)
+                if isinstance(value, (str, os.PathLike)) and os.path.isdir(value):
+                    return str(Path(value).resolve())
+    except Exception:       # a dataset whose __getattr__ raises: it names no folder
+        pass
     return ""
 
 
 class Recorder:
-    """This process's measurement, and the decisions of when to stop."""
+    """This process's measurement, and the decisions of when to stop.
+
+    Steps are counted on one loader: the one that has yielded most so far (the first on
+    a tie). zip(a, b) is then one step per pair, and a validation loader's batches are
+    time spent in the run (waiting on data), not training steps.
+    """
 
     def __init__(self, config: ProbeConfig, folder: Path) -> None:
         self.cfg = config
@@ -82,6 +94,9 @@ class Recorder:
         self.replay: Any = None
         self.last_write = 0.0
         self.done = False
+        self.counts: dict[int, int] = {}    # batches per loader, by id
+        self.primary: int | None = None     # the loader steps are counted on
+        self.other_wait = 0.0   # waits outside the primary's __next__ in the current step
         self.rec.write(folder)
 
     # --- the clock ---------------------------------------------------------------------
@@ -105,9 +120,10 @@ class Recorder:
                 r.steps += 1
                 r.samples += samples if samples is not None else 1
                 r.batch_size_known &= samples is not None
-                r.wait_s += wait
+                r.wait_s += wait + self.other_wait
                 r.seconds = now - self.window_t
                 r.cpu_s = time.process_time() - self.window_cpu
+        self.other_wait = 0.0
         if self.rec.batches == self.cfg.warmup and self.rec.steps == 0:
             self.window_t, self.window_cpu = now, time.process_time()
         if self.cfg.mode == "watch":
@@ -127,9 +143,25 @@ class Recorder:
 
     # --- the hooked __next__ -----------------------------------------------------------
 
+    def _primary(self, it: Any) -> bool:
+        key = id(getattr(it, "_synergy_loader", it))
+        count = self.counts.setdefault(key, 0)
+        if self.primary is None or count > self.counts.get(self.primary, 0):
+            self.primary = key
+        self.counts[key] = count + 1
+        return key == self.primary
+
     def next_batch(self, it: Any, original: Callable[[Any], Any], kind: str) -> Any:
+        if self.done or getattr(it, "_synergy_init", False):
+            return original(it)     # measured already; or DALI filling its first batch
         if kind not in self.rec.loaders:
             self.rec.loaders.append(kind)
+        if not self._primary(it):
+            t0 = time.perf_counter()
+            try:
+                return original(it)
+            finally:
+                self.other_wait += time.perf_counter() - t0
         if self.cfg.mode == "loader":
             self._drain(it, original)
         if self.cfg.mode == "compute" and self.replay is not None:
@@ -170,9 +202,13 @@ class Recorder:
             pass    # a full disk must not break the user's training
 
     def finish(self) -> None:
+        """The measurement is complete: end the script. Only the main thread can end it
+        cleanly; a loader read from another thread just stops counting, and the
+        supervisor ends the process once every record says measured."""
         self.done = True
         self.write("measured")
-        raise ProbeStop()
+        if threading.current_thread() is threading.main_thread():
+            raise ProbeStop()
 
     def at_exit(self) -> None:
         if not self.done and self.rec.state != "failed":
@@ -242,21 +278,24 @@ def _patch_torch(module: ModuleType) -> None:
         dataset = args.get("dataset")
         try:
             length = len(dataset)  # type: ignore[arg-type]
-        except TypeError:       # an IterableDataset has no length
+        except Exception:       # an IterableDataset has no length, or refuses to say
             length = None
         rec.saw_dataset(length, data_root(dataset))
         if rec.cfg.workers is not None:
             args["num_workers"] = rec.cfg.workers
             if rec.cfg.workers == 0:    # options DataLoader refuses without workers
-                args.pop("prefetch_factor", None)
+                for name in ("prefetch_factor", "multiprocessing_context"):
+                    args.pop(name, None)
                 args["persistent_workers"] = False
 
     loader_cls.__init__ = _with_arguments(loader_cls.__init__, change)
     original_iter = loader_cls.__iter__
 
     def __iter__(self: Any) -> Any:
+        t0 = time.perf_counter()
         it = original_iter(self)
-        it._synergy_loader = self           # loader mode starts another epoch from it
+        rec.other_wait += time.perf_counter() - t0     # starting workers: waiting on data
+        it._synergy_loader = self           # the loader's identity; loader mode restarts it
         return it
 
     loader_cls.__iter__ = __iter__
@@ -291,7 +330,12 @@ def _patch_dali_pytorch(module: ModuleType) -> None:
         original_init = base.__init__
 
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            original_init(self, *args, **kwargs)
+            # DALI takes a first batch inside __init__: not one of the script's.
+            self._synergy_init = True
+            try:
+                original_init(self, *args, **kwargs)
+            finally:
+                self._synergy_init = False
             size = getattr(self, "size", None)
             if RECORDER is not None and isinstance(size, int) and size > 0:
                 RECORDER.saw_dataset(size, "")

@@ -28,10 +28,16 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
 }
 
 
+KNOWN_LONG = frozenset(s for names in SPELLINGS.values() for s in names if s.startswith("--"))
+
+
 def declared_options(script: Path) -> frozenset[str]:
     """Every option string passed to an `add_argument` call in the script's source (also
     through an alias, `add = parser.add_argument`); empty for a program that is not
-    Python or a file that does not parse."""
+    Python or a file that does not parse.
+
+    A one-letter option counts only beside a long spelling we know (`-b, --batch-size`):
+    alone, `-b` may be anything (`--beta`), and a value passed to it would be wrong."""
     try:
         tree = ast.parse(Path(script).read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
@@ -44,15 +50,22 @@ def declared_options(script: Path) -> frozenset[str]:
         if isinstance(node, ast.Call) and (
                 (isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument")
                 or (isinstance(node.func, ast.Name) and node.func.id in aliases)):
-            found.update(a.value for a in node.args
-                         if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                         and a.value.startswith("-"))
+            names = {a.value for a in node.args if isinstance(a, ast.Constant)
+                     and isinstance(a.value, str) and a.value.startswith("-")}
+            if not names & KNOWN_LONG:
+                names = {n for n in names if n.startswith("--")}
+            found.update(names)
     return frozenset(found)
 
 
 def spelling(option: str, declared: frozenset[str]) -> str | None:
     """How the script spells `option` (a key of SPELLINGS), or None if it does not."""
     return next((s for s in SPELLINGS[option] if s in declared), None)
+
+
+def spellings(option: str, declared: frozenset[str]) -> list[str]:
+    """Every spelling of `option` the script declares: all of them are its."""
+    return [s for s in SPELLINGS[option] if s in declared]
 
 
 def without(argv: Sequence[str], names: Sequence[str]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,9 @@ class ProcessRecord:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
 
     def write(self, folder: Path) -> None:
-        atomic_write_text(folder / f"{self.pid}.json", json.dumps(asdict(self)) + "\n")
+        # By host too: an srun across nodes may write to one shared folder.
+        name = f"{socket.gethostname()}-{self.pid}.json"
+        atomic_write_text(folder / name, json.dumps(asdict(self)) + "\n")
 
 
 def read_records(folder: Path) -> list[ProcessRecord]:

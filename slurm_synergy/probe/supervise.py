@@ -7,6 +7,7 @@ script to end, so a real run pays nothing for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,6 +24,8 @@ from .records import (ENV_CONFIG, ENV_DIR, ProbeConfig, ProbeResult, ProcessReco
 
 BOOT = Path(__file__).resolve().parent / "boot"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+WATCH_FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
+MEASURED_GRACE_S = 5.0      # after every process measured, before ending the script
 
 
 def command_for(argv: list[str]) -> list[str]:
@@ -77,20 +80,27 @@ class _Tree:
 
 
 def _kill(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            if sig == signal.SIGTERM:
-                os.killpg(proc.pid, signal.SIGKILL)    # what the script left behind
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            return
+    """End the command and everything beneath it. By the tree, not the process group:
+    torchrun puts each rank in a session of its own."""
+    try:
+        procs = [psutil.Process(proc.pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        procs = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+
+
+def _all_measured(folder: Path) -> bool:
+    records = [r for r in read_records(folder) if r.batches]
+    return bool(records) and all(r.state == "measured" for r in records)
 
 
 def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) -> ProbeResult:
@@ -102,18 +112,36 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) ->
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT), env.get("PYTHONPATH")) if p)
     env[ENV_DIR], env[ENV_CONFIG] = str(folder), config.to_env()
     watch = config.mode == "watch"
-    proc = subprocess.Popen(command_for(argv), env=env, start_new_session=True)
-    forward = {sig: signal.signal(sig, lambda s, _f: _signal(proc, s)) for sig in FORWARDED}
+    # A measurement runs in a session of its own, so that it can be ended whole. The
+    # user's real run stays in the job's process group: Slurm's SIGTERM (cancel, time
+    # limit) reaches every process of the step already, so only the signals Slurm sends
+    # the batch shell alone (--signal=B:USR1@T) are passed on; passing SIGTERM on too
+    # would make a script's handler (a checkpoint) run twice.
+    proc = subprocess.Popen(command_for(argv), env=env, start_new_session=not watch)
+    forwarded = WATCH_FORWARDED if watch else FORWARDED
+    forward = {sig: signal.signal(sig, lambda s, _f: _signal(proc, s, watch))
+               for sig in forwarded}
+    if watch:
+        ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in FORWARDED
+                   if sig not in forwarded}
+        forward.update(ignored)
     tree = _Tree(proc.pid)
-    started, timed_out = time.monotonic(), False
+    started, timed_out, measured_at = time.monotonic(), False, None
     try:
         # Watch mode is the user's real run: block until it ends, no wake-ups at all.
         # A measurement is bounded and needs the tree's memory: look twice a second.
         while not watch and proc.poll() is None:
             tree.look()
-            if time.monotonic() - started > time_limit_s and \
-                    not any(r.batches for r in read_records(folder)):
+            now = time.monotonic()
+            if now - started > time_limit_s and not any(r.batches for r in read_records(folder)):
                 timed_out = True
+                _kill(proc)
+                break
+            # Measured, but the script goes on (its loader was read by another thread,
+            # or a thread keeps it alive): it has had its chance to end itself.
+            if measured_at is None and _all_measured(folder):
+                measured_at = now
+            elif measured_at is not None and now - measured_at > MEASURED_GRACE_S:
                 _kill(proc)
                 break
             time.sleep(0.5)
@@ -123,18 +151,26 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) ->
     finally:
         for sig, handler in forward.items():
             signal.signal(sig, handler)
-    records = read_records(folder)
-    shutil.rmtree(folder, ignore_errors=True)
-    result = judge(config, argv, rc, records, tree, time_limit_s if timed_out else None)
-    result.write(out)
+    try:
+        records = read_records(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        result = judge(config, argv, rc, records, tree, time_limit_s if timed_out else None)
+        result.write(out)
+    except Exception as e:      # noqa: BLE001 - the run's verdict must not cost a job its
+        if not watch:           # own exit status
+            raise
+        print(f"probe: the run was not recorded: {e}", file=sys.stderr)
+        result = ProbeResult(False, f"not recorded: {e}", script_name(argv), config.mode, rc,
+                             None, [], [])
     return result
 
 
-def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+def _signal(proc: subprocess.Popen[bytes], sig: int, watch: bool) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if watch:
+            os.kill(proc.pid, sig)
+        else:
+            os.killpg(proc.pid, sig)
 
 
 def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRecord],

@@ -93,7 +93,11 @@ BAD_SCRIPT = textwrap.dedent("""\
         time.sleep(3600)
     if len(os.sched_getaffinity(0)) == 1:
         sys.exit("loader crashed: cannot allocate memory")
-    open("summary.json", "w").write('{"samples_per_s": 10.0}')
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    for epoch in range(100):
+        for batch in DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=4):
+            pass
     """)
 
 
@@ -126,7 +130,8 @@ def bad_jobs(slurm, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,exit_code,words", [
-    ("crash", "1:0", ["training 1-core step failed with exit status 1",
+    ("crash", "1:0", ["training 1-core step measured nothing",
+                      "bad_train.py exited with status 1 before its first batch",
                       "loader crashed: cannot allocate memory", "nothing was stored"]),
     ("hang", "1:0", ["past its 8s limit", "--max-iterations", "nothing was stored"]),
     ("small", "2:0", ["the allocation has 1 core(s); a CPU sweep needs at least 2"]),

@@ -103,7 +103,7 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert stored(tmp_path) == ["00000000000000aa"]
     p = ProfileStore(tmp_path / "store").load("00000000000000aa")
     assert [(x.measure, x.cores, x.workers) for x in p.points] == [
-        ("train", 2, 1), ("train", 1, 1), ("loader", 2, 1), ("compute", 1, 0)]
+        ("train", 2, 1), ("train", 1, 1), ("loader", 2, 1), ("compute", 1, 1)]
     assert all(x.samples_per_s > 0 and x.peak_rss_mb > 0 for x in p.points)
     assert p.model.basis == "components" and len(p.model.held_out) == 2
     assert p.allocation.launcher == "local" and p.allocation.cores == 2

@@ -2,6 +2,8 @@
 ends a script, what it sets, and the one-line reasons when there is nothing to measure."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -171,9 +173,12 @@ def test_declared_options_are_read_from_the_source_without_running_it(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import argparse\np = argparse.ArgumentParser()\nadd = p.add_argument\n"
                       "add('-b', '--batch-size', type=int)\np.add_argument('--max_iterations')\n"
+                      "p.add_argument('-j', '--json', action='store_true')\n"
+                      "p.add_argument('-a', type=float)\n"
                       "raise SystemExit('never run')\n")
     declared = declared_options(script)
-    assert declared == {"-b", "--batch-size", "--max_iterations"}
+    # -j means --json here and -a stands alone: neither is taken for ours.
+    assert declared == {"-b", "--batch-size", "--max_iterations", "--json"}
     assert spelling("batch", declared) == "--batch-size"
     assert spelling("iterations", declared) == "--max_iterations"
     assert spelling("workers", declared) is None
@@ -187,3 +192,75 @@ def test_options_are_removed_and_read_in_every_spelling():
     assert without(argv, ["-j", "--workers"]) == ["--data", "/d", "--lr", "0.1", "-b64"]
     assert value_of(argv, ["-b"]) == "64" and value_of(argv, ["--workers", "-j"]) == "2"
     assert value_of(["--data=/x"], ["--data"]) == "/x" and value_of([], ["--data"]) is None
+
+
+def test_two_loaders_zipped_are_one_step_and_a_second_loader_is_waiting_time(tmp_path):
+    script = textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Items(Dataset):
+            def __init__(self, n):
+                self.n = n
+            def __len__(self):
+                raise NotImplementedError     # some datasets refuse to say
+            def __getitem__(self, i):
+                if i >= self.n:
+                    raise IndexError(i)
+                return torch.zeros(2)
+
+        a = DataLoader(Items(400), batch_size=4, num_workers=2,
+                       multiprocessing_context="spawn", sampler=range(400))
+        b = DataLoader(Items(400), batch_size=4, sampler=range(400))
+        for x, y in zip(a, b):
+            pass
+        for x in DataLoader(Items(8), batch_size=4, sampler=range(8)):   # "validation"
+            pass
+        """)
+    # Zero workers: the spawn context the script asked for must go with them.
+    proc, result = probe(tmp_path, "--mode", "watch", "--workers", "0", "--warmup", "0",
+                         script=script)
+    assert proc.returncode == 0, proc.stderr
+    rec = result["processes"][0]
+    assert rec["steps"] == 100 and rec["samples"] == 400 and rec["dataset_len"] is None
+
+
+def test_a_loader_read_by_another_thread_is_ended_once_measured(tmp_path):
+    script = textwrap.dedent("""\
+        import queue, threading, time
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        batches = queue.Queue(maxsize=2)
+        def prefetch():
+            while True:
+                for b in DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=4):
+                    batches.put(b)
+        threading.Thread(target=prefetch, daemon=True).start()
+        while True:
+            batches.get()
+            time.sleep(0.01)
+        """)
+    proc, result = probe(tmp_path, "--iterations", "10", script=script)
+    assert proc.returncode == 0, proc.stderr
+    assert result["ok"] and result["processes"][0]["steps"] == 10
+
+
+def test_watch_mode_leaves_sigterm_to_the_script_once(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import signal, sys, time
+        def handler(signum, frame):
+            print("checkpoint", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, handler)
+        print("ready", flush=True)
+        time.sleep(60)
+        """))
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_synergy.probe", "--mode", "watch",
+                             "--out", str(tmp_path / "probe.json"), "--",
+                             str(tmp_path / "train.py")], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    os.killpg(proc.pid, signal.SIGTERM)     # as Slurm signals every process of a step
+    out, _ = proc.communicate(timeout=60)
+    assert out == "checkpoint\n" and proc.returncode == 0

@@ -51,11 +51,12 @@ from tqdm import tqdm
 from profiler.fetch import measure_fetch
 from profiler.gpu import open_gpus, power_limits_to_try
 from slurm_synergy import __version__
+from slurm_synergy.argtypes import int_at_least
 from slurm_synergy.errors import SynergyError
 from slurm_synergy.gpu import Gpu, GpuError
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.hooks.power import ceiling_mw
-from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN, workload_key
+from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN, torchrun_argv, workload_key
 from slurm_synergy.paths import TRAIN_SCRIPT
 from slurm_synergy.plugin.policy import load_policy
 from slurm_synergy.probe.options import (declared_options, spelling, spellings, value_of,
@@ -88,16 +89,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{PROG}: error: {message} (see --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
-
-
 def _memory_mb(text: str) -> int:
     """Slurm's size syntax: 4096 (MB), 4096M, 16G, 1T."""
     m = re.fullmatch(r"(\d+)([MGT]?)B?", text.strip().upper())
@@ -111,17 +102,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
     add("--num-gpus", type=int, help="GPUs per step (default: all of the allocation's)")
-    add("--nnodes", type=_positive_int, default=1, help="nodes (profiling uses one)")
-    add("--cpu", type=_positive_int, help="most cores to sweep (default: the allocation's)")
+    add("--nnodes", type=int_at_least(1), default=1, help="nodes (profiling uses one)")
+    add("--cpu", type=int_at_least(1), help="most cores to sweep (default: the allocation's)")
     add("--memory", type=_memory_mb, help="memory per step, e.g. 16G (default: the "
         "allocation's)")
-    add("-b", "--batch", type=_positive_int, help="batch size (wins over the script's; "
+    add("-b", "--batch", type=int_at_least(1), help="batch size (wins over the script's; "
         "the script must declare a batch-size option)")
-    add("--max-iterations", type=_positive_int, default=20,
+    add("--max-iterations", type=int_at_least(1), default=20,
         help="measured iterations per step (default %(default)s)")
     add("--warmup", type=int, default=3,
         help="first iterations of each step left out (default %(default)s)")
-    add("--torchrun", type=_positive_int, metavar="N",
+    add("--torchrun", type=int_at_least(1), metavar="N",
         help="run the script under torchrun with N processes (its DDP ranks)")
     add("--first-batch-timeout", type=float, default=300.0,
         help="seconds a step's script may take to its first batch (default %(default)s; "
@@ -169,8 +160,7 @@ def resolve_script(script: str, torchrun: int | None) -> list[str]:
     if torchrun:
         if path.suffix != ".py":
             raise UsageError(f"--torchrun runs a Python script, not {path}")
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", str(torchrun), str(path)]
+        return torchrun_argv(sys.executable, torchrun, str(path))
     return [str(path)]
 
 

@@ -40,6 +40,7 @@ from torch import nn
 from profiler.data import (SAMPLE_UNITS, AnyDataset, TextWindows, make_dali_loader,
                            open_dataset, torch_loader)
 from profiler.datagen import ensure_audio_dataset, ensure_image_dataset, ensure_text_dataset
+from slurm_synergy.argtypes import int_at_least, positive_float
 from slurm_synergy.fileio import atomic_write_text
 from profiler.models import (DATA_KINDS, M5_MIN_SAMPLES, MAX_SEQ_LEN, MODELS, VOCAB_SIZE,
                              build_model, check_model, model_name)
@@ -64,32 +65,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message} (see --help)\n")
 
 
-def _int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum, {low}")
-        if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"{value} is above the maximum, {high}")
-        return value
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not above 0")
-    return value
-
-
 def _port(text: str) -> int:
-    value = _int_at_least(1)(text)
+    value = int_at_least(1)(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1..65535)")
     return value
@@ -99,38 +76,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     add = p.add_argument
     add("-a", "--arch", default="resnet", choices=MODELS, help="model (default %(default)s)")
-    add("--depth", type=_int_at_least(1), help="resnet depth (default 18)")
-    add("-b", "--batch", type=_int_at_least(1), default=32,
+    add("--depth", type=int_at_least(1), help="resnet depth (default 18)")
+    add("-b", "--batch", type=int_at_least(1), default=32,
         help="batch size (default %(default)s)")
-    add("-j", "--workers", type=_int_at_least(0), default=2,
+    add("-j", "--workers", type=int_at_least(0), default=2,
         help="loader workers: DataLoader processes or DALI threads (default %(default)s)")
-    add("--max-iterations", type=_int_at_least(1),
+    add("--max-iterations", type=int_at_least(1),
         help="stop after this many iterations (wins over --epochs)")
-    add("--epochs", type=_int_at_least(1),
+    add("--epochs", type=int_at_least(1),
         help="epochs to run (1 if neither this nor --max-iterations is given)")
     add("--data", type=Path, required=True,
         help="data folder: DIR/<class>/<image>.jpg for resnet, mobilenet, alexnet; "
              "DIR/corpus.txt for transformer, lstm; DIR/<class>/<clip>.wav for m5")
     add("--generate-data", action="store_true",
         help="write a synthetic dataset of the model's kind at --data if it is missing")
-    add("--dataset-size", type=_int_at_least(1), default=512,
+    add("--dataset-size", type=int_at_least(1), default=512,
         help="samples to generate: images (jpeg), sequences of --seq-len + 1 bytes "
              "(text), clips (audio) (default %(default)s)")
-    add("--image-size", type=_int_at_least(8), default=96,
+    add("--image-size", type=int_at_least(8), default=96,
         help="jpeg: side of generated images, px (default %(default)s)")
-    add("--crop", type=_int_at_least(8), default=64,
+    add("--crop", type=int_at_least(8), default=64,
         help="jpeg: training crop, px (default %(default)s)")
-    add("--seq-len", type=_int_at_least(1, MAX_SEQ_LEN), default=128,
+    add("--seq-len", type=int_at_least(1, MAX_SEQ_LEN), default=128,
         help=f"text: bytes per training sequence, at most {MAX_SEQ_LEN} "
              "(default %(default)s)")
-    add("--clip-seconds", type=_positive_float, default=1.0,
+    add("--clip-seconds", type=positive_float, default=1.0,
         help="audio: length of generated clips, s, at 8 kHz (default %(default)s)")
-    add("--audio-crop", type=_int_at_least(M5_MIN_SAMPLES), default=7200,
+    add("--audio-crop", type=int_at_least(M5_MIN_SAMPLES), default=7200,
         help="audio: waveform samples per training clip, cut at a random offset "
              "(default %(default)s: 0.9 s at 8 kHz)")
     add("--loader", choices=LOADERS, default="pytorch",
         help="input pipeline; dali reads JPEGs only (default %(default)s)")
-    add("--lr", type=_positive_float, default=0.1,
+    add("--lr", type=positive_float, default=0.1,
         help="SGD learning rate (default %(default)s)")
     add("--output", type=Path, default=Path("."),
         help="folder for iterations.csv and summary.json (default: the current folder)")
@@ -138,7 +115,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="sets MASTER_PORT (torchloader compatibility; one process uses none)")
     add("--seed", type=int, default=0,
         help="seed for weights, order, augmentation (default %(default)s)")
-    add("--warmup", type=_int_at_least(0), default=2,
+    add("--warmup", type=int_at_least(0), default=2,
         help="first iterations left out of the throughput (default %(default)s)")
     return p.parse_args(argv)
 

@@ -208,7 +208,6 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         row.bad("launcher", "torchrun runs a user's Python script (a .py in the script column)")
     watch = _boolean(row, "watch")
     options: tuple[str, ...] = ()
-    workers_option = ""
     workers_options: tuple[str, ...] = ()
     if not builtin:
         if dataset == SYNTHETIC_DATASET:
@@ -218,7 +217,6 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
                   "iterations": iterations, "epochs": epochs, "port": port,
                   "dataset": dataset, "loader": row.get("loader")}
         options, workers_options = _script_options(row, script, values)
-        workers_option = workers_options[0] if workers_options else ""
     name = row.matching("name", NAME_RE, "a job name (letters, digits, _ . -, at most 64)")
     if not name and not row.get("name"):
         stem = arch or re.sub(r"[^A-Za-z0-9_.-]", "_", Path(script).stem)[:40] or "job"
@@ -240,8 +238,7 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         output_folder=output_folder or "", port=port, submit_interval_s=interval,
         source=row.ref, row_digest=digest,
         pinned=tuple(c for c in ("cpus", "mem", "gpus") if row.get(c)),
-        script_options=options, workers_option=workers_option,
-        workers_options=workers_options,
+        script_options=options, workers_options=workers_options,
         workers_given=bool(row.get("workers")), launch=launch, procs=procs, watch=watch)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -26,6 +27,13 @@ SYNTHETIC_DATASET = "synthetic"
 LOADERS = ("pytorch", "dali")
 LAUNCHES = ("python", "torchrun")
 COMMENT_PREFIX = "synergy:fp="
+
+
+def torchrun_argv(python: str, procs: int, script: str) -> list[str]:
+    """A script started as `procs` DDP ranks on this node: how jobs and profiling steps
+    alike launch a row whose launcher is torchrun."""
+    return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            str(procs), script]
 
 
 def script_digest(script: str) -> str:
@@ -86,11 +94,10 @@ class JobSpec:
     row_digest: str             # hash of the row's cells: the ledger's identity of the row
     pinned: tuple[str, ...] = ()  # resources the row sets itself (cpus, mem, gpus)
     # A user's script: the options its row's columns give it (only those it declares),
-    # how it spells its worker count ("" = it has none: the probe sets the workers), and
-    # how it is launched.
+    # every spelling of a worker count it declares (none: the probe sets the workers),
+    # and how it is launched.
     script_options: tuple[str, ...] = ()
-    workers_option: str = ""
-    workers_options: tuple[str, ...] = ()   # every spelling it declares, for the fingerprint
+    workers_options: tuple[str, ...] = ()
     workers_given: bool = False
     launch: str = "python"
     procs: int = 1
@@ -99,6 +106,16 @@ class JobSpec:
     @property
     def builtin(self) -> bool:
         return self.script == BUILTIN_SCRIPT
+
+    @property
+    def workers_option(self) -> str:
+        """How the script is given its worker count ("" = the probe sets it)."""
+        return "--workers" if self.builtin else next(iter(self.workers_options), "")
+
+    @property
+    def probe_workers(self) -> int | None:
+        """The row's worker count when the probe has to set it (no worker option)."""
+        return self.workers if self.workers_given and not self.workers_option else None
 
     @property
     def gres(self) -> str:
@@ -115,7 +132,7 @@ class JobSpec:
     def model(self) -> str:
         return f"{self.arch}{self.depth}" if self.depth is not None else self.arch
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """What decides the workload's resource sensitivity, hashed.
 
@@ -125,6 +142,7 @@ class JobSpec:
         a sweep into many workloads), except the options that change its cost per sample.
         A user's script: its content and every argument it gets but the worker count
         (we cannot tell which of its options change its cost), its GPUs and processes.
+        Worked out once per spec: a user's script is read and hashed for it.
         """
         if self.builtin:
             key = {"script": self.script, "arch": self.arch, "depth": self.depth,

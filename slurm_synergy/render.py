@@ -20,7 +20,7 @@ import jinja2
 
 from . import paths
 from .errors import SynergyError
-from .jobspec import SYNTHETIC_DATASET, JobSpec
+from .jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_argv
 from .plugin.engine import Decision
 from .plugin.policy import load_policy
 
@@ -90,6 +90,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
     job that trains in place after profiling.
     """
     head = tasks[0].spec
+    policy = load_policy()
     sources = sorted({t.spec.source.file for t in tasks})
     rows = ",".join(str(t.spec.source.row) for t in tasks)
     comment = head.comment
@@ -109,22 +110,21 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         name=name, cpus=cpus, mem_mb=mem_mb, time=head.time, gres=gres,
         partition=head.partition, array=array, logs=out / "logs", comment=comment,
         fingerprint=head.fingerprint, tasks=tasks, launcher=launcher(head),
-        profiler=profiler_command(head), script=head.script, profile_default=int(profile),
+        profiler=profiler_command(head, policy.first_batch_timeout_s), script=head.script,
+        profile_default=int(profile),
         resubmit=resubmit and resubmit_command(head, script_path, comment, resubmit),
         decision=decision,
         profile_only=profile_only, outputs_dir=paths.outputs_dir(),
-        watch=head.watch if head.watch is not None else load_policy().watch_runs,
-        workers_option="--workers" if head.builtin else head.workers_option,
-        probe_workers=(head.workers if head.workers_given and not head.builtin
-                       and not head.workers_option else ""),
+        watch=head.watch if head.watch is not None else policy.watch_runs,
+        workers_option=head.workers_option,
+        probe_workers="" if head.probe_workers is None else head.probe_workers,
         probe=[python_for_jobs(), "-m", "slurm_synergy.probe"],
     )
 
 
-def profiler_command(spec: JobSpec) -> list[str]:
+def profiler_command(spec: JobSpec, first_batch: float) -> list[str]:
     """The profiling prolog's command and options; the template adds the working folder,
-    then the script and the task's own arguments."""
-    first_batch = load_policy().first_batch_timeout_s
+    then the script and the task's own arguments. `first_batch`: the policy's limit."""
     # A step may take all of its first-batch allowance and then still measure.
     argv = [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
             "--job-name", spec.name, "--first-batch-timeout", f"{first_batch:g}",
@@ -147,8 +147,7 @@ def launcher(spec: JobSpec) -> list[str]:
     if spec.builtin:
         return [python_for_jobs(), str(paths.TRAIN_SCRIPT)]
     if spec.launch == "torchrun":
-        return [python_for_jobs(), "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", str(spec.procs), spec.script]
+        return torchrun_argv(python_for_jobs(), spec.procs, spec.script)
     if spec.script.endswith(".py"):
         return [python_for_jobs(), spec.script]
     return [spec.script]

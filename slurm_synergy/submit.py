@@ -79,7 +79,7 @@ def plan(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) -> list[
             # and their script runs alike (watch mode, the workers the probe sets): one
             # rendered script serves the whole array.
             key = (*spec.resources, spec.fingerprint, spec.script, spec.watch,
-                   spec.workers_given and not spec.workers_option and spec.workers, offset)
+                   spec.probe_workers, offset)
         else:
             key = (spec.name,)
         groups.setdefault(key, []).append(spec)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
+from ..argtypes import int_at_least, positive_float
 from .records import MODES, ProbeConfig
 from .supervise import run
 
@@ -20,28 +21,6 @@ FAILED_EXIT = 1
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_EXIT, f"{PROG}: error: {message} (see --help)\n")
-
-
-def _count(low: int):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below {low}")
-        return value
-    return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not above 0")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,15 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="train: end to end; loader: the script's loader alone; compute: its first "
         "batch replayed, no loader; watch: the real run, recorded, never stopped "
         "(default %(default)s)")
-    add("--workers", type=_count(0), help="set every DataLoader's num_workers (and DALI's "
+    add("--workers", type=int_at_least(0), help="set every DataLoader's num_workers (and DALI's "
         "num_threads) to this, whatever the script asks")
-    add("--warmup", type=_count(0), default=3, help="batches left out first (default "
+    add("--warmup", type=int_at_least(0), default=3, help="batches left out first (default "
         "%(default)s)")
-    add("--iterations", type=_count(1), default=20,
+    add("--iterations", type=int_at_least(1), default=20,
         help="measured steps, then the script is ended cleanly (default %(default)s)")
-    add("--time-limit", type=_seconds, default=120.0,
+    add("--time-limit", type=positive_float, default=120.0,
         help="seconds the script may take to its first batch (default %(default)s)")
-    add("--interval", type=_seconds, default=30.0,
+    add("--interval", type=positive_float, default=30.0,
         help="watch mode: seconds between the processes' record writes (default "
         "%(default)s)")
     add("--no-sync", action="store_true",

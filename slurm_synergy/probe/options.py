@@ -58,14 +58,14 @@ def declared_options(script: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-def spelling(option: str, declared: frozenset[str]) -> str | None:
-    """How the script spells `option` (a key of SPELLINGS), or None if it does not."""
-    return next((s for s in SPELLINGS[option] if s in declared), None)
-
-
 def spellings(option: str, declared: frozenset[str]) -> list[str]:
-    """Every spelling of `option` the script declares: all of them are its."""
+    """Every spelling of `option` (a key of SPELLINGS) the script declares, ours first."""
     return [s for s in SPELLINGS[option] if s in declared]
+
+
+def spelling(option: str, declared: frozenset[str]) -> str | None:
+    """How the script spells `option`, or None if it does not."""
+    return next(iter(spellings(option, declared)), None)
 
 
 def without(argv: Sequence[str], names: Sequence[str]) -> list[str]:

@@ -98,9 +98,9 @@ def _kill(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         proc.wait(timeout=grace)
 
 
-def _all_measured(folder: Path) -> bool:
-    records = [r for r in read_records(folder) if r.batches]
-    return bool(records) and all(r.state == "measured" for r in records)
+def _all_measured(records: list[ProcessRecord]) -> bool:
+    iterating = [r for r in records if r.batches]
+    return bool(iterating) and all(r.state == "measured" for r in iterating)
 
 
 def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) -> ProbeResult:
@@ -133,13 +133,14 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) ->
         while not watch and proc.poll() is None:
             tree.look()
             now = time.monotonic()
-            if now - started > time_limit_s and not any(r.batches for r in read_records(folder)):
+            records = read_records(folder)
+            if now - started > time_limit_s and not any(r.batches for r in records):
                 timed_out = True
                 _kill(proc)
                 break
             # Measured, but the script goes on (its loader was read by another thread,
             # or a thread keeps it alive): it has had its chance to end itself.
-            if measured_at is None and _all_measured(folder):
+            if measured_at is None and _all_measured(records):
                 measured_at = now
             elif measured_at is not None and now - measured_at > MEASURED_GRACE_S:
                 _kill(proc)

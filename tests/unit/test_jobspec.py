@@ -54,7 +54,7 @@ def test_a_users_script_is_known_by_its_content_and_arguments(tmp_path):
 
     def user(path, options=("--batch-size", "64"), args=(), **more):
         return spec(script=str(path), arch="", depth=None, script_options=options, args=args,
-                    workers_option="-j", workers_options=("-j",), **more).fingerprint
+                    workers_options=("-j",), **more).fingerprint
 
     fp = user(a)
     assert user(b) == fp                                    # a copy elsewhere: the same

@@ -9,7 +9,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # lua5.1 runs the job_submit shim's unit tests outside slurmctld; chromium renders the
 # report page in its test.
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
-                slurm-wlm-mysql-plugin procps util-linux lua5.1 chromium
+                slurm-wlm-mysql-plugin procps util-linux lua5.1 lua-posix chromium
 CSV ?= jobs_csv/example.csv
 ARGS ?=
 

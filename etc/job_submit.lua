@@ -9,9 +9,13 @@
 --     says so and the job did not set SYNERGY_PROFILE itself.
 -- Every other job is left alone.
 --
--- The table is compiled by `synergy plugin sync` into synergy-decisions.tbl beside this
--- file. Its first line holds a generation; each submission reads that line alone and
--- reloads the rest only when it changed.
+-- Only such jobs make it look at its table, synergy-decisions.tbl beside this file,
+-- compiled by `synergy plugin sync`. The table is opened only when it is a regular file
+-- of bounded size, without blocking (lua-posix), and read again whenever its size,
+-- times or inode change. What it would write is checked against the cluster: the job's
+-- own partition (as asked, else the default) must be the table's, and cores, memory,
+-- GPU count and type within what that partition's nodes have (slurmctld's partition
+-- record, and the node facts sync took from sinfo).
 --
 -- The shim never forks, never calls a Slurm command and never rejects a job: on any
 -- fault of its own (table missing, corrupt, hostile or too big; a Lua error) the job
@@ -26,7 +30,14 @@ local HARD = { cpus = 65536, mem_mb = 64 * 1024 * 1024, gpus = 64, workers = 409
                power_w = 5000 }
 local NO_VAL = 4294967294          -- Slurm's "not set" for 32-bit fields (and above)
 
-local cache = nil    -- { line = first line, head, entries, broken = fingerprints of bad lines }
+-- Without lua-posix there is no way to tell a FIFO from a file before opening it, so
+-- the table is not read at all (and the log says so).
+local posix_ok, P = pcall(function()
+	return { stat = require("posix.sys.stat"), fcntl = require("posix.fcntl"),
+		unistd = require("posix.unistd") }
+end)
+
+local cache = nil    -- { id = file identity, racy, head, entries, broken = bad fingerprints }
 local last_fault = { msg = nil, at = 0 }
 
 -- A fault is logged when it changes, and at most once a minute while it lasts.
@@ -55,8 +66,13 @@ local function parse_header(line)
 		return nil, "is not a version 1 decision table"
 	end
 	local h = {}
-	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-]*)") do
+	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-,]*)") do
 		h[key] = value
+	end
+	-- The GPU types the partition's nodes have (sync reads them from sinfo).
+	local types = {}
+	for t in (h.gpu_types or ""):gmatch("[%w_%.%-]+") do
+		types[t] = true
 	end
 	local head = {
 		gen = h.gen,
@@ -67,6 +83,7 @@ local function parse_header(line)
 		max_mem_mb = whole(h.max_mem_mb, 1, HARD.mem_mb),
 		max_gpus = whole(h.max_gpus, 0, HARD.gpus),
 		entries = whole(h.entries, 0, MAX_ENTRIES),
+		gpu_types = types,
 	}
 	for _, key in ipairs({ "max_cpus", "max_mem_mb", "max_gpus", "entries" }) do
 		if head[key] == nil then
@@ -101,32 +118,79 @@ local function parse_entry(line, head)
 	return fp, e
 end
 
--- The table, from the cache while its first line is unchanged; nil and why on a fault.
+-- What identifies one version of the file: any write changes its ctime, which nobody
+-- can set back.
+local function identity(st)
+	return string.format("%.0f:%.0f:%.0f:%.0f:%.0f", st.st_dev, st.st_ino, st.st_size,
+		st.st_mtime, st.st_ctime)
+end
+
+-- The table's text and identity, or nil and why. Never blocks: a FIFO, socket or
+-- directory is refused before it is opened, and O_NONBLOCK covers a swap in between.
+local function read_file()
+	if not posix_ok then
+		return nil, nil, "lua-posix is not installed (Debian: lua-posix), so the decision "
+			.. "table cannot be opened safely"
+	end
+	local st, err = P.stat.stat(TABLE_PATH)
+	if st == nil then
+		return nil, nil, "cannot open the decision table (" .. tostring(err) .. ")"
+	end
+	if P.stat.S_ISREG(st.st_mode) == 0 then
+		return nil, nil, "decision table " .. TABLE_PATH .. " is not a regular file"
+	end
+	if st.st_size > MAX_BYTES then
+		return nil, nil, string.format("decision table %s is %.0f bytes, over the limit "
+			.. "of %d", TABLE_PATH, st.st_size, MAX_BYTES)
+	end
+	local id = identity(st)
+	if cache ~= nil and cache.id == id and not cache.racy then
+		return nil, id
+	end
+	local fd, oerr = P.fcntl.open(TABLE_PATH, P.fcntl.O_RDONLY + P.fcntl.O_NONBLOCK)
+	if fd == nil then
+		return nil, nil, "cannot open the decision table (" .. tostring(oerr) .. ")"
+	end
+	local parts, total = {}, 0
+	while total <= st.st_size do
+		local chunk = P.unistd.read(fd, 65536)
+		if chunk == nil or chunk == "" then
+			break
+		end
+		parts[#parts + 1] = chunk
+		total = total + #chunk
+	end
+	P.unistd.close(fd)
+	local after = P.stat.stat(TABLE_PATH)
+	if total ~= st.st_size or after == nil or identity(after) ~= id then
+		return nil, nil, "decision table " .. TABLE_PATH .. " changed while it was read"
+	end
+	-- Written within the last second: a second write in the same second would keep
+	-- these times, so the next submission reads it again.
+	return table.concat(parts), id, st.st_ctime >= os.time() - 1
+end
+
+-- The table, from the cache while the file is unchanged; nil and why on a fault.
 local function load_table()
-	local f, err = io.open(TABLE_PATH, "r")
-	if f == nil then
-		return nil, "cannot open the decision table (" .. tostring(err) .. ")"
+	local text, id, racy_or_why = read_file()
+	if text == nil then
+		if id ~= nil then
+			return cache
+		end
+		return nil, racy_or_why
 	end
-	local size = f:seek("end")
-	if size == nil or size > MAX_BYTES then
-		f:close()
-		return nil, string.format("decision table %s is %s bytes, over the limit of %d",
-			TABLE_PATH, tostring(size), MAX_BYTES)
-	end
-	f:seek("set", 0)
-	local first = f:read("*l")
-	if cache ~= nil and first == cache.line then
-		f:close()
+	if cache ~= nil and cache.text == text then
+		cache.id, cache.racy = id, racy_or_why
 		return cache
 	end
+	local first = text:match("^([^\n]*)\n")
 	local head, why = parse_header(first)
 	if head == nil then
-		f:close()
 		return nil, "decision table " .. TABLE_PATH .. " " .. why
 	end
 	-- A bad line's workload is not re-profiled either: its jobs pass through unchanged.
 	local entries, broken, count, bad, first_bad = {}, {}, 0, 0, nil
-	for line in f:lines() do
+	for line in text:sub(#first + 2):gmatch("([^\n]*)\n") do
 		count = count + 1
 		if count > head.entries then
 			break
@@ -143,7 +207,6 @@ local function load_table()
 			end
 		end
 	end
-	f:close()
 	if count ~= head.entries then
 		return nil, string.format("decision table %s has %s lines where its header "
 			.. "says %d (cut short or tampered with)", TABLE_PATH,
@@ -154,9 +217,12 @@ local function load_table()
 			.. "first is line %d", TABLE_PATH, head.gen, bad, first_bad),
 			"the jobs of those workloads")
 	end
-	cache = { line = first, head = head, entries = entries, broken = broken }
-	slurm.log_info("slurm-synergy: loaded decision table %s generation %s: %d decision(s)",
-		TABLE_PATH, head.gen, count - bad)
+	local note = (cache ~= nil and cache.head.gen == head.gen)
+		and " (changed under the same header)" or ""
+	cache = { id = id, racy = racy_or_why, text = text, head = head, entries = entries,
+		broken = broken }
+	slurm.log_info("slurm-synergy: loaded decision table %s generation %s%s: %d "
+		.. "decision(s)", TABLE_PATH, head.gen, note, count - bad)
 	return cache
 end
 
@@ -168,10 +234,37 @@ local function whole_text(n)
 	return n and string.format("%.0f", n) or "?"
 end
 
+-- A number slurmctld filled in, or nil where it means "not set" or "unlimited".
+local function limit(n)
+	n = tonumber(n)
+	if n == nil or n <= 0 or n >= 2 ^ 50 or n == NO_VAL or n == NO_VAL - 1 then
+		return nil
+	end
+	return n
+end
+
+-- The partition the job will run in (its own, else the default) and slurmctld's record
+-- of it; nil and why when there is no single one.
+local function partition_of(job_desc, part_list)
+	local name = job_desc.partition
+	if name ~= nil and name ~= "" then
+		if name:find(",", 1, true) then
+			return nil, nil, "several partitions (" .. name .. ")"
+		end
+		return name, part_list and part_list[name]
+	end
+	for key, part in pairs(part_list or {}) do
+		if (tonumber(part.flag_default) or 0) ~= 0 then
+			return part.name or key, part
+		end
+	end
+	return nil, nil, "no partition named and none is the default"
+end
+
 -- Why a decided job is left as asked, or nil: the decision is per task on one node of
--- the table's partition, and Slurm refuses --cpus-per-task or --mem beside their
--- per-GPU forms.
-local function leave_alone(job_desc, head)
+-- the table's partition, Slurm refuses --cpus-per-task or --mem beside their per-GPU
+-- forms, and nothing may ask more than the partition's nodes have.
+local function leave_alone(job_desc, head, entry, part_list)
 	if is_set(job_desc.num_tasks) and job_desc.num_tasks > 1
 			or is_set(job_desc.min_nodes) and job_desc.min_nodes > 1
 			or job_desc.ntasks_per_node ~= nil and job_desc.ntasks_per_node < 65534
@@ -185,16 +278,47 @@ local function leave_alone(job_desc, head)
 			return field .. " is set: left as asked"
 		end
 	end
-	local part = job_desc.partition
-	if part ~= nil and part ~= "" and part ~= head.partition then
-		return "partition " .. part .. ": the decisions are sized for "
-			.. (head.partition ~= "" and head.partition or "the default partition")
+	local sized_for = head.partition ~= "" and head.partition or "the default partition"
+	local part, rec, why = partition_of(job_desc, part_list)
+	if part == nil then
+		return why .. ": left as asked"
+	end
+	if head.partition ~= "" and part ~= head.partition then
+		return "partition " .. part .. ": the decisions are sized for " .. sized_for
+	end
+	if rec == nil then
+		return "partition " .. part .. " is not one slurmctld lists for this job: left as asked"
+	end
+	-- The most cores one node can have: the partition's total less one per other node.
+	local cores = limit(rec.total_cpus)
+	local nodes = limit(rec.total_nodes)
+	if cores and nodes then
+		cores = cores - (nodes - 1)
+	end
+	local per_node = limit(rec.max_cpus_per_node)
+	if per_node and (cores == nil or per_node < cores) then
+		cores = per_node
+	end
+	if cores == nil or head.max_cpus > cores then
+		return string.format("the table says nodes of %s have %d cores; slurmctld says at "
+			.. "most %s: not this cluster's table, left as asked", part, head.max_cpus,
+			cores and string.format("%.0f", cores) or "unknown")
+	end
+	local mem = limit(rec.max_mem_per_node)
+	if entry.cpus > head.max_cpus or entry.mem_mb > head.max_mem_mb
+			or mem and entry.mem_mb > mem or entry.gpus > head.max_gpus then
+		return string.format("decision c%d,m%d,g%d is more than a node of %s has: left as "
+			.. "asked", entry.cpus, entry.mem_mb, entry.gpus, part)
+	end
+	if entry.gpu_type and not head.gpu_types[entry.gpu_type] then
+		return "GPU type " .. entry.gpu_type .. " is not in partition " .. part
+			.. ": left as asked"
 	end
 	return nil
 end
 
 -- What to change in a job, worked out without touching it: nil when nothing.
-local function plan(job_desc, tbl)
+local function plan(job_desc, tbl, part_list)
 	local comment = job_desc.comment
 	if comment == nil then
 		return nil
@@ -214,7 +338,7 @@ local function plan(job_desc, tbl)
 		end
 		return nil
 	end
-	local why = leave_alone(job_desc, tbl.head)
+	local why = leave_alone(job_desc, tbl.head, entry, part_list)
 	if why then
 		return { fp = fp, skip = why }
 	end
@@ -308,15 +432,18 @@ local SAVED = { "cpus_per_task", "min_cpus", "pn_min_cpus", "pn_min_memory",
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
 	local ok, err = pcall(function()
+		-- Only our jobs make the shim look at its table: a plain job never waits on it.
+		local comment = job_desc.comment
+		if comment == nil or not comment:match("^synergy:fp=") then
+			return
+		end
 		local tbl, why = load_table()
 		if tbl == nil then
 			-- Without a readable table the policy is unknown too: nothing is marked.
-			if job_desc.comment ~= nil and job_desc.comment:match("^synergy:fp=") then
-				fault(why)
-			end
+			fault(why)
 			return
 		end
-		local p = plan(job_desc, tbl)
+		local p = plan(job_desc, tbl, part_list)
 		if p == nil then
 			return
 		end

@@ -7,3 +7,7 @@ class SynergyError(Exception):
 
 class SlurmError(SynergyError):
     """A Slurm command failed or Slurm could not be reached."""
+
+
+class SlurmUnreachable(SlurmError):
+    """slurmctld (or slurmdbd, for sacct) did not answer: what the call did is unknown."""

@@ -2,14 +2,21 @@
 
 A row is identified by its file, position and cells, so submitting the same file
 again skips rows already submitted, while an edited row counts as a new job.
+
+An entry is written before its sbatch is sent, so a crash at any moment leaves a
+trace: `sending` (sbatch not answered), `queued` (Slurm gave a job id) or
+`cancelling` (the submission failed and the job must go). Each sbatch call carries
+its own tag in the job's comment (`sub=<tag>`): reconciling with Slurm finds the
+job by that tag, never by an id Slurm may have reused after losing its state.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -18,20 +25,29 @@ from .errors import SynergyError
 from .fileio import atomic_write_text, locked
 from .jobspec import JobSpec
 
-VERSION = 1
+VERSION = 2
+STATES = ("sending", "queued", "cancelling")
 
 
 @dataclass(frozen=True)
 class Entry:
-    job_id: str
+    job_id: str           # "" until sbatch answers; array tasks as 12_3
     name: str
     fingerprint: str
     script: str
-    submitted_at: float
+    submitted_at: float   # when the sbatch was about to be sent
+    tag: str = ""         # this sbatch call's mark in the job comment ("" before version 2)
+    state: str = "queued"
+    task: int = -1        # the row's index in its array job, -1 when not an array
 
 
 def row_key(spec: JobSpec) -> str:
     return f"{Path(spec.source.file).resolve()}#{spec.source.row}#{spec.row_digest}"
+
+
+def new_tag() -> str:
+    """A tag no other sbatch call has: 12 random hex digits."""
+    return secrets.token_hex(6)
 
 
 class Ledger:
@@ -51,9 +67,13 @@ class Ledger:
             return {}
         try:
             data = json.loads(self.path.read_text())
-            if data.get("version") != VERSION:
+            if data.get("version") not in (1, VERSION):
                 raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
-            return {k: Entry(**v) for k, v in data["rows"].items()}
+            entries = {k: Entry(**v) for k, v in data["rows"].items()}
+            bad = [e for e in entries.values() if e.state not in STATES]
+            if bad:
+                raise ValueError(f"state {bad[0].state!r} of row {bad[0].name}")
+            return entries
         except (ValueError, KeyError, TypeError) as exc:
             raise SynergyError(f"the submission ledger {self.path} is corrupt ({exc}); move it "
                                "aside to start a new one") from exc
@@ -61,9 +81,26 @@ class Ledger:
     def get(self, spec: JobSpec) -> Entry | None:
         return self.entries.get(row_key(spec))
 
+    def intend(self, spec: JobSpec, script: Path, tag: str, task: int = -1) -> None:
+        """Note a row about to be sent, before its sbatch."""
+        self.entries[row_key(spec)] = Entry("", spec.name, spec.fingerprint, str(script),
+                                            time.time(), tag, "sending", task)
+
     def record(self, spec: JobSpec, job_id: str, script: Path) -> None:
-        self.entries[row_key(spec)] = Entry(job_id, spec.name, spec.fingerprint, str(script),
-                                            time.time())
+        """Note a row Slurm answered for."""
+        key = row_key(spec)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = Entry("", spec.name, spec.fingerprint, str(script), time.time())
+        self.entries[key] = replace(entry, job_id=job_id, state="queued")
+
+    def mark(self, key: str, state: str, job_id: str | None = None) -> None:
+        entry = self.entries[key]
+        self.entries[key] = replace(entry, state=state,
+                                    job_id=entry.job_id if job_id is None else job_id)
+
+    def forget(self, key: str) -> None:
+        self.entries.pop(key, None)
 
     def save(self) -> None:
         data = {"version": VERSION, "rows": {k: asdict(v) for k, v in self.entries.items()}}

@@ -80,14 +80,15 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
 
 def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "",
            profile: bool = False, decision: Decision | None = None,
-           profile_only: bool = False, resubmit: str = "auto") -> str:
+           profile_only: bool = False, resubmit: str = "auto", tag: str = "") -> str:
     """The sbatch script for one job, or for one array job when `array` is set.
 
     `profile` turns the profiling prolog on by default; SYNERGY_PROFILE in the job's
     environment (0 or 1) decides in the end, so the plugin can mark jobs itself.
     `decision` (user mode) replaces the row's cores, memory and GPUs. `resubmit` is who
     decides for the job's resubmission after profiling (auto, shim, user), or "" for a
-    job that trains in place after profiling.
+    job that trains in place after profiling. `tag` marks the comment as this sbatch
+    call's (`sub=<tag>`), for reconciling the ledger with Slurm.
     """
     head = tasks[0].spec
     policy = load_policy()
@@ -104,6 +105,8 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
                     f" decision={decision.summary()}")
     elif profile:
         comment += " profile=1"
+    if tag:
+        comment += f" sub={tag}"
     return environment().get_template("sbatch.sh.j2").render(
         source=f"{', '.join(sources)} row(s) {rows}",
         script_path=script_path,

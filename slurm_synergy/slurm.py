@@ -7,16 +7,18 @@ Every call honours SLURM_CONF (see paths.slurm_conf).
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import paths
-from .errors import SlurmError
+from .errors import SlurmUnreachable, SlurmError
 
 SEP = "\x1f"
 
@@ -40,6 +42,7 @@ class Node:
     cpus: int
     memory_mb: int
     gres: str
+    reason: str = ""      # why it is down or drained, as the admin or Slurm wrote it
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,15 @@ def _unset(text: str) -> str:
     return "" if text in ("N/A", "(null)") else text
 
 
+# What Slurm's commands print when slurmctld does not answer (down, restarting, failing over).
+_UNREACHABLE = ("Unable to contact slurm controller", "Connection refused",
+                "Socket timed out", "Zero Bytes were transmitted", "Connection timed out")
+# How long an idempotent call keeps trying a controller that does not answer; Slurm's
+# own client already waits several seconds per try.
+RETRY_S = 15.0
+RETRY_PAUSE_S = 2.0
+
+
 _GPU_GRES = re.compile(r"\bgpu(?::([A-Za-z_][\w.-]*))?(?::(\d+))?(?=$|[,(\s])")
 
 
@@ -108,8 +120,10 @@ def gpu_types(gres: str) -> set[str]:
 
 
 class Slurm:
-    def __init__(self, conf: Path | None = None):
+    def __init__(self, conf: Path | None = None, retry_s: float = RETRY_S):
         self.conf = conf if conf is not None else paths.slurm_conf()
+        # Health checks pass 0: they poll on their own and want a quick no.
+        self.retry_s = retry_s
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -117,32 +131,46 @@ class Slurm:
             env["SLURM_CONF"] = str(self.conf)
         return env
 
-    def run(self, args: Sequence[str], timeout: float = 60) -> str:
+    def run(self, args: Sequence[str], timeout: float = 60, retry: bool = True) -> str:
+        """Run one Slurm command and return its output. A controller that does not answer
+        is tried again for `retry_s`, then reported as SlurmUnreachable; `retry=False`
+        for calls that must not be repeated blindly (sbatch: the first try may have queued
+        the job)."""
+        first = time.monotonic()
+        while True:
+            try:
+                return self._run_once(args, timeout)
+            except SlurmUnreachable:
+                if not retry or time.monotonic() - first + RETRY_PAUSE_S > self.retry_s:
+                    raise
+                time.sleep(RETRY_PAUSE_S)
+
+    def _run_once(self, args: Sequence[str], timeout: float) -> str:
         exe = shutil.which(args[0])
         if exe is None:
             raise SlurmError(f"{args[0]} not found on PATH: install the Slurm client (make setup)")
+        where = f"SLURM_CONF={self.conf}" if self.conf else "Slurm's default config"
         try:
             proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True,
                                   env=self.env(), timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            raise SlurmError(f"{args[0]} did not answer within {timeout:.0f}s "
-                             f"(SLURM_CONF={self.conf or 'default'})") from exc
+            raise SlurmUnreachable(f"{args[0]} did not answer within {timeout:.0f}s "
+                                   f"({where})") from exc
         if proc.returncode != 0:
-            raise SlurmError(self._explain(args, proc.stderr or proc.stdout))
+            err = (proc.stderr or proc.stdout).strip()
+            last = err.splitlines()[-1] if err else "no message"
+            if any(marker in err for marker in _UNREACHABLE):
+                daemon = "slurmdbd" if args[0] in ("sacct", "sacctmgr") else "slurmctld"
+                raise SlurmUnreachable(
+                    f"{daemon} unreachable: {args[0]} failed ({where}): {last}; is the "
+                    "cluster up? (make cluster, or point SLURM_CONF at your site's slurm.conf)")
+            raise SlurmError(f"{args[0]} failed ({where}): {last}")
         return proc.stdout
-
-    def _explain(self, args: Sequence[str], err: str) -> str:
-        err = err.strip().splitlines()[-1] if err.strip() else "no message"
-        where = f"SLURM_CONF={self.conf}" if self.conf else "Slurm's default config"
-        hint = ""
-        if "Unable to contact slurm controller" in err or "Connection refused" in err:
-            hint = "; is the cluster up? (make cluster, or point SLURM_CONF at your site's slurm.conf)"
-        return f"{args[0]} failed ({where}): {err}{hint}"
 
     # --- submission ---------------------------------------------------------
     def sbatch(self, script: Path, options: Iterable[str] = ()) -> str:
         """Submit a batch script; returns the job id."""
-        out = self.run(["sbatch", "--parsable", *options, str(script)])
+        out = self.run(["sbatch", "--parsable", *options, str(script)], retry=False)
         # --parsable prints "jobid" or "jobid;cluster".
         return out.strip().split(";")[0]
 
@@ -181,7 +209,7 @@ class Slurm:
     # --- queries -------------------------------------------------------------
     def ping(self) -> bool:
         try:
-            return "UP" in self.run(["scontrol", "ping"], timeout=15)
+            return "UP" in self.run(["scontrol", "ping"], timeout=15, retry=False)
         except SlurmError:
             return False
 
@@ -196,7 +224,7 @@ class Slurm:
 
     def nodes(self, partition: str | None = None) -> list[Node]:
         """The nodes of `partition` (default: the default partition; "" = all)."""
-        args = ["sinfo", "--Node", "--noheader", "--format=%N|%T|%c|%m|%G"]
+        args = ["sinfo", "--Node", "--noheader", "--format=%N|%T|%c|%m|%G|%E"]
         if partition is None:
             partition = self.default_partition()
         if partition:
@@ -204,8 +232,9 @@ class Slurm:
         out = self.run(args)
         nodes = {}
         for line in out.splitlines():
-            name, state, cpus, mem, gres = line.split("|")
-            nodes[name] = Node(name, state, int(cpus), int(mem), gres)
+            name, state, cpus, mem, gres, reason = line.split("|", 5)
+            nodes[name] = Node(name, state, int(cpus), int(mem), gres,
+                               "" if reason in ("none", "(null)") else reason)
         return list(nodes.values())
 
     def default_partition(self) -> str:
@@ -249,6 +278,16 @@ class Slurm:
                                    "this queue")
             jobs[job.job_id] = job
         return list(jobs.values())
+
+    def own_jobs(self) -> list[dict[str, str]]:
+        """Every job of this user slurmctld still holds, finished ones included (array
+        tasks one by one): JobID, ArrayJobID, State, JobName, Comment."""
+        fmt = SEP.join(("%i", "%F", "%T", "%j", "%k"))
+        out = self.run(["squeue", "--noheader", "--array", "--states=all",
+                        f"--user={getpass.getuser()}", f"--format={fmt}"])
+        keys = ("JobID", "ArrayJobID", "State", "JobName", "Comment")
+        return [dict(zip(keys, line.split(SEP, 4))) for line in out.splitlines()
+                if line.count(SEP) >= 4]
 
     def comment(self, job_id: str) -> str:
         """One job's comment, whole (squeue cuts it at 4000 characters, as sacct)."""
@@ -300,7 +339,7 @@ class Slurm:
             args.append("--jobs=" + ",".join(job_ids))
         if since is not None:
             args += [f"--starttime={since}", f"--endtime={until or 'now'}"]
-        args.append("--users=" + ",".join(users) if users else "--allusers")
+        args.append("--user=" + ",".join(users) if users else "--allusers")
         if allocations_only:
             args.append("--allocations")
         rows = []

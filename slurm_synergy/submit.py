@@ -1,9 +1,11 @@
 """Submit a job list: validate every row, render every script, then sbatch.
 
 Submission is all-or-nothing. Slurm is first asked (`sbatch --test-only`, once per
-distinct resource shape) whether it would take every job; then jobs go in held and
-are released only once every sbatch has succeeded; if one still fails, the ones
-already queued are cancelled.
+distinct resource shape) whether it would take every job; then every row goes into
+the ledger, jobs go in held and are released only once every sbatch has succeeded;
+if one still fails, the ones already queued are cancelled. A controller that dies
+part-way leaves ledger entries that `synergy reconcile`, or the next submit of the
+same file, sets right against Slurm (see reconcile.py).
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ from typing import Callable, Sequence
 from tqdm import tqdm
 
 from .csvjobs import load_jobs
-from .errors import SlurmError, SynergyError
+from .errors import SlurmError, SlurmUnreachable, SynergyError
 from .fileio import atomic_write_text
 from .jobspec import JobSpec
-from .ledger import Entry, Ledger
+from .ledger import Entry, Ledger, new_tag, row_key
 from .plugin.decisions import Decider, apply_pins, resolve_mode
 from .plugin.engine import Decision
 from .plugin.policy import load_policy
 from .profile import ProfileStore
+from .reconcile import reconcile
 from .render import Task, check_out_dir, render, task_for
 from .slurm import Slurm
 
@@ -101,6 +104,8 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
     ledger = ledger or Ledger()
     result = SubmitResult()
     with ledger.transaction():
+        if not opts.dry_run:
+            _settle(csv_path, specs, slurm, ledger, log)
         todo = []
         for spec in specs:
             entry = ledger.get(spec)
@@ -118,6 +123,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         result.units = plan(todo, opts, max_array)
         out = check_out_dir(opts.out)
         mode, choices = _decisions(result.units, opts, slurm, log)
+        tags = {unit.name: new_tag() for unit in result.units}
         for unit in result.units:
             decision, profile = choices[unit.name]
             # Sequential rows wait on the job before them, so a profiled job must train
@@ -125,21 +131,52 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
             resubmit = "" if opts.sequential or opts.profile == "only" else mode
             atomic_write_text(unit.script, render(unit.name, unit.tasks, out, unit.script,
                                                   unit.array, profile, decision,
-                                                  opts.profile == "only", resubmit), 0o755)
+                                                  opts.profile == "only", resubmit,
+                                                  tags[unit.name]), 0o755)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
                 "nothing submitted")
             return result
         _preflight(result.units, slurm)
-        ids = _submit_units(result.units, opts, slurm)
+        # Every row is in the ledger before its sbatch goes: a crash from here on leaves
+        # a trace that `synergy reconcile` (or the next submit) can settle.
+        for unit in result.units:
+            for task in unit.tasks:
+                ledger.intend(task.spec, unit.script, tags[unit.name],
+                              task.index if unit.array else -1)
+        ledger.save()
+        ids = _submit_units(result.units, opts, slurm, ledger, csv_path)
         for unit, job_id in zip(result.units, ids):
             for task in unit.tasks:
-                task_id = f"{job_id}_{task.index}" if unit.array else job_id
-                result.job_ids[task.spec.name] = task_id
-                ledger.record(task.spec, task_id, unit.script)
-        ledger.save()
+                result.job_ids[task.spec.name] = f"{job_id}_{task.index}" if unit.array else job_id
     return result
+
+
+def _settle(csv_path: Path, specs: Sequence[JobSpec], slurm: Slurm, ledger: Ledger,
+            log: Callable[[str], None]) -> None:
+    """Set the ledger's entries for these rows right against Slurm before deciding what
+    to submit: rows Slurm lost go again, a failed submission's leftovers are cancelled."""
+    keys = [row_key(s) for s in specs if ledger.get(s)]
+    if not keys:
+        return
+    names = {row_key(s): s.name for s in specs}
+    try:
+        done = reconcile(ledger, keys, slurm)
+    except SlurmUnreachable as exc:
+        raise SynergyError(f"{exc}\ncannot check the {len(keys)} row(s) of {csv_path} "
+                           "submitted before against Slurm; nothing was submitted") from exc
+    ledger.save()
+    if done.cancelled:
+        log(f"cancelled the {len(done.cancelled)} job(s) left by an earlier failed submission")
+    if done.unreached:
+        first = next(iter(done.unreached.values()))
+        raise SynergyError(f"{len(done.unreached)} job(s) of an earlier failed submission are "
+                           f"still in Slurm and could not be cancelled (first: job {first}); "
+                           "nothing was submitted")
+    if done.lost:
+        log(f"{len(done.lost)} row(s) submitted before are not in Slurm (first: "
+            f"{names[done.lost[0]]}); submitting them again")
 
 
 def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
@@ -186,6 +223,8 @@ def _preflight(units: Sequence[Unit], slurm: Slurm) -> None:
         seen.add(shape)
         try:
             slurm.test_only(unit.script)
+        except SlurmUnreachable as exc:
+            raise SynergyError(f"{exc}\nnothing was submitted") from exc
         except SlurmError as exc:
             raise SynergyError(f"{_rows(unit)}: Slurm would refuse the job: {exc}\n"
                                "nothing was submitted") from exc
@@ -196,8 +235,10 @@ def _rows(unit: Unit) -> str:
     return ", ".join(str(t.spec.source) for t in unit.tasks[:3]) + more
 
 
-def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm) -> list[str]:
+def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
+                  ledger: Ledger, csv_path: Path) -> list[str]:
     ids: list[str] = []
+    releasing = False
     try:
         for unit in tqdm(units, desc="sbatch", unit="job", disable=None, leave=False):
             options = ["--hold"]
@@ -212,21 +253,53 @@ def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm) -> l
                 options.append(f"--dependency=afterany:{ids[-1]}")
             try:
                 ids.append(slurm.sbatch(unit.script, options))
+            except SlurmUnreachable:
+                raise
             except SlurmError as exc:
                 raise SynergyError(f"{_rows(unit)}: Slurm refused the job: {exc}") from exc
+            for task in unit.tasks:
+                ledger.record(task.spec, f"{ids[-1]}_{task.index}" if unit.array else ids[-1],
+                              unit.script)
+            ledger.save()
         if not opts.hold:
+            releasing = True
             slurm.release(ids)
     except BaseException as exc:
-        if ids:
-            try:
-                slurm.cancel(ids)
-            except SlurmError:
-                pass
-            if isinstance(exc, SynergyError):
-                raise SynergyError(f"{exc}\ncancelled the {len(ids)} job(s) already queued; "
-                                   "nothing was submitted") from exc
-        raise
+        err = _undo(units, ids, slurm, ledger, csv_path, exc, releasing)
+        if err is exc:
+            raise
+        raise err from exc
     return ids
+
+
+def _undo(units: Sequence[Unit], ids: Sequence[str], slurm: Slurm, ledger: Ledger,
+          csv_path: Path, exc: BaseException, releasing: bool) -> BaseException:
+    """All or nothing: a failed submission's jobs are cancelled. What Slurm has is
+    checked rather than assumed, and the message says only what was verified; the
+    exception to raise is returned (`exc` itself when it is not ours to explain)."""
+    keys = [row_key(t.spec) for u in units for t in u.tasks]
+    for key in keys:
+        ledger.mark(key, "cancelling")
+    ledger.save()
+    finish = f"run `synergy reconcile {csv_path}` to finish"
+    try:
+        done = reconcile(ledger, keys, slurm)
+        ledger.save()
+    except SlurmUnreachable:
+        held = "released or not" if releasing else "held"
+        return exc if not isinstance(exc, SynergyError) else SynergyError(
+            f"{exc}\nsbatch answered for {len(ids)} job(s) ({held}); they could not be "
+            f"cancelled; the ledger keeps them: {finish} once slurmctld answers")
+    if not isinstance(exc, SynergyError):
+        return exc
+    queued = len(done.cancelled) + len(done.unreached)
+    line = f"{queued} queued, {len(done.cancelled)} cancelled"
+    if done.unreached:
+        first = next(iter(done.unreached.values()))
+        line += f", {len(done.unreached)} could not be reached: job {first} — {finish}"
+    else:
+        line += "; nothing was submitted"
+    return SynergyError(f"{exc}\n{line}")
 
 
 def max_array_size(slurm: Slurm) -> int:

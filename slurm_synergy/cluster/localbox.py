@@ -50,7 +50,7 @@ class LocalCluster:
         self.job_submit = job_submit     # off only to measure the shim's cost (make bench)
         self.etc = self.state / "etc"
         self.conf = self.etc / "slurm.conf"
-        self.slurm = Slurm(self.conf)
+        self.slurm = Slurm(self.conf, retry_s=0)
         run, log = self.state / "run", self.state / "log"
         self.daemons = {
             "munged": Daemon("munged", run / "munged.pid", Path("/var/log/munge/munged.log")),
@@ -121,6 +121,13 @@ class LocalCluster:
             self._register_cluster()
             self._ensure("slurmctld", self.slurm.ping, self._start_slurm("slurmctld"), log)
             self._ensure("slurmd", self._node_ok, self._start_slurm("slurmd"), log)
+            for n in self.slurm.nodes(""):
+                if _drained(n.state):
+                    # The epilog (or an admin) took it out of service for a reason; only
+                    # a person puts it back.
+                    log(f"node {n.name} is {n.state} ({n.reason or 'no reason given'}) and "
+                        "stays so: jobs will not start on it until you resume it with "
+                        f"`scontrol update nodename={n.name} state=resume`")
             log(sync(slurm=self.slurm, path=self.etc / TABLE_NAME))
             gpus = f"{node.gpus} {'real' if node.gpus_real else 'file-backed'} GPUs"
             log(f"cluster up: node {node.hostname}, {node.cpus} CPUs, {node.memory_mb} MB, "
@@ -148,7 +155,8 @@ class LocalCluster:
         lines.append(f"cgroup enforcement: {describe_mode(mode)}")
         if healthy:
             for n in self.slurm.nodes(""):
-                lines.append(f"node {n.name}: {n.state}, {n.cpus} CPUs, {n.memory_mb} MB, "
+                why = f" ({n.reason})" if n.reason else ""
+                lines.append(f"node {n.name}: {n.state}{why}, {n.cpus} CPUs, {n.memory_mb} MB, "
                              f"gres {n.gres}")
         lines.append(f"SLURM_CONF={self.conf}")
         return healthy, lines
@@ -176,14 +184,17 @@ class LocalCluster:
             return False
 
     def _node_ok(self) -> bool:
+        """slurmd runs and its node answers slurmctld. A drained node counts: slurmd is
+        up, the node is only out of service (cluster status shows it)."""
         if not self._alive("slurmd"):
             return False
         try:
             states = [n.state for n in self.slurm.nodes("")]
         except SynergyError:
             return False
-        bad = ("down", "drain", "fail", "unknown", "not_responding")
-        return bool(states) and not any(s.rstrip("*~#").startswith(bad) for s in states)
+        bad = ("down", "fail", "unknown", "not_responding")
+        return bool(states) and not any(
+            s.endswith("*") or s.rstrip("~#").startswith(bad) for s in states)
 
     @property
     def _db_socket(self) -> Path:
@@ -266,10 +277,11 @@ class LocalCluster:
             self.slurm.run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME])
 
     def _resume_node(self) -> None:
-        """A node left down or drained by an earlier run is put back in service."""
+        """A node left down by an earlier run (its slurmd stopped) is put back in service;
+        a drained one is not: somebody drained it on purpose."""
         try:
             for n in self.slurm.nodes(""):
-                if n.state.rstrip("*~#").startswith(("down", "drain")):
+                if n.state.rstrip("*~#").startswith("down") and not _drained(n.state):
                     self.slurm.run(["scontrol", "update", f"nodename={n.name}", "state=resume"])
         except SynergyError:
             pass  # slurmctld not answering yet; the caller's loop tries again
@@ -350,3 +362,8 @@ def _require_binaries() -> None:
                if shutil.which(b) is None]
     if missing:
         raise SynergyError(f"missing programs: {', '.join(missing)}; run `make setup` first")
+
+
+def _drained(state: str) -> bool:
+    """sinfo's long state of a node taken out of service (drained, draining, down+drain)."""
+    return "drain" in state

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from ..errors import SynergyError
+from ..errors import SlurmUnreachable, SynergyError
 from ..profile import ProfileError, ProfileStore
 from ..slurm import Slurm
 from ..throughput import workers_for
@@ -25,6 +25,10 @@ def shim_installed(slurm: Slurm) -> bool:
     slurm.conf: the shim decides, so the client must not decide again."""
     try:
         plugins = slurm.config().get("JobSubmitPlugins", "")
+    except SlurmUnreachable as exc:
+        # Not a "no": guessing user mode would decide twice on a cluster with the shim.
+        raise SlurmUnreachable(f"{exc}\ncannot tell whether the cluster runs the "
+                               "job_submit shim (--mode auto); nothing was submitted") from exc
     except SynergyError:
         return False
     names = {p.strip().rsplit("/", 1)[-1] for p in plugins.split(",")}

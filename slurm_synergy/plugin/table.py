@@ -4,11 +4,12 @@ slurmctld runs the Lua shim on every submission, so the table is plain lines tha
 matches with one pattern each, and its first line carries a generation (a hash of the
 rest): the shim reads that one line per submission and reloads only when it changes.
 
-    synergy-decisions 1 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64 max_mem_mb=515000 max_gpus=8 entries=2
+    synergy-decisions 1 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64 max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 entries=2
     <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers> <power_limit_w or 0>
 
-Decisions are sized for one partition's nodes (the default one unless told); the shim
-leaves jobs sent to another partition alone. The table lives beside slurm.conf (where
+Decisions are sized for one partition's nodes (the default one unless told): the header
+holds what its smallest node has (from sinfo), no entry goes beyond it, and the shim
+leaves jobs that will run in another partition alone. The table lives beside slurm.conf (where
 slurmctld finds job_submit.lua), is written whole (temporary file + rename), readable by
 all and writable only by its owner.
 """
@@ -71,7 +72,7 @@ def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape,
             f"user_wins={int(policy.user_request_wins)} "
             f"profile_new={int(policy.profile_new)} max_cpus={min(shape.cores, MAX_CPUS)} "
             f"max_mem_mb={min(shape.mem_mb, MAX_MEM_MB)} max_gpus={min(shape.gpus, MAX_GPUS)} "
-            f"entries={len(decisions)}\n")
+            f"gpu_types={','.join(shape.gpu_types)} entries={len(decisions)}\n")
     return head + body
 
 
@@ -109,10 +110,31 @@ def compile_decisions(store: ProfileStore, shape: NodeShape,
     decisions, skipped = [], []
     for fp in store.fingerprints():
         try:
-            decisions.append(decide(store.load(fp), shape, policy))
+            decision = decide(store.load(fp), shape, policy)
         except (ProfileError, ValueError, ArithmeticError) as e:
             skipped.append(f"{fp}: {e}")
+            continue
+        beyond = beyond_shape(decision, shape)
+        if beyond:
+            skipped.append(f"{fp}: {beyond}")
+        else:
+            decisions.append(decision)
     return decisions, skipped
+
+
+def beyond_shape(d: Decision, shape: NodeShape) -> str:
+    """What of a decision no node of the partition has ("" when it fits): such an entry
+    would make Slurm refuse the job, or leave it pending for ever."""
+    if d.cpus < 1 or d.cpus > shape.cores:
+        return f"{d.cpus} cores, the partition's nodes have {shape.cores}"
+    if d.mem_mb < 1 or d.mem_mb > shape.mem_mb:
+        return f"{d.mem_mb} MB, the partition's nodes have {shape.mem_mb}"
+    if d.gpus > shape.gpus:
+        return f"{d.gpus} GPUs, the partition's nodes have {shape.gpus}"
+    if d.gpu_type and d.gpu_type not in shape.gpu_types:
+        return (f"GPU type {d.gpu_type}, the partition has "
+                f"{', '.join(shape.gpu_types) or 'untyped GPUs'}")
+    return ""
 
 
 def write(path: Path, text: str) -> None:

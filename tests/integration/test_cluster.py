@@ -52,8 +52,10 @@ def test_submit_with_dead_controller_fails_clearly_and_queues_nothing(box, slurm
             time.sleep(0.2)
         proc = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "out"))
         assert proc.returncode != 0
-        assert "is the cluster up?" in proc.stderr
-        assert "one.csv row 1 (line 2)" in proc.stderr
+        # Said as it is: not "Slurm would refuse the job", no quiet switch to user mode.
+        assert "slurmctld unreachable" in proc.stderr and "is the cluster up?" in proc.stderr
+        assert "nothing was submitted" in proc.stderr
+        assert "refuse" not in proc.stderr and "user mode" not in proc.stderr
         assert proc.stderr.count("\n") <= 3, proc.stderr  # one clear message, no traceback
     finally:
         assert synergy("cluster", "up").returncode == 0

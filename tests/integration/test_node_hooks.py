@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from pathlib import Path
 
@@ -140,6 +141,17 @@ def test_an_epilog_that_cannot_enforce_the_cap_drains_the_node(box, slurm, tmp_p
         assert "epilog" in reason.lower(), reason
         assert f"epilog job={job} exit 1: node will drain" in \
             (box.state / "log" / "hooks.log").read_text()
+        # Drained on purpose: `cluster up` neither resumes it nor hides it, and status
+        # tells slurmd (running) apart from the node (out of service, and why).
+        up = synergy("cluster", "up")
+        assert up.returncode == 0, up.stderr
+        assert "stays so: jobs will not start on it until you resume it" in up.stdout
+        assert "starting slurmd" not in up.stdout
+        assert _drained(slurm)
+        status = synergy("cluster", "status")
+        assert status.returncode == 0, status.stdout
+        assert re.search(r"^slurmd\s+up\s", status.stdout, re.M), status.stdout
+        assert re.search(r"^node \S+: drain\w* \(.*[Ee]pilog", status.stdout, re.M), status.stdout
     finally:
         slurm.run(["scontrol", "update", f"nodename={box.slurm.nodes('')[0].name}",
                    "state=resume"])

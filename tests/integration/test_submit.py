@@ -1,6 +1,7 @@
 """CSV job lists through the real `synergy submit` into the real cluster and back from sacct."""
 
 import json
+import re
 from datetime import datetime
 
 import pytest
@@ -38,7 +39,8 @@ def test_torchloader_csvs_run_unchanged_and_really_train(torchloader_runs, name)
     csv, folder, rows = torchloader_runs[name]
     assert [r["State"] for r in rows] == ["COMPLETED"] * 3
     for spec, row in zip(load_jobs(csv), rows):
-        assert row["Comment"] == spec.comment
+        # The row's comment, and the sbatch call's tag that the ledger finds it by.
+        assert re.fullmatch(re.escape(spec.comment) + r" sub=[0-9a-f]{12}", row["Comment"])
         summary = json.loads((folder / "single_1workers_1device" / spec.name / "summary.json")
                              .read_text())
         assert summary["arch"] == "resnet" and summary["depth"] == spec.depth

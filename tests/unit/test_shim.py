@@ -25,14 +25,16 @@ OURS = {"name": "j", "comment": f"synergy:fp={FP} req=cpus,mem", "cpus_per_task"
         "tres_per_node": "gres:gpu:2"}
 
 
-def run(tmp_path: Path, jobs: list[dict], table: str | None) -> tuple[list[dict], list[str]]:
+def run(tmp_path: Path, jobs: list[dict], table: str | None,
+        partitions: str = "gpu:16:1:1") -> tuple[list[dict], list[str]]:
     assert LUA, "lua5.1 is missing: make setup installs it"
     shutil.copy(ROOT / "etc" / "job_submit.lua", tmp_path / "job_submit.lua")
     if table is not None:
         (tmp_path / TABLE_NAME).write_text(table)
     spec = tmp_path / "jobs.txt"
     spec.write_text("\n\n".join("\n".join(f"{k}={v}" for k, v in job.items()) for job in jobs))
-    proc = subprocess.run([LUA, str(HARNESS), str(tmp_path / "job_submit.lua"), str(spec)],
+    proc = subprocess.run([LUA, str(HARNESS), str(tmp_path / "job_submit.lua"), str(spec),
+                           partitions],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out, logs = [], []

@@ -1,8 +1,10 @@
 -- Runs etc/job_submit.lua outside slurmctld, for the unit tests (tests/unit/test_shim.py).
--- usage: lua5.1 harness.lua SHIM JOBS
+-- usage: lua5.1 harness.lua SHIM JOBS [PARTITIONS]
 -- JOBS holds jobs as "key=value" lines (env.NAME=value for the environment, fail_on=FIELD
--- to make writing FIELD raise), separated by blank lines. Prints each job's fields after
--- slurm_job_submit, and everything the shim logged.
+-- to make writing FIELD raise), separated by blank lines. PARTITIONS is what slurmctld
+-- would hand the shim: "name:total_cpus:total_nodes:default[:max_mem_per_node],..."
+-- (default gpu:16:1:1). Prints each job's fields after slurm_job_submit, and everything
+-- the shim logged.
 
 slurm = { SUCCESS = 0, ERROR = -1 }
 local logs = {}
@@ -44,6 +46,14 @@ local function make_job(fields)
 	return job, data, env
 end
 
+local part_list = {}
+for spec in (arg[3] or "gpu:16:1:1"):gmatch("[^,]+") do
+	local name, cpus, nodes, default, mem = spec:match("^([^:]+):(%d+):(%d+):(%d):?(%d*)$")
+	part_list[name] = { name = name, total_cpus = tonumber(cpus), total_nodes = tonumber(nodes),
+		flag_default = tonumber(default), max_cpus_per_node = 4294967294,
+		max_mem_per_node = tonumber(mem) or 2 ^ 64 - 2 }
+end
+
 local loaded = dofile(arg[1])
 assert(loaded == slurm.SUCCESS, "the shim did not return slurm.SUCCESS when loaded")
 
@@ -61,7 +71,7 @@ if next(current) then table.insert(jobs, current) end
 
 for i, fields in ipairs(jobs) do
 	local job, data, env = make_job(fields)
-	local rc = slurm_job_submit(job, {}, 1000)
+	local rc = slurm_job_submit(job, part_list, 1000)
 	print("JOB " .. i .. " rc=" .. tostring(rc))
 	local keys = {}
 	for k in pairs(data) do table.insert(keys, k) end

@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from .errors import SynergyError
+from .jobs import FINAL_STATES
 from .ledger import Entry, Ledger
 from .slurm import Slurm
 
 _TAG = re.compile(r"(?:^|\s)sub=([0-9a-f]{12})(?=\s|$)")
 _ACCT_FIELDS = ("JobID", "JobName", "State", "Comment")
-# A job that is over holds nothing: cancelling it again is not needed.
-_OVER = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-         "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,8 @@ class Seen:
 
     @property
     def over(self) -> bool:
-        return self.state.startswith(_OVER)
+        """Holds nothing any more: cancelling it again is not needed."""
+        return self.state.startswith(FINAL_STATES)
 
 
 @dataclass
@@ -95,7 +94,7 @@ def find(entries: Mapping[str, Entry], queue: Sequence[Mapping[str, str]],
 
 
 def _index(row: Mapping[str, str], base: str, by_tag: dict, by_id: dict) -> None:
-    comment = "" if row.get("Comment") in (None, "(null)") else row["Comment"]
+    comment = row["Comment"]
     match = _TAG.search(comment)
     if match:
         by_tag.setdefault(match.group(1), []).append((base, row["JobID"], row["State"]))

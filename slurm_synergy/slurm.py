@@ -286,8 +286,11 @@ class Slurm:
         out = self.run(["squeue", "--noheader", "--array", "--states=all",
                         f"--user={getpass.getuser()}", f"--format={fmt}"])
         keys = ("JobID", "ArrayJobID", "State", "JobName", "Comment")
-        return [dict(zip(keys, line.split(SEP, 4))) for line in out.splitlines()
+        rows = [dict(zip(keys, line.split(SEP, 4))) for line in out.splitlines()
                 if line.count(SEP) >= 4]
+        for row in rows:
+            row["Comment"] = _comment(row["Comment"])
+        return rows
 
     def comment(self, job_id: str) -> str:
         """One job's comment, whole (squeue cuts it at 4000 characters, as sacct)."""

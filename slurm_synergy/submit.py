@@ -60,6 +60,10 @@ class Unit:
     def array(self) -> str:
         return f"0-{len(self.tasks) - 1}" if len(self.tasks) > 1 else ""
 
+    def task_id(self, job_id: str, task: Task) -> str:
+        """A row's own job id: the array task (12_3) when this unit is an array."""
+        return f"{job_id}_{task.index}" if self.array else job_id
+
 
 @dataclass
 class SubmitResult:
@@ -149,7 +153,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         ids = _submit_units(result.units, opts, slurm, ledger, csv_path)
         for unit, job_id in zip(result.units, ids):
             for task in unit.tasks:
-                result.job_ids[task.spec.name] = f"{job_id}_{task.index}" if unit.array else job_id
+                result.job_ids[task.spec.name] = unit.task_id(job_id, task)
     return result
 
 
@@ -258,8 +262,7 @@ def _submit_units(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
             except SlurmError as exc:
                 raise SynergyError(f"{_rows(unit)}: Slurm refused the job: {exc}") from exc
             for task in unit.tasks:
-                ledger.record(task.spec, f"{ids[-1]}_{task.index}" if unit.array else ids[-1],
-                              unit.script)
+                ledger.record(task.spec, unit.task_id(ids[-1], task), unit.script)
             ledger.save()
         if not opts.hold:
             releasing = True

@@ -98,8 +98,10 @@ def _unset(text: str) -> str:
 
 
 # What Slurm's commands print when slurmctld does not answer (down, restarting, failing over).
+# A controller killed mid-request resets the connection instead of refusing it.
 _UNREACHABLE = ("Unable to contact slurm controller", "Connection refused",
-                "Socket timed out", "Zero Bytes were transmitted", "Connection timed out")
+                "Connection reset by peer", "Broken pipe", "Socket timed out",
+                "Zero Bytes were transmitted", "Connection timed out")
 # How long an idempotent call keeps trying a controller that does not answer; Slurm's
 # own client already waits several seconds per try.
 RETRY_S = 15.0

@@ -443,6 +443,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			fault(why)
 			return
 		end
+		-- A fault that ends and comes back is logged again.
+		last_fault.msg = nil
 		local p = plan(job_desc, tbl, part_list)
 		if p == nil then
 			return

@@ -4,8 +4,10 @@ rewritten at once; user mode does the same without the shim; and a missing, corr
 hostile decision table lets every job through unchanged, with slurmctld's log saying why.
 """
 
+import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +149,9 @@ FAULTS = {
                        "bad line(s)"),
     "cut short": (HEAD.format(gen="e5", n=3) + f"{FP} 1 700 0 - 1 0\n", "cut short"),
     "huge": (HEAD.format(gen="f6", n=1) + "#" * (17 << 20), "over the limit"),
+    # Opened without O_NONBLOCK, a FIFO would hold every submission (plain ones too).
+    "fifo": (os.mkfifo, "is not a regular file"),
+    "directory": (Path.mkdir, "is not a regular file"),
 }
 
 
@@ -168,6 +173,8 @@ def submit_probe(slurm, tmp_path) -> dict:
 def broken_table(box):
     path = box.etc / TABLE_NAME
     yield path
+    if path.is_dir():
+        path.rmdir()
     assert synergy("plugin", "sync").returncode == 0
 
 
@@ -180,10 +187,17 @@ def test_a_missing_corrupt_or_hostile_table_never_stops_a_job(slurm, box, broken
     text, why = FAULTS[kind]
     if text is None:
         broken_table.unlink()
+    elif callable(text):
+        broken_table.unlink()
+        text(broken_table)
     else:
         broken_table.write_text(text)
     log = box.state / "log" / "slurmctld.log"
     offset = log.stat().st_size
+    plain = slurm.run(["sbatch", "--parsable", "--hold", f"--output={tmp_path}/plain-%j.out",
+                       "--wrap", "true"]).strip()
+    slurm.cancel([plain])
+    assert plain.isdigit(), "a plain job goes through whatever is at the table's path"
     assert submit_probe(slurm, tmp_path) == {"cpus": "2", "mem": "1500M"}
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

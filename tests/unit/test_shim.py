@@ -4,9 +4,11 @@ the rewrite, the profiling mark, and every fault passing jobs through unchanged.
 The same shim inside a real slurmctld is tested in tests/integration/test_plugin.py.
 """
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -25,11 +27,15 @@ OURS = {"name": "j", "comment": f"synergy:fp={FP} req=cpus,mem", "cpus_per_task"
         "tres_per_node": "gres:gpu:2"}
 
 
-def run(tmp_path: Path, jobs: list[dict], table: str | None,
+def run(tmp_path: Path, jobs: list[dict], table: str | Callable[[Path], None] | None,
         partitions: str = "gpu:16:1:1") -> tuple[list[dict], list[str]]:
+    """Submit `jobs` through the shim with `table` at its path (text, or a function that
+    makes something there); the harness is killed, and the test fails, if it hangs."""
     assert LUA, "lua5.1 is missing: make setup installs it"
     shutil.copy(ROOT / "etc" / "job_submit.lua", tmp_path / "job_submit.lua")
-    if table is not None:
+    if callable(table):
+        table(tmp_path / TABLE_NAME)
+    elif table is not None:
         (tmp_path / TABLE_NAME).write_text(table)
     spec = tmp_path / "jobs.txt"
     spec.write_text("\n\n".join("\n".join(f"{k}={v}" for k, v in job.items()) for job in jobs))
@@ -202,3 +208,87 @@ def test_pinned_cores_keep_their_workers_and_the_comment_tells_the_truth(tmp_pat
     assert job["cpus_per_task"] == "2" and job["env.SYNERGY_WORKERS"] == "1"
     assert job["tres_per_node"] == "gres:gpu:2" and job["pn_min_memory"] == "1280"
     assert job["comment"].endswith("decision=c2,m1280,g2,w1")
+
+
+PLAIN = {"name": "plain", "cpus_per_task": "2", "min_cpus": "2", "pn_min_cpus": "2",
+         "pn_min_memory": "3072", "tres_per_node": "gres:gpu:2"}
+
+
+def fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("make,why", [
+    (fifo, "is not a regular file"),
+    (Path.mkdir, "is not a regular file"),
+    (lambda p: p.write_bytes(os.urandom(4096)), "is not a version 1 decision table"),
+])
+def test_a_fifo_directory_or_noise_at_the_tables_path_blocks_nothing(tmp_path, make, why):
+    # A FIFO would block an open() without O_NONBLOCK for ever; run() would time out.
+    jobs, logs = run(tmp_path, [PLAIN, OURS, OURS], make)
+    assert all(j["rc"] == "0" for j in jobs)
+    assert all(jobs[0].get(k) == v for k, v in PLAIN.items()) and unchanged(jobs[1])
+    faults = [line for line in logs if line.startswith("error slurm-synergy")]
+    assert len(faults) == 1 and why in faults[0], logs
+    assert "bytes" not in faults[0]
+
+
+@pytest.mark.parametrize("there", [fifo, table(decision(FP, cpus=5))], ids=["fifo", "table"])
+def test_plain_jobs_never_look_at_the_table(tmp_path, there):
+    jobs, logs = run(tmp_path, [PLAIN, dict(PLAIN, comment="someone else's")], there)
+    assert all(j["rc"] == "0" and j["cpus_per_task"] == "2" for j in jobs)
+    assert not [line for line in logs if "loaded decision table" in line
+                or line.startswith("error")], logs
+
+
+def test_a_gpu_type_the_partition_lacks_is_not_written(tmp_path):
+    tbl = table(decision(FP, cpus=5, gpus=1, gpu_type="h100"),
+                shape=NodeShape(16, 64000, 4, ("a100",)))
+    (job,), logs = run(tmp_path, [OURS], tbl)
+    assert unchanged(job)
+    assert any("GPU type h100 is not in partition gpu" in line for line in logs), logs
+    (typed,), _ = run(tmp_path, [OURS], table(decision(FP, cpus=5, gpus=1, gpu_type="a100"),
+                                              shape=NodeShape(16, 64000, 4, ("a100",))))
+    assert typed["tres_per_node"] == "gres:gpu:a100:1"
+
+
+def test_a_job_in_another_default_partition_is_left_as_asked(tmp_path):
+    # The table was made for gpu; this cluster's default partition is cpu.
+    (job,), logs = run(tmp_path, [OURS], table(decision(FP, cpus=5), partition="gpu"),
+                       partitions="cpu:16:1:1,gpu:16:1:0")
+    assert unchanged(job)
+    assert any("partition cpu: the decisions are sized for gpu" in line for line in logs)
+
+
+@pytest.mark.parametrize("shape,entry,why", [
+    # A table that claims nodes of 65,536 cores, for a partition of 16.
+    (NodeShape(65536, 64000, 4), decision(FP, cpus=64), "not this cluster's table"),
+    # 64 TiB on nodes whose partition caps memory at 32,000 MB.
+    (NodeShape(16, 64 * 1024 * 1024, 4), decision(FP, mem_mb=60000),
+     "more than a node of gpu has"),
+])
+def test_a_table_beyond_this_clusters_nodes_is_not_trusted(tmp_path, shape, entry, why):
+    (job,), logs = run(tmp_path, [OURS], table(entry, shape=shape),
+                       partitions="gpu:16:1:1:32000")
+    assert unchanged(job)
+    assert any(why in line for line in logs), logs
+
+
+def test_a_body_changed_under_the_same_header_is_read_again(tmp_path):
+    first = table(decision(FP, cpus=3))
+    head = first.split("\n", 1)[0]
+    second = tmp_path / "second.tbl"
+    second.write_text(head + "\n" + table(decision(FP, cpus=4)).split("\n", 1)[1])
+    jobs, logs = run(tmp_path, [OURS, dict(OURS, table_from=str(second))], first)
+    assert [j["cpus_per_task"] for j in jobs] == ["3", "4"]
+    assert any("changed under the same header" in line for line in logs), logs
+
+
+def test_a_fault_that_ends_and_comes_back_is_logged_again(tmp_path):
+    good, bad = tmp_path / "good.tbl", tmp_path / "bad.tbl"
+    good.write_text(table(decision(FP, cpus=3)))
+    bad.write_text("hello\n")
+    jobs, logs = run(tmp_path, [OURS, OURS, dict(OURS, table_from=str(good)),
+                                dict(OURS, table_from=str(bad))], "hello\n")
+    assert [j["cpus_per_task"] for j in jobs] == ["2", "2", "3", "2"]
+    assert sum(line.startswith("error slurm-synergy") for line in logs) == 2, logs

@@ -1,7 +1,9 @@
 -- Runs etc/job_submit.lua outside slurmctld, for the unit tests (tests/unit/test_shim.py).
 -- usage: lua5.1 harness.lua SHIM JOBS [PARTITIONS]
 -- JOBS holds jobs as "key=value" lines (env.NAME=value for the environment, fail_on=FIELD
--- to make writing FIELD raise), separated by blank lines. PARTITIONS is what slurmctld
+-- to make writing FIELD raise, table_from=FILE to put FILE's text at the decision table's
+-- path just before this job, as a sync between two submissions would), separated by
+-- blank lines. PARTITIONS is what slurmctld
 -- would hand the shim: "name:total_cpus:total_nodes:default[:max_mem_per_node],..."
 -- (default gpu:16:1:1). Prints each job's fields after slurm_job_submit, and everything
 -- the shim logged.
@@ -23,7 +25,7 @@ local function make_job(fields)
 		local name = key:match("^env%.(.*)$")
 		if name then
 			env[name] = value
-		elseif key ~= "fail_on" then
+		elseif key ~= "fail_on" and key ~= "table_from" then
 			data[key] = numeric(key) and tonumber(value) or value
 		end
 	end
@@ -69,7 +71,14 @@ for line in io.lines(arg[2]) do
 end
 if next(current) then table.insert(jobs, current) end
 
+local table_path = (arg[1]:match("^(.*)/[^/]*$") or ".") .. "/synergy-decisions.tbl"
 for i, fields in ipairs(jobs) do
+	if fields.table_from then
+		local text = assert(io.open(fields.table_from)):read("*a")
+		local out = assert(io.open(table_path, "w"))
+		out:write(text)
+		out:close()
+	end
 	local job, data, env = make_job(fields)
 	local rc = slurm_job_submit(job, part_list, 1000)
 	print("JOB " .. i .. " rc=" .. tostring(rc))

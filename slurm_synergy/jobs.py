@@ -9,7 +9,7 @@ from typing import Sequence
 from tqdm import tqdm
 
 from .columns import aligned
-from .errors import SynergyError
+from .errors import SlurmError, SlurmUnreachable, SynergyError
 from .jobspec import comment_marks
 from .slurm import Slurm, tres
 
@@ -53,8 +53,12 @@ def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
     deadline = time.monotonic() + timeout_s
     wanted = len(job_ids)
     with tqdm(total=wanted, desc="jobs finished", unit="job", disable=None) as bar:
+        first = True
         while True:
             recs = records(slurm, job_ids)
+            if first:
+                _known(slurm, job_ids, recs)
+                first = False
             done = sum(r.final for r in recs)
             bar.update(done - bar.n)
             if len(recs) >= wanted and done == len(recs):
@@ -64,6 +68,26 @@ def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
                 raise SynergyError(f"jobs still not finished after {timeout_s:.0f}s: "
                                    f"{pending or 'not yet in accounting'}")
             time.sleep(poll_s)
+
+
+def _known(slurm: Slurm, job_ids: Sequence[str], recs: Sequence[JobRecord]) -> None:
+    """Waiting on a job neither accounting nor slurmctld knows would last the whole
+    timeout: it is named at once. (A job just submitted may not be in accounting yet;
+    slurmctld has it.)"""
+    unseen = [j for j in job_ids
+              if not any(r.job_id == j or r.job_id.startswith(f"{j}_") for r in recs)]
+    if not unseen:
+        return
+    try:
+        queued = slurm.active_states(unseen)
+    except SlurmUnreachable:
+        raise
+    except SlurmError:               # squeue refuses a list that holds no known job
+        queued = {}
+    unknown = [j for j in unseen if not any(q == j or q.startswith(f"{j}_") for q in queued)]
+    if unknown:
+        raise SynergyError(f"unknown job(s) {', '.join(unknown)}: neither slurmctld nor "
+                           "accounting has them")
 
 
 def plugin_note(comment: str) -> str:

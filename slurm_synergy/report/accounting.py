@@ -18,7 +18,7 @@ from ..slurm import Slurm, tres
 
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
           "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
-          "AllocTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment")
+          "AllocTRES", "ReqTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment")
 _UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
 _DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?),g(\d+),w(\d+)(?:,p(\d+))?$")
 _ASKED = re.compile(r"^c(\d+|-),m(\d+|-),g(\d+)$")
@@ -113,6 +113,10 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
         submit, start, end = when(r["Submit"]), when(r["Start"]), when(r["End"])
         elapsed = float(r["ElapsedRaw"] or 0)
         cpus = int(r["AllocCPUS"] or 0)
+        if not r["AllocTRES"]:
+            # Never allocated (cancelled while pending): sacct still gives it a Start (the
+            # moment it ended) and AllocCPUS, but it held nothing.
+            start, cpus = None, 0
         mem = mb(tres(r["AllocTRES"], "mem"))
         total_cpu = seconds(r["TotalCPU"])
         rss = peak.get(raw)
@@ -134,7 +138,8 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             "mem_eff": rss / mem if rss is not None and mem and one_task else None,
             "one_task": one_task,
             "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
-            "asked_mem_mb": mb(r["ReqMem"]) if r["ReqMem"] else None, "asked_gpus": None,
+            "asked_mem_mb": mb(r["ReqMem"]) if r["ReqMem"] else None,
+            "asked_gpus": int(tres(r.get("ReqTRES", ""), "gres/gpu") or 0),
             "nodes": r["NodeList"], "comment": r["Comment"],
         }
         rec.update(_marks(r["Comment"]))

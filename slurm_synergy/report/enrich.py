@@ -109,7 +109,10 @@ def add_chains(jobs: pd.DataFrame) -> list[str]:
         links = read_chains()
     except (SynergyError, OSError, UnicodeDecodeError) as e:
         links, problems = [], [f"no profiling chains: {e}"]
-    became = {c.profiled_job: c.resubmitted_job for c in links}
+    # A resubmission's comment names its profiling job (from=), so a chain whose record
+    # is in another store (or gone) still shows both ways when both jobs are reported.
+    became = {f: r for r, f in zip(jobs["raw_id"], jobs["from_job"]) if f}
+    became.update({c.profiled_job: c.resubmitted_job for c in links})
     came_from = {c.resubmitted_job: c.profiled_job for c in links}
     _column(jobs, "resubmitted_as", [became.get(r) for r in jobs["raw_id"]])
     _column(jobs, "profiled_as", [came_from.get(r) or (f or None)

@@ -55,28 +55,49 @@ def _mb(value: Any) -> str:
     return "-" if value is None else (f"{value / 1024:.1f}G" if value >= 1024 else f"{value:.0f}M")
 
 
-def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[list[str]]]:
-    head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores asked>decided>got", "used",
-            "CPU%", "Mem got", "peak", "Mem%", "GPUs", "GPU kJ", "kWh", "util%", "limit W",
-            "samples/s", "data wait%", "chain", "GPU note"]
-    rows = []
+# Cores, memory and GPUs read left to right: what the script asked, what the plugin
+# decided, what Slurm gave. The terminal joins the three; the page has a column each.
+ARROW = " \u2192 "
+TRIPLE_NOTE = (f"Cores, Mem, GPUs: asked{ARROW}decided{ARROW}got "
+               "(- where no decision was made)")
+Cell = str | tuple[str, str, str]
+
+
+def _gpus(count: Any, gtype: Any = "") -> str:
+    return "-" if count is None else f"{count}{':' + gtype if gtype else ''}"
+
+
+def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[list[Cell]]]:
+    """The jobs table; Cores, Mem and GPUs cells are (asked, decided, got)."""
+    head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores", "used", "CPU%", "Mem",
+            "peak", "Mem%", "GPUs", "GPU kJ", "kWh", "util%", "limit W", "samples/s",
+            "data wait%", "chain", "GPU note"]
+    rows: list[list[Cell]] = []
     shown = report.jobs if most is None else report.jobs.tail(most)   # the latest
     for _, j in shown.iterrows():
         used = j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] else None
         chain = (f"-> {j['resubmitted_as']}" if j["resubmitted_as"] else
                  f"<- {j['profiled_as']}" if j["profiled_as"] else "")
         energy = j["gpu_energy_j"]
+        started = j["start"] is not None
         rows.append([
             j["job_id"], _clean(j["name"])[:22], j["state"], _dur(j["wait_s"]), _dur(j["elapsed_s"]),
-            f"{_n(j['asked_cpus'])}>{_n(j['decided_cpus'])}>{_n(j['alloc_cpus'])}",
-            _n(used, ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]), _mb(j["alloc_mem_mb"]),
+            (_n(j["asked_cpus"]), _n(j["decided_cpus"]), _n(j["alloc_cpus"]) if started else "-"),
+            _n(used, ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]),
+            (_mb(j["asked_mem_mb"]), _mb(j["decided_mem_mb"]),
+             _mb(j["alloc_mem_mb"]) if started else "-"),
             _mb(j["max_rss_mb"]), _n(j["mem_eff"] and 100 * j["mem_eff"]),
-            f"{j['gpus']}{':' + j['gpu_type'] if j['gpu_type'] else ''}",
+            (_gpus(j["asked_gpus"]), _gpus(j["decided_gpus"]),
+             _gpus(j["gpus"], j["gpu_type"]) if started else "-"),
             _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
             _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
             _n(_scaled(j["data_wait_share"], 100)),
             chain, _clean(j["gpu_note"])])
     return head, rows
+
+
+def _joined(rows: list[list[Cell]]) -> list[list[str]]:
+    return [[ARROW.join(c) if isinstance(c, tuple) else c for c in row] for row in rows]
 
 
 def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
@@ -124,8 +145,9 @@ def _more(report: Report, most: int) -> list[str]:
 
 
 def table(report: Report) -> str:
+    head, rows = job_rows(report, TERMINAL_JOBS)
     parts = [f"slurm-synergy report: {report.period}", "",
-             aligned(*job_rows(report, TERMINAL_JOBS), rule=True), *_more(report, TERMINAL_JOBS),
+             aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, *_more(report, TERMINAL_JOBS),
              "", "Workloads", aligned(*workload_rows(report), rule=True), "", "Cluster",
              *cluster_lines(report)]
     if report.advice:
@@ -184,6 +206,7 @@ def write(report: Report, out: Path) -> list[Path]:
                              autoescape=True, undefined=jinja2.StrictUndefined)
     page = env.get_template("report.html.j2").render(
         report=report, jobs=job_rows(report, PAGE_JOBS), more=_more(report, PAGE_JOBS),
+        triple_note=TRIPLE_NOTE,
         advice=report.advice[-PAGE_JOBS:], workloads=workload_rows(report),
         cluster=cluster_lines(report),
         figures={title: _png(p) for title, p in figures.items()},

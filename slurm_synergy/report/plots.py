@@ -36,8 +36,10 @@ def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> 
         _empty(ax, "no profiled workloads among these jobs")
     for fp, profile in sorted(profiles.items()):
         measured = {p.cores: p.samples_per_s for p in profile.train_points()}
-        mine = jobs[(jobs["fingerprint"] == fp) & jobs["decided_cpus"].notna()]
-        chosen = int(mine["decided_cpus"].iloc[-1]) if len(mine) else None
+        # The decision as the cluster applied it: the cores its latest decided job got.
+        mine = jobs[(jobs["fingerprint"] == fp) & jobs["decided_cpus"].notna()
+                    & jobs["start"].notna()]
+        chosen = int(mine["alloc_cpus"].iloc[-1]) if len(mine) else None
         top = max([profile.allocation.cores, *measured, chosen or 1])
         cores = list(range(1, top + 1))
         mem = float(profile.allocation.mem_mb)
@@ -50,36 +52,49 @@ def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> 
         ax.scatter(list(measured), list(measured.values()), color=line.get_color(), zorder=3)
         if chosen:
             ax.scatter([chosen], [rates[chosen - 1]], marker="*", s=220, color=line.get_color(),
-                       edgecolor="black", zorder=4, label=f"{name}: chosen, {chosen} core(s)")
+                       edgecolor="black", zorder=4, label=f"{name}: decided, got {chosen} core(s)")
     ax.set_xlabel("CPU cores")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("samples/s")
-    ax.set_title("Throughput against cores (dots measured, star chosen)")
+    ax.set_title("Throughput against cores (dots measured, star as applied)")
     if profiles:
         ax.legend(fontsize=8)
         ax.set_ylim(bottom=0)
     return save_figure(fig, path)
 
 
+def allocation_steps(jobs: pd.DataFrame) -> tuple[list, list[int], list[int]]:
+    """Cores and GPUs held by running jobs after each start and end. Only jobs that held
+    something for a while count: one that never started, or ended as it started, holds
+    nothing (counting it drew a spike below zero)."""
+    ran = jobs[jobs["start"].notna() & jobs["end"].notna()]
+    ran = ran[ran["end"] > ran["start"]]
+    events = sorted([(s, c or 0, g or 0) for s, c, g in zip(ran["start"], ran["alloc_cpus"], ran["gpus"])]
+                    + [(e, -(c or 0), -(g or 0)) for e, c, g in zip(ran["end"], ran["alloc_cpus"], ran["gpus"])],
+                    key=lambda e: (e[0], e[1]))
+    times, cores, gpus, c, g = [], [], [], 0, 0
+    for t, dc, dg in events:
+        c, g = c + dc, g + dg
+        if times and times[-1] == t:      # one job ends as the next starts: one step
+            cores[-1], gpus[-1] = c, g
+            continue
+        times.append(t)
+        cores.append(c)
+        gpus.append(g)
+    return times, cores, gpus
+
+
 def allocation(jobs: pd.DataFrame, path: Path) -> Path:
     """Cores and GPUs held by running jobs over time (a step at each start and end)."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ran = jobs[jobs["start"].notna() & jobs["end"].notna()]
-    if ran.empty:
+    times, cores, gpus = allocation_steps(jobs)
+    if not times:
         _empty(ax, "no job ran in this period")
     else:
-        events = sorted([(s, c, g) for s, c, g in zip(ran["start"], ran["alloc_cpus"], ran["gpus"])]
-                        + [(e, -c, -g) for e, c, g in zip(ran["end"], ran["alloc_cpus"], ran["gpus"])],
-                        key=lambda e: (e[0], e[1]))   # at one instant, ends before starts
-        times, cores, gpus, c, g = [], [], [], 0, 0
-        for t, dc, dg in events:
-            c, g = c + (dc or 0), g + (dg or 0)
-            times.append(t)
-            cores.append(c)
-            gpus.append(g)
         ax.step(times, cores, where="post", label="cores allocated")
         ax.step(times, gpus, where="post", label="GPUs allocated")
         ax.set_ylabel("held by running jobs")
+        ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
         fig.autofmt_xdate()
     ax.set_title("Cluster allocation over time")

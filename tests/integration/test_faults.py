@@ -152,3 +152,16 @@ def test_controller_killed_during_a_300_row_submission(box, slurm, tmp_path, tag
         if box._pid("slurmctld") is None:
             _restart(box)
         _cancel(slurm, names)
+
+
+def test_an_unknown_job_id_is_named_and_never_waited_for(box, slurm, tmp_path):
+    known = slurm.run(["sbatch", "--parsable", "--hold", f"--output={tmp_path}/k-%j.out",
+                       "--wrap", "true"]).strip()
+    slurm.cancel([known])
+    listed = synergy("jobs", known, "999999")
+    assert listed.returncode == 1 and known in listed.stdout
+    assert "not in accounting: job(s) 999999" in listed.stderr, listed.stderr
+    # With --wait it would otherwise poll until its timeout and then blame the job's state.
+    waited = synergy("jobs", "999999", "--wait", "--timeout", "600")
+    assert waited.returncode == 1
+    assert "unknown job(s) 999999: neither slurmctld nor accounting has them" in waited.stderr

@@ -117,21 +117,66 @@ def test_the_report_files_render_in_headless_chromium(demo_jobs, tmp_path):
     assert len(images) == 3
     for data in images:                      # every embedded plot decodes as an image
         assert Image.open(io.BytesIO(base64.b64decode(data))).size[0] > 300
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing: make setup installs it"
     shot = out / "screenshot.png"
-    run = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--hide-scrollbars", "--window-size=1400,1800", "--log-level=0",
-                          "--enable-logging=stderr", f"--screenshot={shot}",
-                          (out / "report.html").as_uri()],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = chromium(f"--screenshot={shot}", "--window-size=1400,1800",
+                   (out / "report.html").as_uri())
     page_errors = [ln for ln in run.stderr.splitlines()
                    if "CONSOLE" in ln or "Uncaught" in ln or "Failed to load resource" in ln]
     assert page_errors == []
     img = Image.open(shot).convert("L")
     assert img.size == (1400, 1800)
     assert len(img.getcolors(256)) > 10                       # drawn, not blank
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("chromium")
+    assert exe, "Debian's chromium is missing: make setup installs it"
+    run = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--hide-scrollbars", "--log-level=0", "--enable-logging=stderr",
+                          *args], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run
+
+
+# Measured by the browser after layout, written into the page for --dump-dom to print.
+LAYOUT_PROBE = """<script>
+const t = document.querySelector("table.jobs"), box = t.parentElement;
+const rows = [...t.querySelectorAll("tr")].slice(2).map(r => r.getBoundingClientRect().height);
+const font = parseFloat(getComputedStyle(t).fontSize);
+const pre = document.createElement("pre");
+pre.id = "layout";
+pre.textContent = JSON.stringify({page: document.documentElement.scrollWidth,
+  window: window.innerWidth, table: t.scrollWidth, box: box.clientWidth,
+  overflow: getComputedStyle(box).overflowX, tallest_row: Math.max(...rows), font: font});
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_the_page_fits_a_laptop_screen(slurm, demo_jobs, tmp_path):
+    """At 1366x768 the page does not scroll sideways: the jobs table scrolls in its own
+    box, one line per job. A job cancelled while pending is on it, holding nothing."""
+    pending = slurm.run(["sbatch", "--parsable", "--hold", "--job-name=never-ran",
+                         f"--output={tmp_path}/never-%j.out", "--wrap", "true"]).strip()
+    slurm.cancel([pending])
+    ids = [*demo_jobs, pending]
+    proc = synergy("report", "--jobs", ",".join(ids), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    never = next(j for j in json.loads(proc.stdout)["jobs"] if j["raw_id"] == pending)
+    assert (never["start"], never["alloc_cpus"], never["gpus"]) == (None, 0, 0)
+    text = synergy("report", "--jobs", ",".join(ids)).stdout
+    row = next(line for line in text.splitlines() if line.startswith(pending + " "))
+    assert "never-ran" in row and "\u2192 - \u2192 -" in row     # asked -> no decision -> got nothing
+    out = tmp_path / "report"
+    assert synergy("report", "--jobs", ",".join(ids), "--out", str(out)).returncode == 0
+    probe = out / "probe.html"
+    probe.write_text((out / "report.html").read_text().replace("</body>", LAYOUT_PROBE + "</body>"))
+    dom = chromium("--window-size=1366,768", "--dump-dom", probe.as_uri()).stdout
+    layout = json.loads(re.search(r'<pre id="layout">(.*?)</pre>', dom).group(1))
+    assert layout["page"] <= layout["window"], layout             # no sideways page scroll
+    assert layout["overflow"] == "auto", layout
+    assert layout["tallest_row"] < 2.4 * layout["font"], layout   # one line per job
+    chromium(f"--screenshot={out / 'laptop.png'}", "--window-size=1366,768",
+             (out / "report.html").as_uri())
 
 
 def test_no_jobs_in_range_is_a_plain_answer():

@@ -17,11 +17,12 @@ FP = "0123456789abcdef"
 
 def line(job, name="train", state="COMPLETED", cpus="2", tres="billing=2,cpu=2,mem=3G,node=1",
          total="00:50.000", rss="", elapsed="50", submit="2026-11-22T10:00:00",
-         start="2026-11-22T10:00:10", end="2026-11-22T10:01:00", comment="", req_mem="3G"):
+         start="2026-11-22T10:00:10", end="2026-11-22T10:01:00", comment="", req_mem="3G",
+         req_tres=""):
     return {"JobIDRaw": job, "JobID": job, "JobName": name, "User": "ann", "Partition": "gpu",
             "State": state, "ExitCode": "0:0", "Submit": submit, "Start": start, "End": end,
             "ElapsedRaw": elapsed, "AllocCPUS": cpus, "ReqCPUS": cpus, "ReqMem": req_mem,
-            "AllocTRES": tres, "TotalCPU": total, "MaxRSS": rss, "NodeList": "n1",
+            "AllocTRES": tres, "ReqTRES": req_tres, "TotalCPU": total, "MaxRSS": rss, "NodeList": "n1",
             "Comment": comment}
 
 
@@ -56,6 +57,35 @@ def test_steps_fold_into_their_job():
     r = jobs.iloc[1]
     assert r["end"] is None and r["max_rss_mb"] is None and r["decided_cpus"] is None
     assert r["asked_cpus"] == 2 and r["asked_mem_mb"] == 3072     # no marks: sacct's request
+
+
+def test_a_job_cancelled_while_pending_held_nothing():
+    # As sacct shows it: a Start equal to its End, AllocCPUS 1, no AllocTRES.
+    jobs = accounting.jobs_frame([line("20", state="CANCELLED by 0", cpus="1", tres="",
+                                       req_tres="billing=1,cpu=1,gres/gpu=2,mem=1G,node=1",
+                                       elapsed="0", start="2026-11-22T10:00:30",
+                                       end="2026-11-22T10:00:30")])
+    j = jobs.iloc[0]
+    assert (j["start"], j["alloc_cpus"], j["wait_s"], j["gpus"]) == (None, 0, None, 0)
+    assert (j["asked_cpus"], j["asked_gpus"]) == (1, 2)      # what it asked, from sacct
+
+
+def test_the_allocation_plot_never_goes_below_zero():
+    from slurm_synergy.report.plots import allocation_steps
+    jobs = accounting.jobs_frame([
+        line("1", tres="cpu=2,gres/gpu=1,mem=1G", start="2026-11-22T10:00:00",
+             end="2026-11-22T10:01:00"),
+        line("2", state="CANCELLED by 0", cpus="1", tres="", elapsed="0",
+             start="2026-11-22T10:00:30", end="2026-11-22T10:00:30"),
+        # Ended the second it started (a job that failed at once).
+        line("3", state="FAILED", tres="cpu=4,gres/gpu=2,mem=1G", elapsed="0",
+             start="2026-11-22T10:00:40", end="2026-11-22T10:00:40"),
+        line("4", cpus="1", tres="cpu=1,gres/gpu=1,mem=1G", start="2026-11-22T10:01:00",
+             end="2026-11-22T10:02:00")])
+    times, cores, gpus = allocation_steps(jobs)
+    assert min(cores) == 0 and min(gpus) == 0
+    # Job 1 ends as job 4 starts: one step, not a dip to zero.
+    assert cores == [2, 1, 0] and gpus == [1, 1, 0] and len(times) == 3
 
 
 def frame(*rows) -> pd.DataFrame:
@@ -206,3 +236,12 @@ def test_throughput_and_data_wait_come_from_what_the_job_wrote_while_it_ran(tmp_
     enrich.add_throughput(jobs, outputs)
     assert list(jobs["samples_per_s"]) == [812.5, 90.0, None, None, None]
     assert list(jobs["data_wait_share"]) == [0.25, 0.5, None, None, None]
+
+
+def test_a_chain_shows_both_ways_from_the_comment_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNERGY_HOME", str(tmp_path))          # no chain records there
+    jobs = frame(line("1", comment=f"synergy:fp={FP} profile=1"),
+                 line("2", comment=f"synergy:fp={FP} from=1 decision=c1,m1024,g1,w1"))
+    assert enrich.add_chains(jobs) == []
+    assert list(jobs["resubmitted_as"]) == ["2", None]
+    assert list(jobs["profiled_as"]) == [None, "1"]

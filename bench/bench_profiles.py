@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
-from slurm_synergy.profile import ProfileStore  # noqa: E402
+from slurm_synergy.profiles import ProfileStore  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot, table  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 

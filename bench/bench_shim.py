@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
-from slurm_synergy.plugin.engine import Decision, NodeShape  # noqa: E402
-from slurm_synergy.plugin.policy import Policy  # noqa: E402
-from slurm_synergy.plugin.table import TABLE_NAME, render, sync, write  # noqa: E402
+from slurm_synergy.model.engine import Decision, NodeShape  # noqa: E402
+from slurm_synergy.model.policy import Policy  # noqa: E402
+from slurm_synergy.shim.table import TABLE_NAME, render, sync, write  # noqa: E402
 
 FP = "0123456789abcdef"
 

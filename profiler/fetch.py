@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from slurm_synergy.profile import FetchRates
+from slurm_synergy.model.profile import FetchRates
 
 # Bookkeeping files of the generators are not data.
 SKIP_PREFIXES = (".",)

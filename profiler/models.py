@@ -260,7 +260,7 @@ _BUILDERS: dict[str, Builder] = {
 }
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 # What each model reads: "jpeg" an ImageFolder of images, "text" a corpus of bytes,
-# "audio" a folder of WAV clips per class. slurm_synergy.jobspec.BUILTIN_DATA_KIND
+# "audio" a folder of WAV clips per class. slurm_synergy.model.jobspec.BUILTIN_DATA_KIND
 # repeats it without importing torch; a unit test keeps the two equal.
 DATA_KINDS: dict[str, str] = {"resnet": "jpeg", "mobilenet": "jpeg", "alexnet": "jpeg",
                               "transformer": "text", "lstm": "text", "m5": "audio"}

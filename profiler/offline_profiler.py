@@ -36,7 +36,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -52,20 +51,22 @@ from profiler.fetch import measure_fetch
 from profiler.gpu import open_gpus, power_limits_to_try
 from slurm_synergy import __version__
 from slurm_synergy.argtypes import int_at_least
-from slurm_synergy.errors import SynergyError
+from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.gpu import Gpu, GpuError
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.hooks.power import ceiling_mw
-from slurm_synergy.jobspec import BUILTIN_SCRIPT as BUILTIN, torchrun_argv, workload_key
+from slurm_synergy.model.jobspec import BUILTIN_SCRIPT as BUILTIN, torchrun_argv, workload_key
 from slurm_synergy.paths import TRAIN_SCRIPT
-from slurm_synergy.plugin.policy import load_policy
-from slurm_synergy.probe.options import (declared_options, spelling, spellings, value_of,
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.model.units import mem_mb
+from slurm_synergy.paths import policy_path
+from slurm_synergy.model.options import (declared_options, spelling, spellings, value_of,
                                          without)
 from slurm_synergy.probe.records import read_result
-from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
-                                   Profile, ProfileError, ProfileStore)
+from slurm_synergy.model.profile import Allocation, FetchRates, GpuReadings, Point, PowerPoint, Profile, ProfileError
+from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.throughput import fit_components, workers_for
+from slurm_synergy.model.throughput import fit_components, workers_for
 
 PROG = "offline_profiler"
 USAGE_EXIT = 2          # what argparse (and profiler/train.py) exit with on bad options
@@ -91,10 +92,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _memory_mb(text: str) -> int:
     """Slurm's size syntax: 4096 (MB), 4096M, 16G, 1T."""
-    m = re.fullmatch(r"(\d+)([MGT]?)B?", text.strip().upper())
-    if not m or int(m.group(1)) < 1:
+    size = mem_mb(text)
+    if size is None or size < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a memory size (e.g. 16G, 4096M)")
-    return int(m.group(1)) * {"": 1, "M": 1, "G": 1024, "T": 1024**2}[m.group(2)]
+    return int(size)
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -172,7 +173,7 @@ def default_fingerprint(script: str, args: Sequence[str], gpus: int, procs: int)
     """As `synergy submit` keys a user's script (its content and arguments, its GPUs and
     processes) for a row that names no GPU type: submit it with the same arguments and
     the job finds this profile."""
-    key = workload_key(script, args, gpus, procs)
+    key = workload_key(TRAIN_SCRIPT if script == BUILTIN else script, args, gpus, procs)
     key["gpu_type"] = ""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -402,7 +403,7 @@ def power_sweep(runner: Runner, step: Step, gpus: list[Gpu],
     throughput (the trainer does that), the limit put back afterwards whatever happens.
     The top is the GPU's ceiling (site cap, else default limit), which no job exceeds."""
     try:
-        cap_w = load_policy().power_cap_w
+        cap_w = load_policy(policy_path()).power_cap_w
     except SynergyError as e:
         return replace(readings, power_sweep_note=f"no power sweep: {e}")
     try:
@@ -557,7 +558,7 @@ def _sync_decisions(log: Callable[[str], None]) -> None:
     """Recompile the decision table (measured in a Slurm job: that cluster's), so the
     plugin rewrites the resubmission; best effort: where this user may not write the
     table, the site's own sync picks the profile up."""
-    from slurm_synergy.plugin.table import sync
+    from slurm_synergy.shim.table import sync
 
     try:
         log(f"{PROG}: {sync()}")

@@ -10,11 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import SynergyError
+from slurm_synergy.model.errors import SynergyError
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from .cluster.localbox import LocalCluster
+    from slurm_synergy.cluster.localbox import LocalCluster
 
     box = LocalCluster()
     if args.action == "up":
@@ -29,7 +29,7 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from .submit import SubmitOptions, submit_csv
+    from slurm_synergy.submit import SubmitOptions, submit_csv
 
     out = args.out or Path("runs") / args.csv.stem
     opts = SubmitOptions(out=out, dry_run=args.dry_run, sequential=args.sequential,
@@ -46,10 +46,10 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    from .csvjobs import load_jobs
-    from .ledger import Ledger, row_key
-    from .reconcile import reconcile
-    from .slurm import Slurm
+    from slurm_synergy.csvjobs import load_jobs
+    from slurm_synergy.ledger import Ledger, row_key
+    from slurm_synergy.reconcile import reconcile
+    from slurm_synergy.slurm import Slurm
 
     ledger = Ledger()
     with ledger.transaction():
@@ -80,8 +80,8 @@ def _reconcile(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from .jobs import records, table, wait
-    from .slurm import Slurm
+    from slurm_synergy.jobs import records, table, wait
+    from slurm_synergy.slurm import Slurm
 
     slurm = Slurm()
     recs = wait(slurm, args.job_ids, args.timeout) if args.wait else records(slurm, args.job_ids)
@@ -97,9 +97,9 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import output
-    from .report.build import build
-    from .slurm import Slurm
+    from slurm_synergy.report import output
+    from slurm_synergy.report.build import build
+    from slurm_synergy.slurm import Slurm
 
     if not args.jobs and args.since is None:
         args.since = "now-1days"
@@ -128,14 +128,15 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from slurm_synergy.demo import run_demo
 
     return run_demo()
 
 
 def _profiles(args: argparse.Namespace) -> int:
-    from .profile import ProfileError, ProfileStore
-    from .profile_table import plot, table
+    from slurm_synergy.model.profile import ProfileError
+    from slurm_synergy.profiles import ProfileStore
+    from slurm_synergy.profile_table import plot, table
 
     store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
     fps = args.fingerprints or store.fingerprints()
@@ -158,7 +159,7 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _plugin(args: argparse.Namespace) -> int:
-    from .plugin import cli as plugin_cli
+    from slurm_synergy.shim import cli as plugin_cli
 
     return plugin_cli.run(args)
 
@@ -193,7 +194,7 @@ def _plugin_parser(sub) -> None:
 
 
 def _hooks(args: argparse.Namespace) -> int:
-    from .hooks import cli as hooks_cli
+    from slurm_synergy.hooks import cli as hooks_cli
 
     return hooks_cli.run(args)
 
@@ -284,8 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "report.html here (html: default runs/report)")
     p.set_defaults(func=_report)
 
-    from .simulate.cli import add_parser as add_simulate
-    from .tune.cli import add_parser as add_tune
+    from slurm_synergy.simulate.cli import add_parser as add_simulate
+    from slurm_synergy.tune.cli import add_parser as add_tune
     add_simulate(sub)
     add_tune(sub)
 

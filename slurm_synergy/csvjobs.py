@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import SynergyError
-from .jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LAUNCHES, LOADERS, SYNTHETIC_DATASET,
-                      JobSpec, RowRef)
-from .probe.options import SPELLINGS, declared_options, spelling, spellings
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LAUNCHES, LOADERS,
+                                         SYNTHETIC_DATASET, JobSpec, RowRef)
+from slurm_synergy.model.options import SPELLINGS, declared_options, spelling, spellings
+from slurm_synergy.model.units import mem_mb
 
 TORCHLOADER_COLUMNS = ("arch", "depth", "batch", "workers", "output_folder", "port",
                        "submit_interval", "cuda_device")
@@ -50,8 +51,6 @@ ARCH_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
 FOLDER_RE = re.compile(r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$")
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
 TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}(:\d{1,2})?)?)$")
-MEM_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?$", re.IGNORECASE)
-MEM_UNITS_MB = {"K": 1 / 1024, "M": 1, "": 1, "G": 1024, "T": 1024 * 1024}
 MAX_INTERVAL_S = 7 * 24 * 3600
 
 
@@ -329,11 +328,11 @@ def _mem(row: _Row, workers: int) -> int:
     text = row.get("mem")
     if not text:
         return BASE_MEM_MB + MEM_PER_WORKER_MB * workers
-    match = MEM_RE.match(text)
-    if not match:
+    size = mem_mb(text)
+    if size is None:
         row.bad("mem", f"{text!r} is not a memory size (e.g. 4G, 4096M, 4096)")
         return 0
-    mb = int(float(match.group(1)) * MEM_UNITS_MB[match.group(2).upper()])
+    mb = int(size)
     if mb < 1:
         row.bad("mem", f"{text!r} is less than 1 MB")
     return mb

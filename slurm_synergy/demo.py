@@ -12,12 +12,12 @@ import json
 import os
 from pathlib import Path
 
-from . import paths
-from .cluster.localbox import LocalCluster, tail
-from .jobs import records, table, wait
-from .plugin.resubmit import read_chains
-from .slurm import Slurm
-from .submit import SubmitOptions, submit_csv
+from slurm_synergy import paths
+from slurm_synergy.cluster.localbox import LocalCluster, tail
+from slurm_synergy.jobs import records, table, wait
+from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.submit import SubmitOptions, submit_csv
 
 EXAMPLE = paths.JOBS_CSV / "rightsize.csv"
 

@@ -8,10 +8,10 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from .columns import aligned
-from .errors import SlurmError, SlurmUnreachable, SynergyError
-from .jobspec import comment_marks
-from .slurm import Slurm, tres
+from slurm_synergy.columns import aligned
+from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
+from slurm_synergy.model.jobspec import comment_marks
+from slurm_synergy.slurm import Slurm, tres
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")

@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from . import paths
-from .errors import SynergyError
-from .fileio import atomic_write_text, locked
-from .jobspec import JobSpec
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.fileio import atomic_write_text, locked
+from slurm_synergy.model.jobspec import JobSpec
 
 VERSION = 2
 STATES = ("sending", "queued", "cancelling")

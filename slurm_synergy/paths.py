@@ -58,3 +58,8 @@ def gpu_stats_dir(env: dict[str, str] | None = None) -> Path:
     if conf is not None and conf.resolve() == local_slurm_conf():
         return state_dir() / "gpustats"
     return Path("/var/lib/slurm-synergy/gpustats")
+
+
+def policy_path() -> Path:
+    """The site policy: SYNERGY_POLICY, else etc/policy.toml."""
+    return Path(os.environ.get("SYNERGY_POLICY", ETC / "policy.toml"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .columns import aligned
-from .profile import Profile
-from .throughput import predict
+from slurm_synergy.columns import aligned
+from slurm_synergy.model.profile import Profile
+from slurm_synergy.model.throughput import predict
 
 JOB_HOUR_S = 3600.0
 

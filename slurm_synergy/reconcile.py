@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from .errors import SynergyError
-from .jobs import FINAL_STATES
-from .ledger import Entry, Ledger
-from .slurm import Slurm
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.jobs import FINAL_STATES
+from slurm_synergy.ledger import Entry, Ledger
+from slurm_synergy.slurm import Slurm
 
 _TAG = re.compile(r"(?:^|\s)sub=([0-9a-f]{12})(?=\s|$)")
 _ACCT_FIELDS = ("JobID", "JobName", "State", "Comment")

@@ -18,11 +18,12 @@ from typing import Sequence
 
 import jinja2
 
-from . import paths
-from .errors import SynergyError
-from .jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_argv
-from .plugin.engine import Decision
-from .plugin.policy import load_policy
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_argv
+from slurm_synergy.model.engine import Decision
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
 
 # #SBATCH lines are parsed by sbatch, not the shell, so paths there cannot be quoted.
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
@@ -91,7 +92,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
     call's (`sub=<tag>`), for reconciling the ledger with Slurm.
     """
     head = tasks[0].spec
-    policy = load_policy()
+    policy = load_policy(policy_path())
     sources = sorted({t.spec.source.file for t in tasks})
     rows = ",".join(str(t.spec.source.row) for t in tasks)
     comment = head.comment

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import paths
-from .errors import SlurmUnreachable, SlurmError
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SlurmUnreachable, SlurmError
+from slurm_synergy.model.units import gpu_count, mem_mb
 
 SEP = "\x1f"
 
@@ -79,12 +80,8 @@ class QueuedJob:
 
 
 def _mb(text: str) -> int:
-    """squeue's and sinfo's memory (1000M, 2G, 0) in MB."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip())
-    if not match:
-        return 0
-    scale = {"K": 1 / 1024, "M": 1, "": 1, "G": 1024, "T": 1024 * 1024}[match.group(2)]
-    return int(float(match.group(1)) * scale)
+    """squeue's and sinfo's memory (1000M, 2G, 0) in MB; 0 when unset."""
+    return int(mem_mb(text) or 0)
 
 
 def _comment(text: str) -> str:
@@ -106,19 +103,6 @@ _UNREACHABLE = ("Unable to contact slurm controller", "Connection refused",
 # own client already waits several seconds per try.
 RETRY_S = 15.0
 RETRY_PAUSE_S = 2.0
-
-
-_GPU_GRES = re.compile(r"\bgpu(?::([A-Za-z_][\w.-]*))?(?::(\d+))?(?=$|[,(\s])")
-
-
-def _gpu_count(gres: str) -> int:
-    """GPUs in a gres list (gres:gpu:2, gpu:a100:4(IDX:0-3), gpu:0; gres:gpu is one)."""
-    return sum(int(m.group(2) or 1) for m in _GPU_GRES.finditer(gres))
-
-
-def gpu_types(gres: str) -> set[str]:
-    """The GPU types a gres list names (gres:gpu:a100:1 -> {a100})."""
-    return {m.group(1) for m in _GPU_GRES.finditer(gres) if m.group(1)}
 
 
 class Slurm:
@@ -270,7 +254,7 @@ class Slurm:
                 continue
             try:
                 job = QueuedJob(v[0], v[2], v[3], v[4], int(v[5]), int(v[6]), _mb(v[7]),
-                                _gpu_count(v[8]), int(v[9]), v[10], _unset(v[8]),
+                                gpu_count(v[8]), int(v[9]), v[10], _unset(v[8]),
                                 _unset(v[11]), _unset(v[1]) != "")
             except ValueError:
                 raise SlurmError(f"squeue printed a line this cannot read: {line!r}") \
@@ -321,7 +305,7 @@ class Slurm:
                 continue
             alloc, _, _, total = (int(x) for x in v[2].split("/"))
             nodes[v[0]] = NodeUse(v[0], v[1], total, alloc, _mb(v[3]), _mb(v[4]),
-                                  _gpu_count(v[5]), _gpu_count(v[6]))
+                                  gpu_count(v[5]), gpu_count(v[6]))
         return list(nodes.values())
 
     def update_job(self, job_id: str, settings: dict[str, str]) -> None:

@@ -16,18 +16,19 @@ from typing import Callable, Sequence
 
 from tqdm import tqdm
 
-from .csvjobs import load_jobs
-from .errors import SlurmError, SlurmUnreachable, SynergyError
-from .fileio import atomic_write_text
-from .jobspec import JobSpec
-from .ledger import Entry, Ledger, new_tag, row_key
-from .plugin.decisions import Decider, apply_pins, resolve_mode
-from .plugin.engine import Decision
-from .plugin.policy import load_policy
-from .profile import ProfileStore
-from .reconcile import reconcile
-from .render import Task, check_out_dir, render, task_for
-from .slurm import Slurm
+from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.model.jobspec import JobSpec
+from slurm_synergy.ledger import Entry, Ledger, new_tag, row_key
+from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
+from slurm_synergy.model.engine import Decision
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.reconcile import reconcile
+from slurm_synergy.render import Task, check_out_dir, render, task_for
+from slurm_synergy.slurm import Slurm
 
 
 DEFAULT_MAX_ARRAY = 1001  # Slurm's default MaxArraySize
@@ -200,7 +201,7 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
     choices: dict[str, tuple[Decision | None, bool]] = {}
     if mode == "shim":
         return mode, {u.name: (None, opts.profile in ("always", "only")) for u in units}
-    policy = load_policy()
+    policy = load_policy(policy_path())
     decider = Decider(ProfileStore.default(), policy, slurm)
     for unit in units:
         head = unit.tasks[0].spec

@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import paths
-from ..errors import SynergyError
-from ..fileio import atomic_write_text, locked
-from ..hooks.install import WRAPPERS, HookPaths, needed_timeout_s, render_wrappers
-from ..plugin.install import install_shim
-from ..plugin.policy import load_policy, policy_path
-from ..plugin.table import TABLE_NAME, sync
-from ..render import environment
-from ..slurm import Slurm
-from . import node as nodemod
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.fileio import atomic_write_text, locked
+from slurm_synergy.hooks.install import WRAPPERS, HookPaths, needed_timeout_s, render_wrappers
+from slurm_synergy.shim.install import install_shim
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.shim.table import TABLE_NAME, sync
+from slurm_synergy.render import environment
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.cluster import node as nodemod
 
 CLUSTER_NAME = "synergy"
 PARTITION = "gpu"
@@ -78,7 +79,7 @@ class LocalCluster:
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
             "prolog": str(self.etc / WRAPPERS["prolog"]),
             "epilog": str(self.etc / WRAPPERS["epilog"]),
-            "hook_timeout_s": needed_timeout_s(load_policy().hook_timeout_s),
+            "hook_timeout_s": needed_timeout_s(load_policy(policy_path()).hook_timeout_s),
         }
         changed = False
         for name, mode_bits in (("slurm.conf", 0o644), ("gres.conf", 0o644),

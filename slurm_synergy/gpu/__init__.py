@@ -4,7 +4,7 @@
 has no GPUs and says why, so every caller handles "no GPUs on this node" the same way.
 """
 
-from .backend import Backend, open_backend
-from .device import Gpu, GpuError, GpuInfo, PowerRange, Sample
+from slurm_synergy.gpu.backend import Backend, open_backend
+from slurm_synergy.gpu.device import Gpu, GpuError, GpuInfo, PowerRange, Sample
 
 __all__ = ["Backend", "Gpu", "GpuError", "GpuInfo", "PowerRange", "Sample", "open_backend"]

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .device import Gpu
+from slurm_synergy.gpu.device import Gpu
 
 
 @dataclass
@@ -78,5 +78,5 @@ def open_backend(env: dict[str, str] | None = None) -> Backend:
     env = dict(os.environ) if env is None else env
     if env.get("SYNERGY_GPU_BACKEND", "").strip().lower() == "none":
         return Backend("none", reason="no GPUs on this node (SYNERGY_GPU_BACKEND=none)")
-    from . import nvml
+    from slurm_synergy.gpu import nvml
     return nvml.open_nvml()

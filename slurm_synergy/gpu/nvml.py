@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .backend import Backend
-from .device import Gpu, GpuError, GpuInfo, PowerRange, Sample
+from slurm_synergy.gpu.backend import Backend
+from slurm_synergy.gpu.device import Gpu, GpuError, GpuInfo, PowerRange, Sample
 
 T = TypeVar("T")
 # What NVML says on a node without the NVIDIA driver: no GPUs, not a fault.

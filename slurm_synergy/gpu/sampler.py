@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
-from .device import Gpu
+from slurm_synergy.gpu.device import Gpu
 
 
 @dataclass

@@ -17,10 +17,10 @@ import sys
 import threading
 import traceback
 
-from ..errors import SynergyError
-from ..gpu import open_backend
-from . import epilog, prolog, sampling
-from .context import HookLog, context, log_path
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.gpu import open_backend
+from slurm_synergy.hooks import epilog, prolog, sampling
+from slurm_synergy.hooks.context import HookLog, context, log_path
 
 # Exit status when a hook fails in a way it did not foresee, or runs out of time: the
 # prolog never drains a node; the epilog does, since it could not confirm the cap.

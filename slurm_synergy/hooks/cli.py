@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from .. import paths
-from ..columns import aligned
-from ..errors import SynergyError
-from ..gpu import GpuError, open_backend
-from ..plugin.policy import load_policy
-from .install import HookPaths, apply, plan_text
-from .power import ceiling_mw
+from slurm_synergy import paths
+from slurm_synergy.columns import aligned
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.gpu import GpuError, open_backend
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.hooks.install import HookPaths, apply, plan_text
+from slurm_synergy.hooks.power import ceiling_mw
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
                            "local cluster (make cluster)")
     conf = conf.resolve()
     if conf == paths.local_slurm_conf():
-        from ..cluster.localbox import LocalCluster
+        from slurm_synergy.cluster.localbox import LocalCluster
         where = LocalCluster().hook_paths
     else:
         where = HookPaths.site()
@@ -40,7 +41,7 @@ def gpus_table() -> str:
     backend = open_backend()
     if not backend.gpus:
         return backend.reason
-    cap_w = load_policy().power_cap_w
+    cap_w = load_policy(policy_path()).power_cap_w
     rows = []
     for g in backend.gpus:
         try:

@@ -11,12 +11,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
-from ..errors import SynergyError
-from ..fileio import atomic_write_text
-from ..gpu.backend import job_gpu_ids
-from ..plugin.policy import Policy, load_policy
-from .records import JOB_ID, NODE
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.gpu.backend import job_gpu_ids
+from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.hooks.records import JOB_ID, NODE
 
 
 DEFAULT_LOG = Path("/var/log/slurm-synergy/hooks.log")
@@ -110,7 +111,7 @@ def _policy(env: dict[str, str], run_dir: Path) -> tuple[Policy, str, float | No
     they lower limits but never raise them."""
     remembered = run_dir / "site-cap"
     try:
-        policy = load_policy(Path(env["SYNERGY_POLICY"]) if env.get("SYNERGY_POLICY") else None)
+        policy = load_policy(Path(env["SYNERGY_POLICY"]) if env.get("SYNERGY_POLICY") else policy_path())
     except SynergyError as e:
         try:
             cap = float(remembered.read_text())

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..gpu import Backend, Gpu, GpuError
-from ..gpu.sampler import Totals
-from .context import HookContext, utc_now
-from .power import ceiling_mw
-from .records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError, read_prolog,
+from slurm_synergy.gpu import Backend, Gpu, GpuError
+from slurm_synergy.gpu.sampler import Totals
+from slurm_synergy.hooks.context import HookContext, utc_now
+from slurm_synergy.hooks.power import ceiling_mw
+from slurm_synergy.hooks.records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError, read_prolog,
                       stats_path, write_json)
-from .sampling import read_totals
+from slurm_synergy.hooks.sampling import read_totals
 
 STOP_WAIT_S = 3.0
 

@@ -14,12 +14,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
-from ..errors import SynergyError
-from ..fileio import atomic_write_text
-from ..plugin.install import Change, read_conf, write_conf
-from ..plugin.policy import load_policy, policy_path
-from ..render import environment
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.shim.install import Change, read_conf, write_conf
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.render import environment
 
 WRAPPERS = {"prolog": "synergy-prolog", "epilog": "synergy-epilog"}
 
@@ -114,7 +115,7 @@ def plan_text(conf: Path, where: HookPaths) -> str:
 
 
 def apply(conf: Path, where: HookPaths) -> list[str]:
-    from ..slurm import Slurm
+    from slurm_synergy.slurm import Slurm
     text = read_conf(conf)
     new, changes = conf_edit(text, conf.parent, load_policy(where.policy).hook_timeout_s)
     changes += render_wrappers(conf.parent, where)   # before slurm.conf names them

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..gpu import GpuError, PowerRange
+from slurm_synergy.gpu import GpuError, PowerRange
 
 _DECISION_POWER = re.compile(r"(?:^|\s)decision=\S*?,p(\d{1,6})(?:,|\s|$)")
 

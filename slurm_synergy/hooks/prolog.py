@@ -13,10 +13,10 @@ import subprocess
 import sys
 from typing import Callable, Sequence
 
-from ..gpu import Backend, Gpu, GpuError
-from .context import HookContext, utc_now
-from .power import Target, asked_power_w, job_target
-from .records import GpuStart, PrologRecord, read_prolog, RecordError, write_json
+from slurm_synergy.gpu import Backend, Gpu, GpuError
+from slurm_synergy.hooks.context import HookContext, utc_now
+from slurm_synergy.hooks.power import Target, asked_power_w, job_target
+from slurm_synergy.hooks.records import GpuStart, PrologRecord, read_prolog, RecordError, write_json
 
 StartSampler = Callable[[HookContext, Sequence[Gpu]], "int | None"]
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write_text
+from slurm_synergy.fileio import atomic_write_text
 
 JOB_ID = re.compile(r"^\d{1,12}$")
 NODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..fileio import atomic_write_text
-from ..gpu import Backend
-from ..gpu.sampler import Totals, sample_once
-from .records import RecordError
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.gpu import Backend
+from slurm_synergy.gpu.sampler import Totals, sample_once
+from slurm_synergy.hooks.records import RecordError
 
 
 def write_totals(path: Path, job_id: str, totals: Sequence[Totals]) -> None:

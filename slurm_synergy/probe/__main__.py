@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from ..argtypes import int_at_least, positive_float
-from .records import MODES, ProbeConfig
-from .supervise import run
+from slurm_synergy.argtypes import int_at_least, positive_float
+from slurm_synergy.probe.records import MODES, ProbeConfig
+from slurm_synergy.probe.supervise import run
 
 PROG = "probe"
 USAGE_EXIT = 2

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from .records import ENV_CONFIG, ENV_DIR, ProbeConfig, ProcessRecord
+from slurm_synergy.probe.records import ENV_CONFIG, ENV_DIR, ProbeConfig, ProcessRecord
 
 DATA_ROOT_ATTRS = ("root", "data_dir", "root_dir", "data_root", "data_path", "folder",
                    "directory", "path")

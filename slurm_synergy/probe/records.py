@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write_text
+from slurm_synergy.fileio import atomic_write_text
 
 MODES = ("train", "loader", "compute", "watch")
 ENV_DIR = "SYNERGY_PROBE_DIR"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from .records import (ENV_CONFIG, ENV_DIR, ProbeConfig, ProbeResult, ProcessRecord,
+from slurm_synergy.probe.records import (ENV_CONFIG, ENV_DIR, ProbeConfig, ProbeResult, ProcessRecord,
                       measure, probe_dir_of, read_records)
 
 BOOT = Path(__file__).resolve().parent / "boot"

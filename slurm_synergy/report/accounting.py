@@ -13,13 +13,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..jobspec import comment_marks, fingerprint_of_comment
-from ..slurm import Slurm, tres
+from slurm_synergy.model.jobspec import comment_marks, fingerprint_of_comment
+from slurm_synergy.model.units import duration_s, mem_mb
+from slurm_synergy.slurm import Slurm, tres
 
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
           "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
           "AllocTRES", "ReqTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment")
-_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
 _DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?),g(\d+),w(\d+)(?:,p(\d+))?$")
 _ASKED = re.compile(r"^c(\d+|-),m(\d+|-),g(\d+)$")
 
@@ -28,24 +28,6 @@ def fetch(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
           until: str | None = None, users: Sequence[str] = ()) -> list[dict[str, str]]:
     return slurm.sacct(job_ids, FIELDS, allocations_only=False, since=since, until=until,
                        users=users)
-
-
-def mb(text: str) -> float | None:
-    """sacct's sizes (100M, 3G, 21304K, 1.5G) in MB. Before 21.08 ReqMem ended in n (per
-    node, the same here) or c (per CPU, not a total: unknown)."""
-    m = re.match(r"^([\d.]+)([KMGT])?n?$", text.strip())
-    if not m:
-        return None
-    return float(m.group(1)) * _UNITS[m.group(2) or "M"]
-
-
-def seconds(text: str) -> float | None:
-    """sacct's durations: [DD-][HH:]MM:SS[.mmm]."""
-    m = re.match(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$", text.strip())
-    if not m:
-        return None
-    days, hours, minutes, secs = m.groups()
-    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(secs)
 
 
 def when(text: str) -> datetime | None:
@@ -101,7 +83,7 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
         if "." in r["JobIDRaw"]:
             if (r.get("NTasks") or "1") not in ("", "1") or (r.get("NNodes") or "1") != "1":
                 spread.add(r["JobIDRaw"].split(".", 1)[0])
-            rss = mb(r["MaxRSS"]) if r["MaxRSS"] else None
+            rss = mem_mb(r["MaxRSS"]) if r["MaxRSS"] else None
             job = r["JobIDRaw"].split(".", 1)[0]
             if rss is not None:
                 peak[job] = max(peak.get(job, 0.0), rss)
@@ -117,8 +99,8 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             # Never allocated (cancelled while pending): sacct still gives it a Start (the
             # moment it ended) and AllocCPUS, but it held nothing.
             start, cpus = None, 0
-        mem = mb(tres(r["AllocTRES"], "mem"))
-        total_cpu = seconds(r["TotalCPU"])
+        mem = mem_mb(tres(r["AllocTRES"], "mem"))
+        total_cpu = duration_s(r["TotalCPU"])
         rss = peak.get(raw)
         # MaxRSS is one task's peak; set against the whole job's memory it would flatter
         # a job of several tasks or nodes, so no efficiency is claimed for those.
@@ -138,7 +120,7 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             "mem_eff": rss / mem if rss is not None and mem and one_task else None,
             "one_task": one_task,
             "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
-            "asked_mem_mb": mb(r["ReqMem"]) if r["ReqMem"] else None,
+            "asked_mem_mb": mem_mb(r["ReqMem"]) if r["ReqMem"] else None,
             "asked_gpus": int(tres(r.get("ReqTRES", ""), "gres/gpu") or 0),
             "nodes": r["NodeList"], "comment": r["Comment"],
         }

@@ -8,11 +8,11 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..errors import SynergyError
-from ..plugin.table import node_shape
-from ..profile import Profile
-from ..slurm import Slurm
-from . import accounting, advice, enrich, summary
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.shim.table import node_shape
+from slurm_synergy.model.profile import Profile
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.report import accounting, advice, enrich, summary
 
 
 @dataclass

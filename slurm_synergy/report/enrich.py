@@ -12,12 +12,13 @@ from typing import Any
 
 import pandas as pd
 
-from .. import paths
-from ..errors import SynergyError
-from ..hooks.records import JobGpuStats, stats_for
-from ..plugin.engine import NodeShape, speed
-from ..plugin.resubmit import read_chains
-from ..profile import Profile, ProfileError, ProfileStore
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.hooks.records import JobGpuStats, stats_for
+from slurm_synergy.model.engine import NodeShape, speed
+from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.model.profile import Profile, ProfileError
+from slurm_synergy.profiles import ProfileStore
 
 FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
 GPU_COLUMNS = ("gpu_energy_j", "gpu_util_pct", "gpu_sm_active_pct", "gpu_mem_peak_mb",

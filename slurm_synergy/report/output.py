@@ -13,12 +13,12 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from .. import paths
-from ..columns import aligned
-from ..fileio import atomic_write_text
-from . import plots
-from .build import Report
-from .summary import J_PER_KWH
+from slurm_synergy import paths
+from slurm_synergy.columns import aligned
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.report import plots
+from slurm_synergy.report.build import Report
+from slurm_synergy.report.summary import J_PER_KWH
 
 # Rows shown in full; the rest are counted, and all are in jobs.csv and the JSON.
 TERMINAL_JOBS = 100

@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..plugin.engine import speed  # noqa: E402
-from ..profile import Profile  # noqa: E402
+from slurm_synergy.model.engine import speed  # noqa: E402
+from slurm_synergy.model.profile import Profile  # noqa: E402
 
 
 def _empty(ax: plt.Axes, text: str) -> None:

@@ -25,9 +25,9 @@ import heapq
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .cluster import ClusterSpec
-from .demand import Config, Demands
-from .workload import Workload
+from slurm_synergy.simulate.cluster import ClusterSpec
+from slurm_synergy.simulate.demand import Config, Demands
+from slurm_synergy.simulate.workload import Workload
 
 
 @dataclass(slots=True)

@@ -7,17 +7,19 @@ import itertools
 import sys
 from pathlib import Path
 
-from ..errors import SynergyError
-from ..plugin.policy import load_policy, policy_path
-from ..profile import ProfileError, ProfileStore
-from . import plots, results
-from .cluster import load_cluster
-from .demand import SPEED_MODELS
-from .order import ORDERS
-from .simulator import ALLOCATORS, Setup, simulate
-from .trace import (SYNERGY_STATIC_TRACE, parse_mix, poisson_trace, read_trace,
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.model.profile import ProfileError
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.simulate import plots, results
+from slurm_synergy.simulate.cluster import load_cluster
+from slurm_synergy.simulate.demand import SPEED_MODELS
+from slurm_synergy.simulate.order import ORDERS
+from slurm_synergy.simulate.simulator import ALLOCATORS, Setup, simulate
+from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, parse_mix, poisson_trace, read_trace,
                     write_trace)
-from .workload import SYNERGY_MATRIX, from_profile, read_matrix
+from slurm_synergy.simulate.workload import SYNERGY_MATRIX, from_profile, read_matrix
 
 
 def _names(allowed):
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             raise SynergyError(f"cannot write the trace to {args.write_trace}: "
                                f"{e.strerror or e}") from None
-    policy = load_policy() if policy_path().is_file() else None
+    policy = load_policy(policy_path()) if policy_path().is_file() else None
     print(f"trace: {source} ({len(trace)} jobs); cluster: {cluster.name}, "
           f"{cluster.describe()}, rounds of {cluster.round_s:g} s; speed model: {args.speed}",
           file=sys.stderr)

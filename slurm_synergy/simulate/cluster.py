@@ -16,10 +16,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
-from ..errors import SynergyError
-from ..plugin.engine import shape_of
-from ..slurm import Slurm
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.engine import shape_of
+from slurm_synergy.slurm import Slurm
 
 CLUSTERS = paths.ETC / "simulate"
 

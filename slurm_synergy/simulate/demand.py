@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..plugin.engine import smallest_within
-from ..plugin.policy import Policy
-from .cluster import ClusterSpec
-from .workload import Workload
+from slurm_synergy.model.engine import smallest_within
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.simulate.cluster import ClusterSpec
+from slurm_synergy.simulate.workload import Workload
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .allocate import Free, Grant, Want
+from slurm_synergy.simulate.allocate import Free, Grant, Want
 
 _NEG = -1e18
 

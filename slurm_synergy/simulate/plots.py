@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ..report.plots import save_figure  # noqa: E402
-from .simulator import Outcome  # noqa: E402
+from slurm_synergy.report.plots import save_figure  # noqa: E402
+from slurm_synergy.simulate.simulator import Outcome  # noqa: E402
 
 
 def jct_cdf(outcomes: Sequence[Outcome], path: Path) -> Path:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .simulator import Outcome
+from slurm_synergy.simulate.simulator import Outcome
 
 
 @dataclass(frozen=True)

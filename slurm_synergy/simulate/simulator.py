@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Mapping, Sequence
 
-from ..errors import SynergyError
-from ..plugin.policy import Policy
-from .allocate import Allocator, Free, Want, greedy, proportional, synergy_slurm, tune
-from .cluster import ClusterSpec
-from .demand import SPEED_MODELS, DemandBook
-from .optimal import optimal
-from .order import ORDERS, JobState
-from .trace import SimJob
-from .workload import Workload, models_of
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.simulate.allocate import Allocator, Free, Want, greedy, proportional, synergy_slurm, tune
+from slurm_synergy.simulate.cluster import ClusterSpec
+from slurm_synergy.simulate.demand import SPEED_MODELS, DemandBook
+from slurm_synergy.simulate.optimal import optimal
+from slurm_synergy.simulate.order import ORDERS, JobState
+from slurm_synergy.simulate.trace import SimJob
+from slurm_synergy.simulate.workload import Workload, models_of
 
 # Made afresh for each run: opt keeps per-server optima from round to round.
 ALLOCATORS: dict[str, Callable[[], Allocator]] = {

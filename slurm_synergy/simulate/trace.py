@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .. import paths
-from ..errors import SynergyError
-from .workload import Workload
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.simulate.workload import Workload
 
 SYNERGY_STATIC_TRACE = paths.ROOT / "data" / "synergy" / "synergy_static_100job.csv"
 HEADER = ("job_id", "model", "arrival_s", "iters", "gpus")

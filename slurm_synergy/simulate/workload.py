@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .. import paths
-from ..errors import SynergyError
-from ..plugin.engine import speed
-from ..profile import Profile
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.engine import speed
+from slurm_synergy.model.profile import Profile
 
 SYNERGY_MATRIX = paths.ROOT / "data" / "synergy" / "synergy_model_profiles.csv"
 _MATRIX_COLUMNS = ("model", "cpus_per_gpu", "mem_per_gpu_gb", "norm_throughput",

@@ -14,11 +14,11 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from .. import paths
-from ..errors import SynergyError
-from ..hooks.context import utc_now
-from ..slurm import Slurm
-from .plan import Change
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.hooks.context import utc_now
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.tune.plan import Change
 
 
 def log_path() -> Path:

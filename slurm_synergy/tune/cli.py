@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import SynergyError
-from ..slurm import Slurm
-from . import apply as applying
-from .plan import plan
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.tune import apply as applying
+from slurm_synergy.tune.plan import plan
 
 
 def add_parser(sub) -> None:

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Collection, Sequence
 
-from ..plugin.engine import NodeShape, proportional_share
-from ..slurm import NodeUse, QueuedJob, gpu_types
+from slurm_synergy.model.engine import NodeShape, proportional_share
+from slurm_synergy.model.units import gpu_types
+from slurm_synergy.slurm import NodeUse, QueuedJob
 
 WAITING_FOR_ROOM = ("Resources", "Priority")
 USABLE_NODE_STATES = ("idle", "mixed", "allocated", "completing")

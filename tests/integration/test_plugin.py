@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.plugin.table import TABLE_NAME, read
+from slurm_synergy.shim.table import TABLE_NAME, read
 from slurm_synergy.slurm import tres
 
-from slurm_synergy.plugin.resubmit import read_chains
+from slurm_synergy.shim.resubmit import read_chains
 
 from .conftest import ROOT, finish, resubmitted, submitted_ids, synergy
 

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.profile import ProfileStore
+from slurm_synergy.profiles import ProfileStore
 
 from .conftest import ROOT, executable, finish, resubmitted, submitted_ids, synergy
 

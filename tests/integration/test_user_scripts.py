@@ -12,8 +12,8 @@ import pytest
 
 from profiler.datagen import ensure_image_dataset
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.plugin.table import TABLE_NAME, read
-from slurm_synergy.profile import ProfileStore
+from slurm_synergy.shim.table import TABLE_NAME, read
+from slurm_synergy.profiles import ProfileStore
 
 from .conftest import SYNERGY, ROOT, finish, resubmitted, submitted_ids, synergy
 

@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-from slurm_synergy.errors import SynergyError
-from slurm_synergy.plugin.engine import Decision, NodeShape
-from slurm_synergy.plugin.policy import Policy, load_policy
-from slurm_synergy.plugin.table import read, render, write
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.engine import Decision, NodeShape
+from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.shim.table import read, render, write
 from slurm_synergy import paths
 
 
@@ -75,7 +75,7 @@ def test_a_bad_policy_is_refused_naming_the_setting(tmp_path, text, words):
 
 
 def test_install_adds_what_slurm_conf_lacks_and_is_idempotent():
-    from slurm_synergy.plugin.install import conf_edit
+    from slurm_synergy.shim.install import conf_edit
 
     text = "ClusterName=x\nJobSubmitPlugins=require_timelimit  # site's own\n"
     new, changes = conf_edit(text)

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from slurm_synergy.plugin.engine import NodeShape, decide, shape_of
-from slurm_synergy.plugin.policy import Policy
-from slurm_synergy.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
+from slurm_synergy.model.engine import NodeShape, decide, shape_of
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
                                    Profile, ThroughputModel)
 from slurm_synergy.slurm import Node
 

@@ -12,7 +12,7 @@ import pytest
 
 from slurm_synergy.hooks.install import HookPaths, conf_edit, render_wrappers
 from slurm_synergy.hooks.records import read_prolog, read_stats, stats_path
-from slurm_synergy.errors import SynergyError
+from slurm_synergy.model.errors import SynergyError
 
 FAKE_NVML = Path(__file__).resolve().parent.parent / "fakes" / "nvml"
 

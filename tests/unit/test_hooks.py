@@ -17,8 +17,8 @@ from slurm_synergy.hooks.context import HookContext, HookLog, context
 from slurm_synergy.hooks.power import asked_power_w, ceiling_mw, job_target
 from slurm_synergy.hooks.records import read_prolog, read_stats, stats_for, stats_path
 from slurm_synergy.hooks.sampling import write_totals
-from slurm_synergy.plugin.policy import Policy
-from slurm_synergy.errors import SynergyError
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.errors import SynergyError
 from tests.fakes.gpus import FakeGpu, backend
 
 W = 1000   # mW per W

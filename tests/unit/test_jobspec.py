@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from slurm_synergy.jobspec import (BUILTIN_ARCHS, JobSpec, RowRef, fingerprint_of_comment)
+from slurm_synergy.model.jobspec import (BUILTIN_ARCHS, JobSpec, RowRef, fingerprint_of_comment)
 
 
 def spec(**changes) -> JobSpec:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.errors import SynergyError
+from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.ledger import Ledger
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from profiler import offline_profiler as op
 from profiler.gpu import power_limits_to_try, visible_indices
-from slurm_synergy.profile import ProfileStore
+from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profile_table import markdown, plot, table
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.probe.hooks import batch_size
-from slurm_synergy.probe.options import declared_options, spelling, value_of, without
+from slurm_synergy.model.options import declared_options, spelling, value_of, without
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus"

@@ -8,7 +8,7 @@ import torch
 from profiler.models import (DATA_KINDS, M5_MIN_SAMPLES, MAX_SEQ_LEN, MODELS, VOCAB_SIZE,
                              BasicBlock, build_model, model_name, resnet_blocks,
                              resnet_stage_blocks)
-from slurm_synergy.jobspec import BUILTIN_ARCHS, BUILTIN_DATA_KIND
+from slurm_synergy.model.jobspec import BUILTIN_ARCHS, BUILTIN_DATA_KIND
 
 
 def _blocks(model: torch.nn.Module) -> int:

@@ -7,7 +7,8 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from slurm_synergy.plugin.engine import NodeShape
+from slurm_synergy.model.engine import NodeShape
+from slurm_synergy.model.units import duration_s, mem_mb
 from slurm_synergy.report import accounting, advice, enrich, output, summary
 from slurm_synergy.report.build import Report
 from tests.unit.test_engine import profile
@@ -27,14 +28,14 @@ def line(job, name="train", state="COMPLETED", cpus="2", tres="billing=2,cpu=2,m
 
 
 def test_sizes_and_durations_as_sacct_writes_them():
-    assert accounting.mb("21304K") == pytest.approx(20.8046875)
-    assert accounting.mb("3G") == 3072 and accounting.mb("100M") == 100
-    assert accounting.mb("1.5G") == 1536 and accounting.mb("4000Mn") == 4000
-    assert accounting.mb("") is None
-    assert accounting.seconds("00:50.363") == pytest.approx(50.363)
-    assert accounting.seconds("01:02:03") == 3723
-    assert accounting.seconds("2-01:00:00") == 2 * 86400 + 3600
-    assert accounting.seconds("garbage") is None
+    assert mem_mb("21304K") == pytest.approx(20.8046875)
+    assert mem_mb("3G") == 3072 and mem_mb("100M") == 100
+    assert mem_mb("1.5G") == 1536 and mem_mb("4000Mn") == 4000
+    assert mem_mb("") is None
+    assert duration_s("00:50.363") == pytest.approx(50.363)
+    assert duration_s("01:02:03") == 3723
+    assert duration_s("2-01:00:00") == 2 * 86400 + 3600
+    assert duration_s("garbage") is None
 
 
 def test_steps_fold_into_their_job():

@@ -12,9 +12,9 @@ from typing import Callable
 
 import pytest
 
-from slurm_synergy.plugin.engine import NodeShape
-from slurm_synergy.plugin.policy import Policy
-from slurm_synergy.plugin.table import TABLE_NAME, render
+from slurm_synergy.model.engine import NodeShape
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.shim.table import TABLE_NAME, render
 
 from .test_decision_table import decision
 

@@ -10,9 +10,9 @@ import statistics
 import pytest
 
 from slurm_synergy.cli import main
-from slurm_synergy.errors import SynergyError
-from slurm_synergy.plugin.policy import Policy
-from slurm_synergy.profile import ProfileStore
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.simulate.allocate import Free, Want, synergy_slurm, tune
 from slurm_synergy.simulate.cluster import ClusterSpec, Server, load_cluster
 from slurm_synergy.simulate.demand import DemandBook

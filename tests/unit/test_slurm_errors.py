@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from slurm_synergy.errors import SlurmError, SlurmUnreachable
+from slurm_synergy.model.errors import SlurmError, SlurmUnreachable
 from slurm_synergy.slurm import Slurm
 
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from slurm_synergy.profile import FetchRates, Point, ThroughputModel
-from slurm_synergy.throughput import (cached_fraction, fetch_rate, fit_components,
+from slurm_synergy.model.profile import FetchRates, Point, ThroughputModel
+from slurm_synergy.model.throughput import (cached_fraction, fetch_rate, fit_components,
                                       predict, workers_for)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_synergy.errors import SlurmError
+from slurm_synergy.model.errors import SlurmError
 from slurm_synergy.slurm import NodeUse, QueuedJob, Slurm
 from slurm_synergy.tune.plan import plan
 

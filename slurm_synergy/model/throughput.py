@@ -20,7 +20,7 @@ import math
 from dataclasses import replace
 from typing import Sequence
 
-from .profile import FetchRates, Point, PointError, ThroughputModel
+from slurm_synergy.model.profile import FetchRates, Point, PointError, ThroughputModel
 
 
 def workers_for(cores: int, procs: int = 1) -> int:

@@ -1,24 +1,18 @@
-"""The profile of one workload: what the profiler measured, and where it is kept.
+"""The profile of one workload: what the profiler measured, as a record and its JSON.
 
-One JSON file per fingerprint in the profile store. Profiles are read by the decision
-engine and the reports while profilers write new ones, so they are written whole
-(temporary file + rename) and checked field by field when read: a corrupt or foreign
-file is refused with a message naming it, never half-used.
+Profiles are checked field by field when read: a corrupt or foreign file is refused with
+a message naming it, never half-used. Where they are kept is slurm_synergy.profiles.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from . import paths
-from .errors import SynergyError
-from .fileio import atomic_write_text
+from slurm_synergy.model.errors import SynergyError
 
 PROFILE_VERSION = 1
 FINGERPRINT_RE = re.compile(r"^[0-9a-f]{16}$")
@@ -97,7 +91,7 @@ class PointError:
 
 @dataclass(frozen=True)
 class ThroughputModel:
-    """speed = min(F(x), cores/(p+h), workers/p, G): see slurm_synergy/throughput.py.
+    """speed = min(F(x), cores/(p+h), workers/p, G): see slurm_synergy/model/throughput.py.
 
     `basis` says what the parameters were fitted to: "components" (input-only and
     compute-only steps, so every end-to-end point is held out) or "end-to-end" (the
@@ -244,58 +238,3 @@ def profile_from_json(text: str, source: str) -> Profile:
         raise ProfileError(f"profile {source} is corrupt: fingerprint "
                            f"{profile.fingerprint!r} is not 16 hex digits")
     return profile
-
-
-def store_dir() -> Path:
-    """The profile store: SYNERGY_PROFILES, else profiles/ in the user's synergy home.
-
-    A site shares one store (on a shared filesystem) by pointing SYNERGY_PROFILES at it.
-    """
-    env = os.environ.get("SYNERGY_PROFILES")
-    return Path(env).resolve() if env else paths.home_dir() / "profiles"
-
-
-@dataclass(frozen=True)
-class ProfileStore:
-    root: Path
-
-    @classmethod
-    def default(cls) -> "ProfileStore":
-        return cls(store_dir())
-
-    def path(self, fingerprint: str) -> Path:
-        if not FINGERPRINT_RE.match(fingerprint):
-            raise ProfileError(f"{fingerprint!r} is not a workload fingerprint "
-                               "(16 hex digits, as in the job comment synergy:fp=...)")
-        return self.root / f"{fingerprint}.json"
-
-    def has(self, fingerprint: str) -> bool:
-        return self.path(fingerprint).is_file()
-
-    def load(self, fingerprint: str) -> Profile:
-        path = self.path(fingerprint)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ProfileError(f"no profile for {fingerprint} in {self.root}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ProfileError(f"cannot read profile {path}: {e}") from None
-        profile = profile_from_json(text, str(path))
-        if profile.fingerprint != fingerprint:
-            raise ProfileError(f"profile {path} holds fingerprint {profile.fingerprint}, "
-                               f"not {fingerprint}")
-        return profile
-
-    def save(self, profile: Profile) -> Path:
-        path = self.path(profile.fingerprint)
-        atomic_write_text(path, profile.to_json())
-        return path
-
-    def fingerprints(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.stem for p in self.root.glob("*.json") if FINGERPRINT_RE.match(p.stem))
-
-    def __iter__(self) -> Iterator[Profile]:
-        for fp in self.fingerprints():
-            yield self.load(fp)

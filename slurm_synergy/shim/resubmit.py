@@ -18,16 +18,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import paths
-from ..errors import SynergyError
-from ..fileio import locked
-from ..jobspec import comment_marks, fingerprint_of_comment
-from ..profile import ProfileStore
-from ..slurm import Slurm
-from .decisions import Decider, apply_pins, resolve_mode
-from .policy import load_policy
-from .table import read as read_table
-from .table import table_path
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.fileio import locked
+from slurm_synergy.model.jobspec import comment_marks, fingerprint_of_comment
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.shim.table import read as read_table
+from slurm_synergy.shim.table import table_path
 
 # Tokens a job's comment gains on its way (the shim's marks and decision, the chain).
 _TOKEN_RE = re.compile(r" (?:profile|decision|from)=\S*")
@@ -125,7 +126,7 @@ def _user_mode(fp: str, comment: str, script: Path,
     applies it in user mode."""
     # Run inside the profiled job: Slurm names its partition in the environment.
     partition = os.environ.get("SLURM_JOB_PARTITION", "")
-    policy = load_policy()
+    policy = load_policy(policy_path())
     decision = Decider(ProfileStore.default(), policy, slurm).decision(fp, partition)
     if decision is None:
         raise NothingToGain(f"no usable profile of {fp} in {ProfileStore.default().root}")

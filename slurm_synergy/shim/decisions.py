@@ -9,13 +9,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from ..errors import SlurmUnreachable, SynergyError
-from ..profile import ProfileError, ProfileStore
-from ..slurm import Slurm
-from ..throughput import workers_for
-from .engine import Decision, NodeShape, decide
-from .policy import Policy
-from .table import node_shape, table_path
+from slurm_synergy.model.errors import SlurmUnreachable, SynergyError
+from slurm_synergy.model.profile import ProfileError
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.model.throughput import workers_for
+from slurm_synergy.model.engine import Decision, NodeShape, decide
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.shim.table import node_shape, table_path
 
 MODES = ("auto", "shim", "user")
 

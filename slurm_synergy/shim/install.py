@@ -12,10 +12,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
-from ..errors import SynergyError
-from ..fileio import atomic_write_text
-from .table import TABLE_NAME
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.shim.table import TABLE_NAME
 
 SHIM = paths.ETC / "job_submit.lua"
 # slurm.conf keys and the value each must include.
@@ -105,8 +105,8 @@ def plan_text(conf: Path) -> str:
 
 def apply(conf: Path, reconfigure: bool = True) -> list[str]:
     """Install into the cluster of `conf`; returns one line per change or check."""
-    from ..slurm import Slurm
-    from .table import sync
+    from slurm_synergy.slurm import Slurm
+    from slurm_synergy.shim.table import sync
 
     text = read_conf(conf)
     new, changes = conf_edit(text)

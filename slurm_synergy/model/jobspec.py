@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .paths import TRAIN_SCRIPT
-from .probe.options import without
+from slurm_synergy.model.options import without
 
 # The built-in trainer's models and the kind of data each reads (profiler/models.py
 # MODELS and DATA_KINDS; a unit test keeps them equal). Listed here so that validating a
@@ -36,17 +35,17 @@ def torchrun_argv(python: str, procs: int, script: str) -> list[str]:
             str(procs), script]
 
 
-def script_digest(script: str) -> str:
+def script_digest(script: str | Path) -> str:
     """A script's identity is its content: a copy elsewhere is the same workload, an
     edited one is not."""
-    path = TRAIN_SCRIPT if script == BUILTIN_SCRIPT else Path(script)
+    path = Path(script)
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     except OSError:
         return f"unreadable:{path}"
 
 
-def workload_key(script: str, args: Sequence[str], gpus: int, procs: int) -> dict:
+def workload_key(script: str | Path, args: Sequence[str], gpus: int, procs: int) -> dict:
     """What identifies a user's script as a workload, before hashing: its content, the
     arguments it gets (less the worker count, which is what gets tuned), its GPUs and
     processes."""

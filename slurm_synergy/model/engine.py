@@ -14,14 +14,13 @@ Every step leaves a line in `reasons`, which `synergy plugin explain` prints.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
-from ..profile import Profile
-from ..slurm import Node
-from ..throughput import cached_fraction, fetch_rate, predict, workers_for
-from .policy import Policy
+from slurm_synergy.model.profile import Profile
+from slurm_synergy.model.throughput import cached_fraction, fetch_rate, predict, workers_for
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.units import gpu_count, gpu_types
 
 MEM_STEP_MB = 256          # decisions are rounded up to this, as people write --mem
 
@@ -74,23 +73,23 @@ class Decision:
         return text + (f",p{self.power_limit_w}" if self.power_limit_w else "")
 
 
-_GRES_RE = re.compile(r"gpu(?::([A-Za-z0-9_.-]+))?:(\d+)")
+class NodeFacts(Protocol):
+    """What sinfo says of a node (slurm.Node)."""
+
+    cpus: int
+    memory_mb: int
+    gres: str
 
 
-def shape_of(nodes: Sequence[Node]) -> NodeShape:
+def shape_of(nodes: Sequence[NodeFacts]) -> NodeShape:
     """The shape every node of `nodes` offers at least: a decision for it fits on any."""
     if not nodes:
         raise ValueError("no nodes to size decisions for")
-    gpus, types = [], set()
+    types: set[str] = set()
     for node in nodes:
-        count = 0
-        for match in _GRES_RE.finditer(node.gres):
-            count += int(match.group(2))
-            if match.group(1):
-                types.add(match.group(1))
-        gpus.append(count)
+        types |= gpu_types(node.gres)
     return NodeShape(cores=min(n.cpus for n in nodes), mem_mb=min(n.memory_mb for n in nodes),
-                     gpus=min(gpus), gpu_types=tuple(sorted(types)))
+                     gpus=min(gpu_count(n.gres) for n in nodes), gpu_types=tuple(sorted(types)))
 
 
 def proportional_share(shape: NodeShape, gpus: int) -> tuple[int, int]:

@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .. import paths
-from ..errors import SynergyError
-from ..fileio import atomic_write_text, locked
-from ..profile import ProfileError, ProfileStore
-from ..slurm import Slurm
-from .engine import Decision, NodeShape, decide, shape_of
-from .policy import Policy, load_policy
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.fileio import atomic_write_text, locked
+from slurm_synergy.model.profile import ProfileError
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.model.engine import Decision, NodeShape, decide, shape_of
+from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.paths import policy_path
 
 TABLE_NAME = "synergy-decisions.tbl"
 MAGIC = "synergy-decisions"
@@ -163,7 +165,7 @@ def sync(store: ProfileStore | None = None, policy: Policy | None = None,
          partition: str | None = None) -> str:
     """Compile the table from the profile store; returns a line saying what was written."""
     store = store or ProfileStore.default()
-    policy = policy or load_policy()
+    policy = policy or load_policy(policy_path())
     path = path or table_path()
     slurm = slurm or Slurm()
     partition = partition or slurm.default_partition()

@@ -6,16 +6,17 @@ import argparse
 import sys
 import time
 
-from .. import paths
-from ..columns import aligned
-from ..errors import SynergyError
-from ..profile import ProfileStore
-from ..slurm import Slurm
-from .engine import Decision, decide
-from .install import apply, plan_text
-from .policy import load_policy, policy_path
-from .resubmit import NothingToGain, read_chains, resubmit
-from .table import node_shape, read, sync, table_path
+from slurm_synergy import paths
+from slurm_synergy.columns import aligned
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.slurm import Slurm
+from slurm_synergy.model.engine import Decision, decide
+from slurm_synergy.shim.install import apply, plan_text
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.shim.resubmit import NothingToGain, read_chains, resubmit
+from slurm_synergy.shim.table import node_shape, read, sync, table_path
 
 NOTHING_TO_GAIN = 3      # the job script then trains in place (templates/sbatch.sh.j2)
 
@@ -52,7 +53,7 @@ def describe(d: Decision) -> str:
 def explain(fingerprint: str, partition: str | None = None) -> str:
     store = ProfileStore.default()
     profile = store.load(fingerprint)
-    policy = load_policy()
+    policy = load_policy(policy_path())
     d = decide(profile, node_shape(Slurm(), partition), policy)
     lines = [f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
              f"decision: {describe(d)}",

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .. import paths
-from ..errors import SynergyError
+from slurm_synergy.model.errors import SynergyError
 
 # What each knob may be: (type, lowest, highest).
 _BOUNDS: dict[str, tuple[type, float, float]] = {
@@ -47,13 +45,9 @@ class Policy:
                                       # slurm.conf's PrologEpilogTimeout
 
 
-def policy_path() -> Path:
-    return Path(os.environ.get("SYNERGY_POLICY", paths.ETC / "policy.toml"))
-
-
-def load_policy(path: Path | None = None) -> Policy:
-    """The policy file, checked knob by knob; a bad file is refused, naming the knob."""
-    path = path or policy_path()
+def load_policy(path: Path) -> Policy:
+    """The policy file (the site's is paths.policy_path()), checked knob by knob; a bad
+    file is refused, naming the knob."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from slurm_synergy.columns import aligned
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
-from slurm_synergy.model.jobspec import comment_marks
+from slurm_synergy.model.comment import marks as comment_marks
 from slurm_synergy.slurm import Slurm, tres
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",

@@ -11,17 +11,16 @@ are dropped from the ledger, and `synergy submit` sends them again, once.
 from __future__ import annotations
 
 import getpass
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from slurm_synergy.model.comment import tag as comment_tag
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.jobs import FINAL_STATES
 from slurm_synergy.ledger import Entry, Ledger
 from slurm_synergy.slurm import Slurm
 
-_TAG = re.compile(r"(?:^|\s)sub=([0-9a-f]{12})(?=\s|$)")
 _ACCT_FIELDS = ("JobID", "JobName", "State", "Comment")
 
 
@@ -95,9 +94,9 @@ def find(entries: Mapping[str, Entry], queue: Sequence[Mapping[str, str]],
 
 def _index(row: Mapping[str, str], base: str, by_tag: dict, by_id: dict) -> None:
     comment = row["Comment"]
-    match = _TAG.search(comment)
-    if match:
-        by_tag.setdefault(match.group(1), []).append((base, row["JobID"], row["State"]))
+    tag = comment_tag(comment)
+    if tag:
+        by_tag.setdefault(tag, []).append((base, row["JobID"], row["State"]))
     by_id.setdefault(row["JobID"], (row["JobName"], row["State"], comment))
 
 

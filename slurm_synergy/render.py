@@ -22,6 +22,7 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_argv
 from slurm_synergy.model.engine import Decision
+from slurm_synergy.model.comment import asked_text, with_marks
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 
@@ -102,12 +103,12 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         if head.gpus:
             gres = decision.gres_for(head.gpu_type)
         # What the row asked, beside the decision (as the shim notes it), for reports.
-        comment += (f" asked=c{head.cpus},m{head.mem_mb},g{head.gpus}"
-                    f" decision={decision.summary()}")
+        comment = with_marks(comment, asked=asked_text(head.cpus, head.mem_mb, head.gpus),
+                             decision=decision.summary())
     elif profile:
-        comment += " profile=1"
+        comment = with_marks(comment, profile="1")
     if tag:
-        comment += f" sub={tag}"
+        comment = with_marks(comment, sub=tag)
     return environment().get_template("sbatch.sh.j2").render(
         source=f"{', '.join(sources)} row(s) {rows}",
         script_path=script_path,

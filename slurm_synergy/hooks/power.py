@@ -8,12 +8,11 @@ GPU back to it, and the profiler's sweep starts from it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from slurm_synergy.gpu import GpuError, PowerRange
+from slurm_synergy.model import comment as comment_format
 
-_DECISION_POWER = re.compile(r"(?:^|\s)decision=\S*?,p(\d{1,6})(?:,|\s|$)")
 
 
 def ceiling_mw(rng: PowerRange, cap_w: float) -> int:
@@ -57,6 +56,5 @@ def asked_power_w(comment: str) -> int | None:
     The comment is the user's to write too, so this is only a wish: job_target never lets it
     above the ceiling.
     """
-    found = _DECISION_POWER.findall(comment or "")
-    # The shim appends its decision after anything the user wrote: the last one counts.
-    return int(found[-1]) if found and int(found[-1]) > 0 else None
+    decided = comment_format.decision(comment or "")
+    return decided.power_w if decided else None

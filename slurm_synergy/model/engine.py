@@ -19,6 +19,7 @@ from typing import Callable, Protocol, Sequence
 
 from slurm_synergy.model.profile import Profile
 from slurm_synergy.model.throughput import cached_fraction, fetch_rate, predict, workers_for
+from slurm_synergy.model.comment import decision_text
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.units import gpu_count, gpu_types
 
@@ -69,8 +70,8 @@ class Decision:
 
     def summary(self) -> str:
         """The short form that goes into the job's comment (and so into sacct)."""
-        text = f"c{self.cpus},m{self.mem_mb},g{self.gpus},w{self.workers}"
-        return text + (f",p{self.power_limit_w}" if self.power_limit_w else "")
+        return decision_text(self.cpus, self.mem_mb, self.gpus, self.workers,
+                             self.power_limit_w)
 
 
 class NodeFacts(Protocol):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from slurm_synergy.model.comment import job_comment
 from slurm_synergy.model.options import without
 
 # The built-in trainer's models and the kind of data each reads (profiler/models.py
@@ -25,7 +26,6 @@ BUILTIN_SCRIPT = "builtin:train"
 SYNTHETIC_DATASET = "synthetic"
 LOADERS = ("pytorch", "dali")
 LAUNCHES = ("python", "torchrun")
-COMMENT_PREFIX = "synergy:fp="
 
 
 def torchrun_argv(python: str, procs: int, script: str) -> list[str]:
@@ -181,8 +181,7 @@ class JobSpec:
     def comment(self) -> str:
         """The job's Slurm comment: the fingerprint, and which resources the row set (the
         site policy may let those win over a decision). Only [a-z0-9:=, ] appear."""
-        pinned = f" req={','.join(self.pinned)}" if self.pinned else ""
-        return COMMENT_PREFIX + self.fingerprint + pinned
+        return job_comment(self.fingerprint, self.pinned)
 
     def script_argv(self) -> list[str]:
         """The training script's options from the row's columns (shell-quoted later).
@@ -208,16 +207,3 @@ class JobSpec:
             opt(["--port", str(self.port)])
         return argv
 
-
-def comment_marks(comment: str) -> dict[str, str]:
-    """The key=value marks after the fingerprint: req= (from the row), profile=, asked= and
-    decision= (from the plugin) and from= (a resubmission)."""
-    return dict(w.split("=", 1) for w in comment.split()[1:] if "=" in w)
-
-
-def fingerprint_of_comment(comment: str) -> str | None:
-    """The fingerprint a job carries in its Slurm comment, if it is one of ours."""
-    if comment.startswith(COMMENT_PREFIX):
-        words = comment[len(COMMENT_PREFIX):].split()
-        return words[0] if words else None
-    return None

@@ -13,15 +13,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from slurm_synergy.model.jobspec import comment_marks, fingerprint_of_comment
+from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.units import duration_s, mem_mb
 from slurm_synergy.slurm import Slurm, tres
 
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
           "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
           "AllocTRES", "ReqTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment")
-_DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?),g(\d+),w(\d+)(?:,p(\d+))?$")
-_ASKED = re.compile(r"^c(\d+|-),m(\d+|-),g(\d+)$")
 
 
 def fetch(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
@@ -42,28 +40,18 @@ def gpu_type(alloc: str) -> str:
     return m.group(1) if m else ""
 
 
-def _count(text: str, most: int = 1 << 20) -> int | None:
-    """A number from a comment mark; anything out of range is unknown (users write
-    comments too, and 65534 is Slurm's "not set")."""
-    return int(text) if text.isdigit() and 0 < int(text) < min(most, 65534) else None
-
-
 def _marks(comment: str) -> dict[str, Any]:
-    marks = comment_marks(comment)
-    out: dict[str, Any] = {"fingerprint": fingerprint_of_comment(comment) or "",
+    marks = comment_format.marks(comment)
+    out: dict[str, Any] = {"fingerprint": comment_format.fingerprint(comment) or "",
                            "from_job": marks.get("from", ""),
                            "profiling": marks.get("profile") == "1"}
-    d = _DECISION.match(marks.get("decision", ""))
+    d = comment_format.decision(comment)
     if d:
-        cpus, mem, gpus, workers, power = d.groups()
-        out.update(decided_cpus=_count(cpus), decided_mem_mb=_count(mem, 1 << 40),
-                   decided_gpus=int(gpus), decided_workers=int(workers),
-                   decided_power_w=_count(power) if power else None)
-    a = _ASKED.match(marks.get("asked", ""))
+        out.update(decided_cpus=d.cpus, decided_mem_mb=d.mem_mb, decided_gpus=d.gpus,
+                   decided_workers=d.workers, decided_power_w=d.power_w)
+    a = comment_format.asked(comment)
     if a:
-        cpus, mem, gpus = a.groups()
-        out.update(asked_cpus=_count(cpus), asked_mem_mb=_count(mem, 1 << 40),
-                   asked_gpus=int(gpus))
+        out.update(asked_cpus=a.cpus, asked_mem_mb=a.mem_mb, asked_gpus=a.gpus)
     return out
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import locked
-from slurm_synergy.model.jobspec import comment_marks, fingerprint_of_comment
+from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
@@ -29,10 +29,6 @@ from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.table import read as read_table
 from slurm_synergy.shim.table import table_path
-
-# Tokens a job's comment gains on its way (the shim's marks and decision, the chain).
-_TOKEN_RE = re.compile(r" (?:profile|decision|from)=\S*")
-
 
 @dataclass(frozen=True)
 class ChainLink:
@@ -77,12 +73,12 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
              log: Callable[[str], None] = print) -> str:
     """Submit `script` again after profiling job `job_id`; returns the new job id."""
     slurm = slurm or Slurm()
-    fp = fingerprint_of_comment(comment)
+    fp = comment_format.fingerprint(comment)
     if fp is None:
         raise SynergyError(f"comment {comment!r} carries no workload fingerprint")
     if not script.is_file():
         raise SynergyError(f"the job's script {script} is gone; cannot resubmit")
-    base = _TOKEN_RE.sub("", comment)
+    base = comment_format.without(comment, *comment_format.PROFILING_MARKS)
     mode = resolve_mode(mode, slurm)
     exports = ["SYNERGY_PROFILE=0"]
     options = []
@@ -90,7 +86,7 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
     if mode == "user":
         options, more, summary = _user_mode(fp, base, script, slurm)
         exports += more
-        base += f" decision={summary}"
+        base = comment_format.with_marks(base, decision=summary)
     else:
         try:
             decided = fp in read_table(table_path())[1]
@@ -131,7 +127,7 @@ def _user_mode(fp: str, comment: str, script: Path,
     if decision is None:
         raise NothingToGain(f"no usable profile of {fp} in {ProfileStore.default().root}")
     if policy.user_request_wins:
-        pinned = comment_marks(comment).get("req", "").split(",")
+        pinned = comment_format.marks(comment).get("req", "").split(",")
         env = os.environ
         decision = apply_pins(decision, pinned, int(env.get("SLURM_CPUS_PER_TASK", "1")),
                               int(env.get("SLURM_MEM_PER_NODE", decision.mem_mb)),

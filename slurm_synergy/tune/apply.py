@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from slurm_synergy import paths
+from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.hooks.context import utc_now
 from slurm_synergy.slurm import Slurm
@@ -37,10 +38,6 @@ def _settings(cpus: int, mem_mb: int) -> dict[str, str]:
             "MinMemoryNode": str(mem_mb)}
 
 
-def _mark(cpus: int, mem_mb: int) -> str:
-    return f"tuned=c{cpus},m{mem_mb}"
-
-
 def apply(slurm: Slurm, change: Change, log: Path) -> str | None:
     """Apply one change; returns the error, or None. Slurm refuses a job that has started
     meanwhile, so a running job is never resized."""
@@ -48,13 +45,13 @@ def apply(slurm: Slurm, change: Change, log: Path) -> str | None:
         comment = slurm.comment(change.job_id)
     except SynergyError as e:
         return str(e)
-    if "tuned=c" in comment:
+    if "tuned" in comment_format.marks(comment):
         return "its comment says it was tuned before; --revert it first"
     record = {"at": utc_now(), "action": "tune", **asdict(change)}
     _append(log, {**record, "outcome": "trying"})
     settings = _settings(change.cpus_after, change.mem_after_mb)
-    settings["Comment"] = " ".join(filter(None, (comment, _mark(change.cpus_after,
-                                                               change.mem_after_mb))))
+    settings["Comment"] = comment_format.with_marks(
+        comment, tuned=f"c{change.cpus_after},m{change.mem_after_mb}")
     try:
         slurm.update_job(change.job_id, settings)
     except SynergyError as e:
@@ -103,10 +100,7 @@ def revert(slurm: Slurm, job_id: str, log: Path) -> dict:
     if state is None or state.state != "PENDING":
         raise SynergyError(f"job {job_id} is {state.state.lower() if state else 'gone'}; "
                            "only a pending job can be put back")
-    mark = _mark(rec["cpus_after"], rec["mem_after_mb"])
-    # The mark was appended after a space, or is the whole comment.
-    now = slurm.comment(job_id)
-    comment = "" if now == mark else now.replace(f" {mark}", "")
+    comment = comment_format.without(slurm.comment(job_id), "tuned")
     slurm.update_job(job_id, {**_settings(rec["cpus_before"], rec["mem_before_mb"]),
                               "Comment": comment})
     _append(log, {"at": utc_now(), "action": "revert", "job_id": job_id,

@@ -2,7 +2,8 @@
 
 import dataclasses
 
-from slurm_synergy.model.jobspec import (BUILTIN_ARCHS, JobSpec, RowRef, fingerprint_of_comment)
+from slurm_synergy.model.comment import fingerprint as fingerprint_of_comment
+from slurm_synergy.model.jobspec import BUILTIN_ARCHS, JobSpec, RowRef
 
 
 def spec(**changes) -> JobSpec:

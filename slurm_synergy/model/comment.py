@@ -1,0 +1,110 @@
+"""The job comment: the one wire format between `synergy submit`, the sbatch script,
+etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sacct keeps.
+
+    synergy:fp=<16 hex> [req=cpus,mem,gpus] [profile=1] [asked=c2,m3072,g1]
+        [decision=c1,m1280,g1,w1[,p250]] [from=<job>] [sub=<12 hex>] [tuned=c1,m1024]
+
+Who writes what: submit writes the fingerprint, req= (what the row pinned) and sub= (its
+sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
+profile=1 for a workload it has no decision for; a resubmission after profiling writes
+from=; `synergy tune` writes tuned=. A mark written again replaces the earlier one; the
+rest of the comment is the user's and is kept. tests/unit/test_comment.py runs the same
+strings through the Lua shim, which spells asked= and decision= the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "synergy:fp="
+# Marks a resubmission after profiling drops: the next decision is the shim's to make.
+PROFILING_MARKS = ("profile", "asked", "decision", "from")
+
+_DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?),g(\d+),w(\d+)(?:,p(\d+))?$")
+_ASKED = re.compile(r"^c(\d+|-),m(\d+|-),g(\d+)$")
+_TAG = re.compile(r"^[0-9a-f]{12}$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """asked= and decision= read back; None where the comment says unknown (- or ?)."""
+
+    cpus: int | None
+    mem_mb: int | None
+    gpus: int
+    workers: int | None = None       # decision= only
+    power_w: int | None = None       # decision= only, when it sets a limit
+
+
+def job_comment(fingerprint: str, pinned: tuple[str, ...] = ()) -> str:
+    """What `synergy submit` starts a job's comment with."""
+    return PREFIX + fingerprint + (f" req={','.join(pinned)}" if pinned else "")
+
+
+def fingerprint(comment: str) -> str | None:
+    """The workload fingerprint a job carries, if the comment is one of ours."""
+    if not comment.startswith(PREFIX):
+        return None
+    words = comment[len(PREFIX):].split()
+    return words[0] if words and _FINGERPRINT.match(words[0]) else None
+
+
+def marks(comment: str) -> dict[str, str]:
+    """The key=value marks after the fingerprint; where one is written twice, the last
+    (the shim appends after anything a user wrote)."""
+    words = comment.split()
+    if words and words[0].startswith(PREFIX):
+        words = words[1:]
+    return dict(w.split("=", 1) for w in words if "=" in w)
+
+
+def without(comment: str, *names: str) -> str:
+    """The comment less the named marks."""
+    drop = re.compile(r"(?:^|\s+)(?:%s)=\S*" % "|".join(map(re.escape, names)))
+    return drop.sub("", comment).strip()
+
+
+def with_marks(comment: str, **values: str) -> str:
+    """The comment with these marks set (an earlier one of the same name replaced)."""
+    return " ".join([without(comment, *values), *(f"{k}={v}" for k, v in values.items())]).strip()
+
+
+def decision_text(cpus: int, mem_mb: int, gpus: int, workers: int, power_w: int = 0) -> str:
+    """decision=...: cores, MB, GPUs, loader workers and, where set, the power limit."""
+    return f"c{cpus},m{mem_mb},g{gpus},w{workers}" + (f",p{power_w}" if power_w else "")
+
+
+def asked_text(cpus: int | None, mem_mb: int | None, gpus: int) -> str:
+    """asked=...: what the job asked before a decision replaced it (- where unset)."""
+    return f"c{'-' if cpus is None else cpus},m{'-' if mem_mb is None else mem_mb},g{gpus}"
+
+
+def _count(text: str | None, most: int = 1 << 20) -> int | None:
+    """A number from a mark; anything out of range is unknown (users write comments too,
+    and 65534 is Slurm's "not set")."""
+    return int(text) if text and text.isdigit() and 0 < int(text) < min(most, 65534) else None
+
+
+def decision(comment: str) -> Resources | None:
+    m = _DECISION.match(marks(comment).get("decision", ""))
+    if not m:
+        return None
+    cpus, mem, gpus, workers, power = m.groups()
+    return Resources(_count(cpus), _count(mem, 1 << 40), int(gpus), int(workers),
+                     _count(power) if power else None)
+
+
+def asked(comment: str) -> Resources | None:
+    m = _ASKED.match(marks(comment).get("asked", ""))
+    if not m:
+        return None
+    cpus, mem, gpus = m.groups()
+    return Resources(_count(cpus), _count(mem, 1 << 40), int(gpus))
+
+
+def tag(comment: str) -> str | None:
+    """The sbatch call's tag (sub=), which reconciling the ledger finds jobs by."""
+    value = marks(comment).get("sub", "")
+    return value if _TAG.match(value) else None

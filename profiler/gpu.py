@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from slurm_synergy.gpu import Gpu, open_backend
-from slurm_synergy.gpu.backend import job_gpu_ids
+from slurm_synergy.gpu.device import job_gpu_ids
 
 
 def visible_indices(count: int) -> list[int]:

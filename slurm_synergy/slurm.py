@@ -313,6 +313,22 @@ class Slurm:
         self.run(["scontrol", "update", f"JobId={job_id}",
                   *(f"{k}={v}" for k, v in settings.items())])
 
+    def resume_node(self, name: str) -> None:
+        self.run(["scontrol", "update", f"nodename={name}", "state=resume"])
+
+    def clusters(self, timeout: float = 60) -> list[str]:
+        """The clusters slurmdbd accounts for (answering at all says slurmdbd is up)."""
+        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster",
+                        "format=cluster"], timeout=timeout)
+        return out.split()
+
+    def add_cluster(self, name: str) -> None:
+        self.run(["sacctmgr", "-i", "add", "cluster", name])
+
+    def reconfigure(self) -> None:
+        """Have slurmctld and every slurmd read slurm.conf (and the shim) again."""
+        self.run(["scontrol", "reconfigure"])
+
     def sacct(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
               allocations_only: bool = True, since: str | None = None,
               until: str | None = None, users: Sequence[str] = ()) -> list[dict[str, str]]:

@@ -179,7 +179,7 @@ class LocalCluster:
         if not self._alive("slurmdbd"):
             return False
         try:
-            self.slurm.run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster"], timeout=15)
+            self.slurm.clusters(timeout=15)
             return True
         except SynergyError:
             return False
@@ -272,10 +272,8 @@ class LocalCluster:
         return start
 
     def _register_cluster(self) -> None:
-        out = self.slurm.run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster",
-                              "format=cluster"])
-        if CLUSTER_NAME not in out.split():
-            self.slurm.run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME])
+        if CLUSTER_NAME not in self.slurm.clusters():
+            self.slurm.add_cluster(CLUSTER_NAME)
 
     def _resume_node(self) -> None:
         """A node left down by an earlier run (its slurmd stopped) is put back in service;
@@ -283,7 +281,7 @@ class LocalCluster:
         try:
             for n in self.slurm.nodes(""):
                 if n.state.rstrip("*~#").startswith("down") and not _drained(n.state):
-                    self.slurm.run(["scontrol", "update", f"nodename={n.name}", "state=resume"])
+                    self.slurm.resume_node(n.name)
         except SynergyError:
             pass  # slurmctld not answering yet; the caller's loop tries again
 

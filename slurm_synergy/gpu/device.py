@@ -1,4 +1,5 @@
-"""The GPU interface every backend implements, and the records it returns.
+"""The GPU interface every backend implements, the records it returns, and a node's set
+of GPUs (`Backend`) with the lookup of a job's GPUs in it.
 
 Power is in milliwatts and energy in millijoules, as NVML counts them, so nothing is
 rounded between a reading and the limit written back. GPUs are named by UUID and PCI bus
@@ -8,8 +9,8 @@ hands out, so an index is never used to find a GPU again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
 
 
 class GpuError(Exception):
@@ -50,3 +51,64 @@ class Gpu(Protocol):
     def set_power_limit_mw(self, mw: int) -> None: ...
     def energy_mj(self) -> int | None: ...
     def sample(self) -> Sample: ...
+
+
+@dataclass
+class Backend:
+    """The GPUs of one node. `reason` says why there are none; '' when there are.
+
+    `broken`: the node has NVIDIA GPUs but they cannot be reached (NVML fails for a reason
+    other than a missing driver), so nothing about their limits can be confirmed.
+    """
+
+    name: str
+    gpus: list[Gpu] = field(default_factory=list)
+    reason: str = ""
+    broken: bool = False
+
+    def find(self, ids: Sequence[str]) -> tuple[list[Gpu], list[str]]:
+        """The GPUs named by `ids` (minor number, UUID or PCI bus id) and the ids not found.
+
+        Slurm's SLURM_JOB_GPUS holds device numbers: the N of the /dev/nvidiaN files in
+        gres.conf, which NVML reports as the minor number, not as its own index.
+        """
+        found: list[Gpu] = []
+        missing: list[str] = []
+        for raw in ids:
+            key = raw.strip()
+            if not key:
+                continue
+            match = next((g for g in self.gpus if _matches(g, key)), None)
+            if match is None:
+                missing.append(key)
+            elif match not in found:
+                found.append(match)
+        return found, missing
+
+
+def _matches(gpu: Gpu, key: str) -> bool:
+    info = gpu.info
+    if key.isdigit():
+        return info.minor == int(key)
+    if key.upper().startswith(("GPU-", "MIG-")):
+        return info.uuid.upper() == key.upper()
+    return _pci(info.pci_bus_id) == _pci(key)
+
+
+def _pci(bus_id: str) -> str:
+    """NVML writes 00000000:17:00.0, lspci and sysfs 0000:17:00.0: compare the tail."""
+    head, _, device = bus_id.strip().lower().rpartition(":")
+    domain, _, bus = head.rpartition(":")
+    try:
+        return f"{int(domain or '0', 16):x}:{bus}:{device}"
+    except ValueError:      # not a bus id at all: it can only match itself
+        return bus_id.strip().lower()
+
+
+def job_gpu_ids(env: dict[str, str]) -> list[str]:
+    """The job's GPUs as Slurm names them to a prolog or epilog.
+
+    CUDA_VISIBLE_DEVICES is deliberately not read: outside the job's cgroup it is not the
+    job's view of the devices.
+    """
+    return [x for x in env.get("SLURM_JOB_GPUS", "").split(",") if x.strip()]

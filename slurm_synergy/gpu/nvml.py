@@ -6,8 +6,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from slurm_synergy.gpu.backend import Backend
-from slurm_synergy.gpu.device import Gpu, GpuError, GpuInfo, PowerRange, Sample
+from slurm_synergy.gpu.device import Backend, Gpu, GpuError, GpuInfo, PowerRange, Sample
 
 T = TypeVar("T")
 # What NVML says on a node without the NVIDIA driver: no GPUs, not a fault.

@@ -14,7 +14,7 @@ from pathlib import Path
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text
-from slurm_synergy.gpu.backend import job_gpu_ids
+from slurm_synergy.gpu.device import job_gpu_ids
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.hooks.records import JOB_ID, NODE

@@ -122,6 +122,6 @@ def apply(conf: Path, where: HookPaths) -> list[str]:
     changed = write_conf(conf, text, new)
     out = [c.applied for c in changes]
     if changed:
-        Slurm(conf).run(["scontrol", "reconfigure"])
+        Slurm(conf).reconfigure()
         out.append("done scontrol reconfigure")
     return out

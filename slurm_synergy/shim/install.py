@@ -116,6 +116,6 @@ def apply(conf: Path, reconfigure: bool = True) -> list[str]:
     out = [c.applied for c in changes]
     out.append("done " + sync(slurm=slurm, path=conf.parent / TABLE_NAME))
     if reconfigure and changed:
-        slurm.run(["scontrol", "reconfigure"])
+        slurm.reconfigure()
         out.append("done scontrol reconfigure")
     return out

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.gpu import PowerRange
-from slurm_synergy.gpu.backend import Backend, job_gpu_ids
+from slurm_synergy.gpu.device import Backend, job_gpu_ids
 from slurm_synergy.gpu.sampler import Totals
 from slurm_synergy.hooks import epilog, prolog
 from slurm_synergy.hooks.context import HookContext, HookLog, context

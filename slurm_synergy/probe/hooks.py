@@ -9,6 +9,10 @@ thread count its Pipeline hands its backend.
 A step is the time from one request for a batch to the next, so it holds the wait on the
 loader and the rest of the step (forward, backward, optimizer, logging). On CUDA the
 probe synchronises before it reads the clock, or the wait would absorb queued kernels.
+
+Long because the hooks for PyTorch's and DALI's loaders share one process-wide state (the
+counters, the stop decision, the record written at exit) that must not be split across
+modules imported at interpreter start.
 """
 
 from __future__ import annotations

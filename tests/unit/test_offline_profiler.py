@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler import offline_profiler as op
-from profiler.gpu import power_limits_to_try, visible_indices
+from slurm_synergy.profiling.sweep import core_sweep
+from slurm_synergy.profiling.gpu import power_limits_to_try, visible_indices
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profile_table import markdown, plot, table
 
@@ -80,8 +80,8 @@ def test_core_sweep_halves_while_within_the_plateau():
     def measure(k):
         seen.append(k)
         return min(10.0 * k, 60.0)
-    assert op.core_sweep(16, measure, 0.10) == [16, 8, 4] == seen
-    assert op.core_sweep(2, lambda k: 5.0, 0.10) == [2, 1]    # flat: down to one core
+    assert core_sweep(16, measure, 0.10) == [16, 8, 4] == seen
+    assert core_sweep(2, lambda k: 5.0, 0.10) == [2, 1]    # flat: down to one core
 
 
 def test_gpu_helpers():

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
+from slurm_synergy.model.options import value_of
 from slurm_synergy.model.profile import FetchRates
 
 # Bookkeeping files of the generators are not data.
@@ -68,3 +70,20 @@ def measure_fetch(root: Path, samples: int, budget_mb: float = 256.0) -> FetchRa
         dataset_mb=dataset_bytes / mb,
         sample_mb=dataset_bytes / mb / max(1, samples),
         files_read=len(picked))
+
+
+def fetch_rates_for(measured: dict[str, Any],
+                 script_args: Sequence[str]) -> tuple[FetchRates | None, list[str]]:
+    """The memory model's read rates, from the folder the script's dataset reads: the one
+    it names itself (ImageFolder's root and the like), else --data, else the first of its
+    arguments that is a folder."""
+    candidates = [measured.get("data_root") or "", value_of(script_args, ["--data"]) or "",
+                  *(a for a in script_args if not a.startswith("-"))]
+    folder = next((Path(c) for c in candidates if c and Path(c).is_dir()), None)
+    if folder is None:
+        return None, ["no data folder found (the dataset names none, no --data, no folder "
+                      "among the arguments): memory model off"]
+    try:
+        return measure_fetch(folder, int(measured.get("dataset_len") or 0) or 1), []
+    except (ValueError, OSError) as e:
+        return None, [f"data folder {folder}: {e}: memory model off"]

@@ -1,0 +1,21 @@
+"""What stops profiling, and the exit codes the profiler ends with."""
+
+from __future__ import annotations
+
+from slurm_synergy.model.errors import SynergyError
+
+PROG = "offline_profiler"
+USAGE_EXIT = 2          # what argparse (and profiler/train.py) exit with on bad options
+BUSY_EXIT = 3           # another job holds this workload's profiling lock
+
+
+class ProfilingError(SynergyError):
+    """Profiling could not finish; nothing was stored."""
+
+
+class UsageError(ProfilingError):
+    """The command line or the allocation cannot be profiled."""
+
+
+class Busy(SynergyError):
+    """Another job is profiling this workload now: this one should run as it is."""

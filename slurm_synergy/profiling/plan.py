@@ -1,0 +1,164 @@
+"""A profiler command line checked against its allocation: what will be profiled
+(the script, its options, its fingerprint), where (srun steps or locally) and within
+which limits (cores, memory, GPUs)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.jobspec import BUILTIN_SCRIPT as BUILTIN
+from slurm_synergy.model.jobspec import torchrun_argv, workload_key
+from slurm_synergy.model.options import (
+    declared_options,
+    spelling,
+    spellings,
+    value_of,
+    without,
+)
+from slurm_synergy.paths import TRAIN_SCRIPT
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiling.errors import UsageError
+
+
+def resolve_script(script: str, torchrun: int | None) -> list[str]:
+    """The command that starts the script, as the probe takes it."""
+    if script == BUILTIN:
+        path = TRAIN_SCRIPT
+    else:
+        path = Path(script).expanduser()
+        if not path.exists():
+            raise UsageError(f"training script {path} does not exist")
+        if path.is_dir():
+            raise UsageError(f"training script {path} is a folder, not a script")
+        path = path.resolve()
+        if path.suffix != ".py" and not os.access(path, os.X_OK):
+            raise UsageError(f"training script {path} is not executable (chmod +x, or a "
+                             ".py file)")
+    if torchrun:
+        if path.suffix != ".py":
+            raise UsageError(f"--torchrun runs a Python script, not {path}")
+        return torchrun_argv(sys.executable, torchrun, str(path))
+    return [str(path)]
+
+
+def script_path(script: str) -> Path:
+    return TRAIN_SCRIPT if script == BUILTIN else Path(script).expanduser().resolve()
+
+
+def default_fingerprint(script: str, args: Sequence[str], gpus: int, procs: int) -> str:
+    """As `synergy submit` keys a user's script (its content and arguments, its GPUs and
+    processes) for a row that names no GPU type: submit it with the same arguments and
+    the job finds this profile."""
+    key = workload_key(TRAIN_SCRIPT if script == BUILTIN else script, args, gpus, procs)
+    key["gpu_type"] = ""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- where we run ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limits:
+    cores: int
+    mem_mb: int
+    gpus: int
+    job_id: str
+
+
+def allocation_limits() -> Limits:
+    """What this process may use: Slurm's allocation when inside one, else the machine's."""
+    env = os.environ
+    cores = len(os.sched_getaffinity(0))
+    if env.get("SLURM_CPUS_ON_NODE", "").isdigit():
+        cores = int(env["SLURM_CPUS_ON_NODE"])
+    if env.get("SLURM_MEM_PER_NODE", "").isdigit():
+        mem = int(env["SLURM_MEM_PER_NODE"])
+    elif env.get("SLURM_MEM_PER_CPU", "").isdigit():
+        mem = int(env["SLURM_MEM_PER_CPU"]) * cores
+    else:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    gpus = len([d for d in visible.split(",") if d.strip()]) if visible else 0
+    if env.get("SLURM_GPUS_ON_NODE", "").isdigit():
+        gpus = int(env["SLURM_GPUS_ON_NODE"])
+    return Limits(cores, mem, gpus, env.get("SLURM_JOB_ID", ""))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked command line: what will be profiled, where, within which limits."""
+
+    fingerprint: str
+    store: ProfileStore
+    command: list[str]
+    script_args: list[str]      # the script's own, less the options the profiler sets
+    workers_option: str | None
+    iterations_option: str | None
+    procs: int
+    limits: Limits
+    launcher: str
+    top: int                    # most cores swept
+    mem_mb: int
+    gpus: int
+    record_batch: int           # the batch size the workload runs with, for the record
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """Check everything that can be checked before a step runs; UsageError otherwise."""
+    if args.docker_img or args.container_mnt:
+        raise UsageError("--docker-img and --container-mnt are Synergy's container options; "
+                         "here each profiling step is an srun step in the job's own Slurm "
+                         "allocation, with the job's environment, so leave them out")
+    if args.nnodes != 1:
+        raise UsageError(f"--nnodes {args.nnodes}: profiling runs on one node of the "
+                         "allocation; multi-node jobs are profiled per node (use --nnodes 1)")
+    if not 0 < args.plateau < 1:
+        raise UsageError(f"--plateau {args.plateau} must lie between 0 and 1")
+    command = resolve_script(args.script, args.torchrun)
+    declared = declared_options(script_path(args.script))
+    workers_opt, iterations_opt = spelling("workers", declared), spelling("iterations", declared)
+    batch_opt = spelling("batch", declared)
+    script_args = without(args.script_args,
+                          spellings("workers", declared) + spellings("iterations", declared))
+    if args.batch is not None:
+        if batch_opt is None:
+            raise UsageError(f"-b/--batch {args.batch}: {args.script} declares no batch-size "
+                             "option to pass it to; give the script's own in its arguments")
+        script_args = [*without(script_args, [batch_opt]), batch_opt, str(args.batch)]
+    limits = allocation_limits()
+    launcher = args.launcher
+    if launcher == "auto":
+        launcher = "srun" if limits.job_id else "local"
+    if launcher == "srun" and not limits.job_id:
+        raise UsageError("--launcher srun needs a Slurm allocation (run inside sbatch or "
+                         "salloc), or use --launcher local")
+    top = limits.cores
+    if args.cpu is not None:
+        if args.cpu > limits.cores:
+            raise UsageError(f"--cpu {args.cpu} is more than the {limits.cores} core(s) this "
+                             "allocation has")
+        top = args.cpu
+    mem_mb = args.memory or limits.mem_mb
+    if mem_mb > limits.mem_mb:
+        raise UsageError(f"--memory {mem_mb}M is more than the allocation's {limits.mem_mb}M")
+    ngpus = limits.gpus if args.num_gpus is None else args.num_gpus
+    if not 0 <= ngpus <= limits.gpus:
+        raise UsageError(f"--num-gpus {ngpus}: the allocation has {limits.gpus} GPU(s)")
+    batch_text = value_of(script_args, [batch_opt]) if batch_opt else None
+    record_batch = int(batch_text) if batch_text and batch_text.isdigit() else 0
+    procs = args.torchrun or 1
+    fp = args.fingerprint or default_fingerprint(args.script, script_args, ngpus, procs)
+    store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
+    try:
+        store.path(fp)
+    except SynergyError as e:
+        raise UsageError(str(e)) from None
+    return Plan(fp, store, command, script_args, workers_opt, iterations_opt, procs, limits,
+                launcher, top, mem_mb, ngpus, record_batch)

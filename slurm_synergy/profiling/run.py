@@ -1,0 +1,167 @@
+"""One workload profiled: the plan checked, the lock taken, the steps run and swept, the
+throughput model fitted to the components, the profile stored, the table recompiled."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm import tqdm
+
+from slurm_synergy import __version__
+from slurm_synergy.gpu.sampler import Sampler
+from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError
+from slurm_synergy.model.throughput import fit_components, workers_for
+from slurm_synergy.profiling.errors import PROG, Busy, UsageError
+from slurm_synergy.profiling.fetch import fetch_rates_for
+from slurm_synergy.profiling.gpu import open_gpus
+from slurm_synergy.profiling.plan import Plan, plan
+from slurm_synergy.profiling.steps import Runner, Step, to_point
+from slurm_synergy.profiling.store import profiling_lock, sync_decisions
+from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep
+from slurm_synergy.slurm import Slurm
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Profile | None:
+    """Profile and store; None when it was profiled already; Busy when another job is
+    profiling it now."""
+    p = plan(args)
+    with profiling_lock(p.store, p.fingerprint) as mine:
+        if not mine:
+            raise Busy(f"{p.fingerprint} is being profiled by another job now; not again")
+        if p.store.has(p.fingerprint) and not args.force:
+            try:
+                p.store.load(p.fingerprint)
+                log(f"{PROG}: {p.fingerprint} is already profiled "
+                    f"({p.store.path(p.fingerprint)}); --force measures again")
+                return None
+            except ProfileError as e:
+                log(f"{PROG}: {e}; measuring again")
+        # Checked after the store: a right-sized job on one core may still ask, and is
+        # told it is profiled already.
+        if p.top < 2:
+            raise UsageError(f"the allocation has {p.top} core(s); a CPU sweep needs at "
+                             "least 2 (submit the profiling job with --cpus-per-task=2 or "
+                             "more)")
+        profile = _profile(args, p, log)
+        if p.limits.job_id:
+            sync_decisions(log)
+        return profile
+
+
+def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -> Profile:
+    fp, store, limits, top, mem_mb = (plan.fingerprint, plan.store, plan.limits, plan.top,
+                                      plan.mem_mb)
+    launcher, ngpus, procs = plan.launcher, plan.gpus, plan.procs
+    workdir = (args.workdir or Path.cwd() / f"synergy-profile-{fp}").resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    runner = Runner(command=plan.command, script_args=plan.script_args,
+                    workers_option=plan.workers_option,
+                    iterations_option=plan.iterations_option, procs=procs,
+                    iterations=args.max_iterations, warmup=args.warmup,
+                    first_batch_s=args.first_batch_timeout, mem_mb=mem_mb,
+                    gpus=ngpus, launcher=launcher, workdir=workdir,
+                    timeout_s=args.step_timeout, name=f"profile-{fp}", slurm=Slurm())
+    started, t0 = _now(), time.perf_counter()
+    where = f"job {limits.job_id}" if limits.job_id else socket.gethostname()
+    log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
+        f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), {args.max_iterations} "
+        f"iterations per step, {launcher} steps; logs in {workdir}")
+    gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
+    gpus = gpus[:ngpus]
+    points: list[Point] = []
+    measured: dict[int, dict[str, Any]] = {}
+    # The most steps the sweep can take: log2(top) + 1 training steps, two components
+    # and one on a single GPU.
+    bar = tqdm(total=top.bit_length() + 2 + (ngpus >= 2), desc=f"profile {fp[:8]}", unit="step",
+               file=sys.stderr, disable=None)
+    sampler: Sampler | None = None
+
+    def point(step: Step) -> Point:
+        m, wall = runner.run(step)
+        points.append(to_point(step, m, wall, mem_mb, procs))
+        return points[-1]
+
+    def measure(k: int) -> float:
+        nonlocal sampler
+        step = Step("train", k, workers_for(k, procs))
+        bar.set_postfix_str(f"{k} cores")
+        if k == top and gpus:
+            with Sampler(gpus) as sampler:
+                m, wall = runner.run(step)
+        else:
+            m, wall = runner.run(step)
+        measured[k] = m
+        points.append(to_point(step, m, wall, mem_mb, procs))
+        advance(f"{k} cores, {step.workers} worker(s) per process: "
+                f"{points[-1].samples_per_s:.1f} samples/s, "
+                f"{points[-1].data_stall_fraction:.0%} waiting on data ({wall:.0f}s)")
+        return points[-1].samples_per_s
+
+    def advance(line: str) -> None:
+        bar.update(1)
+        if bar.disable:         # a batch log: a line per step instead of a redrawn bar
+            log(f"{PROG}: step {runner.steps_run}: {line}")
+
+    try:
+        core_sweep(top, measure, args.plateau)
+        train = [p for p in points if p.measure == "train"]
+        first = measured[top]
+        fetch, notes = fetch_rates_for(first, plan.script_args)
+        # Each component as the training steps run it: one loader worker with a core of
+        # its own (the training process on the other), and the training process on one
+        # core, as workers_for leaves it. Measured on more threads, its CPU time per
+        # sample would count the threads' spinning too.
+        components: list[Point] = []
+        # One loader worker in the compute-only step too: it takes the first batch, which
+        # is then replayed; none would break a script's worker_init_fn or a DataLoader
+        # given a multiprocessing_context, which need workers.
+        for step in (Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)):
+            bar.set_postfix_str(f"{step.measure} only")
+            pt = point(step)
+            components.append(points.pop())
+            advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
+                    f"samples/s ({pt.step_s:.0f}s)")
+        if ngpus >= 2:
+            # Would fewer GPUs do? The best core count again, on one GPU.
+            best = max(train, key=lambda pt: pt.samples_per_s)
+            bar.set_postfix_str("1 GPU")
+            pt = point(Step("train", best.cores, best.workers // procs, gpus=1))
+            advance(f"{best.cores} cores on 1 of {ngpus} GPUs: {pt.samples_per_s:.1f} "
+                    f"samples/s ({pt.step_s:.0f}s)")
+        model = fit_components(components[0], components[1], train, on_gpu=bool(gpus),
+                               fetch=fetch)
+        readings = gpu_readings(sampler, gpu_reason, gpus, first)
+        if gpus and args.power_sweep == "auto":
+            bar.set_postfix_str("power limits")
+            readings = power_sweep(runner, Step("train", top, workers_for(top, procs)), gpus,
+                                   readings)
+    finally:
+        bar.close()
+    profile = Profile(
+        fingerprint=fp, job_name=args.job_name,
+        command=tuple([args.script, *plan.script_args]), batch=plan.record_batch,
+        allocation=Allocation(top, mem_mb, ngpus, socket.gethostname(), launcher,
+                              limits.job_id, procs),
+        points=tuple(points + components), model=model, gpu=readings, started=started,
+        finished=_now(), profiling_s=round(time.perf_counter() - t0, 2),
+        profiler_version=__version__, notes=tuple(notes))
+    path = store.save(profile)
+    log(f"{PROG}: {fp}: {summary_line(profile)}; {profile.profiling_s:.0f}s; saved {path}")
+    return profile
+
+
+def summary_line(profile: Profile) -> str:
+    pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s" for p in profile.train_points())
+    err = profile.model.mean_error
+    return f"{pts}; model error {err:.1%}" if err is not None else pts

@@ -1,0 +1,41 @@
+"""The profile store as profiling uses it: one profiling job per workload at a time,
+and the decision table recompiled once a profile is in."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from typing import Callable, Iterator
+
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiling.errors import PROG
+
+
+@contextlib.contextmanager
+def profiling_lock(store: ProfileStore, fp: str) -> Iterator[bool]:
+    """True when this process holds the right to profile `fp`: the tasks of an array, or
+    two jobs of one workload, would otherwise all profile it at the same time."""
+    store.root.mkdir(parents=True, exist_ok=True)
+    with open(store.root / f".{fp}.lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def sync_decisions(log: Callable[[str], None]) -> None:
+    """Recompile the decision table (measured in a Slurm job: that cluster's), so the
+    plugin rewrites the resubmission; best effort: where this user may not write the
+    table, the site's own sync picks the profile up."""
+    from slurm_synergy.shim.table import sync
+
+    try:
+        log(f"{PROG}: {sync()}")
+    except SynergyError as e:
+        log(f"{PROG}: decision table not updated: {e}")

@@ -1,0 +1,95 @@
+"""What is swept: cores (Synergy's halving search), the GPUs' readings during the
+widest step, and the GPU power limits (Zeus's)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from slurm_synergy.gpu import Gpu, GpuError
+from slurm_synergy.gpu.sampler import Sampler
+from slurm_synergy.hooks.power import ceiling_mw
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.model.profile import GpuReadings, PowerPoint
+from slurm_synergy.paths import policy_path
+from slurm_synergy.profiling.gpu import power_limits_to_try
+from slurm_synergy.profiling.steps import Runner, Step
+
+
+def core_sweep(top: int, measure: Callable[[int], float], plateau: float) -> list[int]:
+    """Synergy's search: all cores, then halve while within `plateau` of the best.
+
+    Stops at the first count that falls below, or at one core. Returns the counts tried.
+    """
+    tried = [top]
+    best = measure(top)
+    k = top // 2
+    while k >= 1:
+        tried.append(k)
+        speed = measure(k)
+        best = max(best, speed)
+        if speed < (1.0 - plateau) * best:
+            break
+        k //= 2
+    return tried
+
+
+def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],
+                 summary: dict[str, Any]) -> GpuReadings:
+    if not gpus:
+        return GpuReadings(available=False, reason=reason)
+    try:
+        rng, limit = gpus[0].power_range(), gpus[0].power_limit_mw()
+    except GpuError as e:     # readings go on; only the power fields stay empty
+        rng, limit, reason = None, None, str(e)
+    peak = summary.get("peak_gpu_mem_mb")
+    utils = [t.util_mean for t in sampler.totals if t.util_mean is not None] if sampler else []
+    powers = [t.power_mean_w for t in sampler.totals
+              if t.power_mean_w is not None] if sampler else []
+    return GpuReadings(
+        available=True, name=gpus[0].info.name, count=len(gpus),
+        util_pct=sum(utils) / len(utils) if utils else None,
+        mem_used_mb=max(t.mem_peak_mb for t in sampler.totals) if utils and sampler else None,
+        peak_torch_mem_mb=float(peak) if isinstance(peak, (int, float)) else None,
+        avg_power_w=sum(powers) if powers else None,
+        energy_j=sampler.energy_j() if sampler else None, reason=reason,
+        power_limit_w=limit / 1000 if limit is not None else None,
+        min_limit_w=rng.min_mw / 1000 if rng else None,
+        max_limit_w=rng.max_mw / 1000 if rng else None)
+
+
+def power_sweep(runner: Runner, step: Step, gpus: list[Gpu],
+                readings: GpuReadings) -> GpuReadings:
+    """Zeus's sweep: each limit from the top down, the step's warm-up left out of the
+    throughput (the trainer does that), the limit put back afterwards whatever happens.
+    The top is the GPU's ceiling (site cap, else default limit), which no job exceeds."""
+    try:
+        cap_w = load_policy(policy_path()).power_cap_w
+    except SynergyError as e:
+        return replace(readings, power_sweep_note=f"no power sweep: {e}")
+    try:
+        top = ceiling_mw(gpus[0].power_range(), cap_w) / 1000
+        before = [g.power_limit_mw() for g in gpus]
+    except GpuError as e:
+        return replace(readings, power_sweep_note=f"no power sweep: {e}")
+    points: list[PowerPoint] = []
+    try:
+        for limit in power_limits_to_try(readings.min_limit_w or top, top):
+            try:
+                for g in gpus:
+                    g.set_power_limit_mw(int(limit * 1000))
+            except GpuError as e:   # no permission for a normal user
+                return replace(readings, power_sweep_note=f"power limits cannot be set by this "
+                               f"job ({e}); the node prolog applies them as root")
+            with Sampler(gpus) as sampler:
+                summary, _ = runner.run(step)
+            powers = [t.power_mean_w for t in sampler.totals if t.power_mean_w is not None]
+            points.append(PowerPoint(limit, float(summary["samples_per_s"]), sum(powers)))
+    finally:
+        for g, mw in zip(gpus, before):
+            try:
+                g.set_power_limit_mw(mw)
+            except GpuError:
+                pass
+    return replace(readings, power_sweep=tuple(points))

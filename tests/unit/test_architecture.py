@@ -1,0 +1,93 @@
+"""The layout docs/architecture.md describes, kept: the core (slurm_synergy/model)
+imports nothing else of the project, no two modules import each other round a cycle,
+only slurm.py runs Slurm's commands, and a module over 400 lines says why at its top."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("slurm_synergy", "profiler")
+SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "sacctmgr", "scontrol", "scancel", "sinfo")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project's modules `name` imports, anywhere in it (lazy imports too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_imports_are_absolute():
+    relative = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in modules().values()
+                for n in ast.walk(ast.parse(p.read_text()))
+                if isinstance(n, ast.ImportFrom) and n.level]
+    assert relative == []
+
+
+def test_the_core_imports_nothing_above_it():
+    above = {f"{m} -> {t}" for m, ts in graph().items() if m.startswith("slurm_synergy.model")
+             for t in ts if not t.startswith("slurm_synergy.model")}
+    assert above == set()
+
+
+def test_no_import_cycles():
+    g = graph()
+    # A package importing its own submodules (its public names) is not a cycle.
+    edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in g.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_only_slurm_py_runs_slurm_commands():
+    pattern = re.compile(r"""\[\s*["'](%s)["']""" % "|".join(SLURM_COMMANDS))
+    callers = [f"{p.relative_to(ROOT)}: {m.group(1)}" for name, p in modules().items()
+               if name != "slurm_synergy.slurm" for m in pattern.finditer(p.read_text())]
+    assert callers == []
+
+
+def test_long_modules_say_why():
+    long = [str(p.relative_to(ROOT)) for p in modules().values()
+            if len(p.read_text().splitlines()) > 400
+            and "Long because" not in p.read_text()[:3000]]
+    assert long == []

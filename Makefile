@@ -13,7 +13,7 @@ APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
 CSV ?= jobs_csv/example.csv
 ARGS ?=
 
-.PHONY: setup apt-packages cluster cluster-stop cluster-status demo submit report test bench
+.PHONY: setup apt-packages cluster cluster-stop cluster-status demo submit report test lint bench
 
 setup: apt-packages $(VENV)/.installed
 
@@ -53,8 +53,12 @@ submit: setup
 report: setup
 	$(SYNERGY) report --out runs/report $(ARGS)
 
-test: setup
+test: setup lint
 	$(PY) -m pytest -q tests
+
+lint: setup
+	$(PY) -m ruff check slurm_synergy profiler tests bench
+	$(PY) -m mypy
 
 bench: setup
 	$(PY) bench/bench_submit.py

@@ -13,7 +13,7 @@ import math
 import random
 import wave
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -109,8 +109,8 @@ class ImageFolder(Dataset[Sample]):
     def __getitem__(self, index: int) -> Sample:
         path, label = self.samples[index]
         rng = augment_rng()
-        with Image.open(path) as img:
-            img = img.convert("RGB")
+        with Image.open(path) as src:
+            img = src.convert("RGB")
             box = random_resized_crop_box(img.width, img.height, rng)
             # resize() with a box crops and scales in one pass.
             img = img.resize((self.crop, self.crop), Image.Resampling.BILINEAR, box=box)
@@ -206,7 +206,9 @@ SAMPLE_UNITS = {"jpeg": "images", "text": "sequences", "audio": "clips"}
 def open_dataset(kind: str, root: Path, length: int) -> AnyDataset:
     """The PyTorch dataset of a data kind ("jpeg", "text", "audio"). length is the crop
     side in px, the sequence length in bytes or the clip length in waveform samples."""
-    return {"jpeg": ImageFolder, "text": TextWindows, "audio": AudioClips}[kind](root, length)
+    kinds: dict[str, Callable[[Path, int], AnyDataset]] = {
+        "jpeg": ImageFolder, "text": TextWindows, "audio": AudioClips}
+    return kinds[kind](root, length)
 
 
 def check_batch(root: Path, samples: int, batch: int, unit: str = "images") -> None:

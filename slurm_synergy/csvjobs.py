@@ -16,7 +16,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LAUNCHES, LOADERS,
@@ -242,7 +242,7 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
 
 
 def _script_options(row: _Row, script: str,
-                    values: dict[str, object]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+                    values: Mapping[str, object]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The options a user's script gets from its row: a column it sets becomes an option
     only when the script declares one (its own spelling); a column it cannot take is an
     error, except workers, which the probe sets for a script without the option."""

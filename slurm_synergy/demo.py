@@ -43,7 +43,7 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
     recs = records(slurm, ids + list(chain.values()))
     print(table(recs))
     outputs = {t.spec.name: Path(t.output) for u in result.units for t in u.tasks}
-    for name, job in result.job_ids.items():
+    for name in result.job_ids:
         summary = outputs[name] / "summary.json"
         if summary.exists():
             s = json.loads(summary.read_text())

@@ -112,9 +112,10 @@ class Sampler:
     def energy_j(self) -> float | None:
         """All GPUs' energy: the hardware counter where every GPU has one, else the
         integral of the power readings."""
-        pairs = list(zip(self.energy_start, self.energy_end))
-        if pairs and all(a is not None and b is not None and b >= a for a, b in pairs):
-            return sum(b - a for a, b in pairs) / 1000  # type: ignore[operator]
+        pairs = [(a, b) for a, b in zip(self.energy_start, self.energy_end)
+                 if a is not None and b is not None and b >= a]
+        if pairs and len(pairs) == len(self.energy_start):
+            return sum(b - a for a, b in pairs) / 1000
         if any(t.samples >= 2 for t in self.totals):
             return sum(t.energy_mj for t in self.totals) / 1000
         return None

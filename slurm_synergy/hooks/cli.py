@@ -47,7 +47,8 @@ def gpus_table() -> str:
         try:
             rng, now = g.power_range(), g.power_limit_mw()
             limits = [f"{now / 1000:g}", f"{rng.min_mw / 1000:g}-{rng.max_mw / 1000:g}",
-                      f"{rng.default_mw / 1000:g}", f"{ceiling_mw(rng, cap_w) / 1000:g}"]
+                      "?" if rng.default_mw is None else f"{rng.default_mw / 1000:g}",
+                      f"{ceiling_mw(rng, cap_w) / 1000:g}"]
         except GpuError as e:
             limits = [f"unreadable: {e}", "", "", ""]
         energy = g.energy_mj()

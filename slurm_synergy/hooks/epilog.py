@@ -18,7 +18,8 @@ from slurm_synergy.gpu import Backend, Gpu, GpuError
 from slurm_synergy.gpu.sampler import Totals
 from slurm_synergy.hooks.context import HookContext, utc_now
 from slurm_synergy.hooks.power import ceiling_mw
-from slurm_synergy.hooks.records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError, read_prolog,
+from slurm_synergy.hooks.records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError,
+                                          read_prolog,
                       stats_path, write_json)
 from slurm_synergy.hooks.sampling import read_totals
 

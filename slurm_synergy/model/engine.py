@@ -77,9 +77,12 @@ class Decision:
 class NodeFacts(Protocol):
     """What sinfo says of a node (slurm.Node)."""
 
-    cpus: int
-    memory_mb: int
-    gres: str
+    @property
+    def cpus(self) -> int: ...
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def gres(self) -> str: ...
 
 
 def shape_of(nodes: Sequence[NodeFacts]) -> NodeShape:
@@ -217,7 +220,7 @@ def _gpus(profile: Profile, threshold: float) -> tuple[int, str]:
     if full < 2:
         return full, f"GPUs: {full}, as asked"
     at_full = max((p.samples_per_s for p in profile.train_points()), default=0.0)
-    fewer = {}
+    fewer: dict[int, float] = {}
     for p in profile.points:
         if p.measure == "train" and p.gpus is not None and p.gpus < full:
             fewer[p.gpus] = max(fewer.get(p.gpus, 0.0), p.samples_per_s)

@@ -144,7 +144,7 @@ class JobSpec:
         Worked out once per spec: a user's script is read and hashed for it.
         """
         if self.builtin:
-            key = {"script": self.script, "arch": self.arch, "depth": self.depth,
+            key: dict[str, object] = {"script": self.script, "arch": self.arch, "depth": self.depth,
                    "batch": self.batch, "dataset": self.dataset, "gpus": self.gpus,
                    "gpu_type": self.gpu_type, "loader": self.loader}
             shape = self.builtin_options(BUILTIN_SHAPE_OPTIONS)

@@ -244,14 +244,14 @@ def _next_epoch(it: Any) -> Any:
 RECORDER: Recorder | None = None
 
 
-def _hook_next(cls: type, kind: str) -> None:
+def _hook_next(cls: Any, kind: str) -> None:
     original = cls.__next__
 
     def __next__(self: Any) -> Any:
         assert RECORDER is not None
         return RECORDER.next_batch(self, original, kind)
 
-    cls.__next__ = __next__  # type: ignore[method-assign]
+    cls.__next__ = __next__
 
 
 def _with_arguments(func: Callable[..., Any],

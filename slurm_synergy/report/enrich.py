@@ -121,7 +121,8 @@ def add_chains(jobs: pd.DataFrame) -> list[str]:
     return problems
 
 
-def load_profiles(jobs: pd.DataFrame, store: ProfileStore | None = None) -> tuple[dict[str, Profile], list[str]]:
+def load_profiles(jobs: pd.DataFrame,
+                  store: ProfileStore | None = None) -> tuple[dict[str, Profile], list[str]]:
     store = store or ProfileStore.default()
     found, problems = {}, []
     for fp in sorted({f for f in jobs["fingerprint"] if f and FINGERPRINT.match(f)}):
@@ -146,7 +147,8 @@ def add_counterfactual(jobs: pd.DataFrame, profiles: dict[str, Profile],
 def _proportional(job: pd.Series, profile: Profile | None,
                   shape: NodeShape | None) -> tuple[int | None, int | None, float | None]:
     # A profiling run spent its time measuring, not training: nothing to compare.
-    if profile is None or shape is None or job["profiling"] or not job["elapsed_s"] or not job["alloc_cpus"] or not job["alloc_mem_mb"]:
+    if (profile is None or shape is None or job["profiling"] or not job["elapsed_s"]
+            or not job["alloc_cpus"] or not job["alloc_mem_mb"]):
         return None, None, None
     gpus = job["gpus"] or 0
     if shape.gpus and gpus:      # the same share the engine compares against

@@ -165,7 +165,7 @@ def _plain(value: Any) -> Any:
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    return [{str(k): _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
 def as_json(report: Report) -> str:

@@ -69,10 +69,14 @@ def allocation_steps(jobs: pd.DataFrame) -> tuple[list, list[int], list[int]]:
     nothing (counting it drew a spike below zero)."""
     ran = jobs[jobs["start"].notna() & jobs["end"].notna()]
     ran = ran[ran["end"] > ran["start"]]
-    events = sorted([(s, c or 0, g or 0) for s, c, g in zip(ran["start"], ran["alloc_cpus"], ran["gpus"])]
-                    + [(e, -(c or 0), -(g or 0)) for e, c, g in zip(ran["end"], ran["alloc_cpus"], ran["gpus"])],
+    held = list(zip(ran["start"], ran["end"], ran["alloc_cpus"], ran["gpus"]))
+    events = sorted([(s, c or 0, g or 0) for s, _, c, g in held]
+                    + [(e, -(c or 0), -(g or 0)) for _, e, c, g in held],
                     key=lambda e: (e[0], e[1]))
-    times, cores, gpus, c, g = [], [], [], 0, 0
+    times: list = []
+    cores: list[int] = []
+    gpus: list[int] = []
+    c = g = 0
     for t, dc, dg in events:
         c, g = c + dc, g + dg
         if times and times[-1] == t:      # one job ends as the next starts: one step

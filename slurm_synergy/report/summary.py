@@ -1,7 +1,8 @@
 """Per-workload and per-cluster figures from the per-job rows.
 
 A workload is a fingerprint (jobs without one are grouped by name). JCT is end minus
-submit, a profiling chain counted once from its first submit; makespan is the last end minus the first submit. The proportional columns add up
+submit, a profiling chain counted once from its first submit; makespan is the last end
+minus the first submit. The proportional columns add up
 what the GPU-proportional allocation would have taken, from the jobs' profiles (run time
 only: queueing under another allocation is not modelled here).
 """

@@ -68,15 +68,15 @@ def explain(fingerprint: str, partition: str | None = None) -> str:
     except SynergyError as e:
         lines.append(f"decision table: {e}")
     else:
-        e = entries.get(fingerprint)
-        if e is None:
+        entry = entries.get(fingerprint)
+        if entry is None:
             lines.append(f"decision table {path}: no entry yet (synergy plugin sync)")
-        elif (e.cpus, e.mem_mb, e.gpus, e.workers, e.power_limit_w) == (
+        elif (entry.cpus, entry.mem_mb, entry.gpus, entry.workers, entry.power_limit_w) == (
                 d.cpus, d.mem_mb, d.gpus, d.workers, d.power_limit_w):
             lines.append(f"decision table {path}: the shim applies this decision")
         else:
-            lines.append(f"decision table {path}: holds an older decision ({e.cpus} cores, "
-                         f"{e.mem_mb} MB, {e.gpus} GPUs); synergy plugin sync updates it")
+            lines.append(f"decision table {path}: holds an older decision ({entry.cpus} cores, "
+                         f"{entry.mem_mb} MB, {entry.gpus} GPUs); synergy plugin sync updates it")
     return "\n".join(lines)
 
 

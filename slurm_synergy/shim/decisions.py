@@ -7,7 +7,7 @@ engine, the same profile store, applied to the sbatch script before it is submit
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from slurm_synergy.model.errors import SlurmUnreachable, SynergyError
 from slurm_synergy.model.profile import ProfileError
@@ -48,7 +48,7 @@ def apply_pins(decision: Decision, pinned: Sequence[str], cpus: int, mem_mb: int
                gpus: int) -> Decision:
     """The decision with the resources the row set itself kept (user_request_wins), and
     workers that follow the cores kept, as the shim does."""
-    keep: dict[str, int] = {}
+    keep: dict[str, Any] = {}
     if "cpus" in pinned:
         keep.update(cpus=cpus, workers=workers_for(cpus))
     if "mem" in pinned:

@@ -81,7 +81,7 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
     base = comment_format.without(comment, *comment_format.PROFILING_MARKS)
     mode = resolve_mode(mode, slurm)
     exports = ["SYNERGY_PROFILE=0"]
-    options = []
+    options: list[str] = []
     summary = ""
     if mode == "user":
         options, more, summary = _user_mode(fp, base, script, slurm)

@@ -2,9 +2,11 @@
 
 slurmctld runs the Lua shim on every submission, so the table is plain lines that Lua
 matches with one pattern each, and its first line carries a generation (a hash of the
-rest): the shim reads that one line per submission and reloads only when it changes.
+rest) and what the partition's nodes have; the shim reads it again whenever the file's
+inode, size or times change.
 
-    synergy-decisions 1 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64 max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 entries=2
+    synergy-decisions 1 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
+        max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 entries=2      (one line)
     <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers> <power_limit_w or 0>
 
 Decisions are sized for one partition's nodes (the default one unless told): the header

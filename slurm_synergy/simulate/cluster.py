@@ -15,6 +15,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
@@ -103,6 +104,7 @@ def load_cluster(spec: str, slurm: Slurm | None = None) -> ClusterSpec:
                 type(mem) not in (int, float):
             raise SynergyError(f"cluster {path}, servers #{n}: count, gpus and cpus must "
                                "be whole numbers, mem_gb a number")
+        count, gpus, cpus, mem = int(count), int(gpus), int(cpus), float(cast(float, mem))   # checked above
         if count < 1 or gpus < 1 or cpus < 1 or not 0 < mem < math.inf:
             raise SynergyError(f"cluster {path}, servers #{n}: count, gpus, cpus and mem_gb "
                                "must be above 0")

@@ -114,7 +114,8 @@ def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list
     # jobs already there.
     cap_c, cap_m = list(free.cpus), list(free.mem)
     load_c, load_m = [0.0] * len(cap_c), [0.0] * len(cap_c)
-    grants, on = [], [[] for _ in free.gpus]
+    grants: list = []
+    on: list[list] = [[] for _ in free.gpus]
     for i in sorted(range(len(jobs)), key=lambda i: (
             -jobs[i].gpus, -jobs[i].demands.frontier[target[i]].cpus * jobs[i].gpus, i)):
         w, f = jobs[i], jobs[i].demands.floor
@@ -124,11 +125,12 @@ def optimal(wants: Sequence[Want], free: Free, memo: dict | None = None) -> list
         if fits:
             s = max(fits, key=lambda s: (min((cap_c[s] - load_c[s] - want_c) / cap_c[s],
                                              (cap_m[s] - load_m[s] - want_m) / cap_m[s]), -s))
-            where = ((s, w.gpus),)
+            where: tuple[tuple[int, int], ...] = ((s, w.gpus),)
         else:
-            where = free.first_fit(w.gpus, f.cpus, f.mem_gb)
-            if where is None:
+            found = free.first_fit(w.gpus, f.cpus, f.mem_gb)
+            if found is None:
                 continue
+            where = found
         g = free.grant(w.key, where, f.cpus, f.mem_gb)
         grants.append(g)
         if len(where) == 1:
@@ -206,7 +208,7 @@ def _exact_server(ws: Sequence[Want], cpus: float, mem: float) -> tuple[float, l
                         nxt.setdefault(c, []).append((m, v0 + w.gpus * step.rate, ks + (k,)))
         states = {}
         for c in sorted(nxt):       # fewer cores first: a state must beat all cheaper ones
-            kept = []
+            kept: list = []
             for m, v, ks in sorted(nxt[c], key=lambda t: (t[0], -t[1])):
                 if v > (kept[-1][1] if kept else -1.0) + 1e-12:
                     kept.append((m, v, ks))

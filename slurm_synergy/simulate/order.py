@@ -32,6 +32,20 @@ class JobState:
     end_s: float | None = None
     speed_sum: float = 0.0        # sum of per-round speeds, for the mean speed
 
+    @property
+    def started_s(self) -> float:
+        """When it first ran; asked only of a job the simulation ran to the end."""
+        if self.first_start_s is None:
+            raise ValueError(f"job {self.job_id} never started")
+        return self.first_start_s
+
+    @property
+    def finished_s(self) -> float:
+        """When it ended; asked only of a job the simulation ran to the end."""
+        if self.end_s is None:
+            raise ValueError(f"job {self.job_id} has not finished")
+        return self.end_s
+
     def remaining_s(self) -> float:
         speed = self.last_speed or self.nominal
         return (self.iters - self.done) * self.iter_s / speed

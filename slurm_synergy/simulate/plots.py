@@ -18,7 +18,7 @@ from slurm_synergy.simulate.simulator import Outcome  # noqa: E402
 def jct_cdf(outcomes: Sequence[Outcome], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for o in outcomes:
-        jct = np.sort([(j.end_s - j.arrival_s) / 3600 for j in o.jobs])
+        jct = np.sort([(j.finished_s - j.arrival_s) / 3600 for j in o.jobs])
         ax.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=o.setup.label)
     ax.set_xlabel("job completion time (h)")
     ax.set_ylabel("fraction of jobs")

@@ -36,10 +36,10 @@ class Summary:
 
 def summarise(out: Outcome) -> Summary:
     jobs = out.jobs
-    jct = np.array([j.end_s - j.arrival_s for j in jobs]) / 3600
-    wait = np.array([j.first_start_s - j.arrival_s for j in jobs]) / 3600
+    jct = np.array([j.finished_s - j.arrival_s for j in jobs]) / 3600
+    wait = np.array([j.started_s - j.arrival_s for j in jobs]) / 3600
     first = min(j.arrival_s for j in jobs)
-    span_s = max(j.end_s for j in jobs) - first
+    span_s = max(j.finished_s for j in jobs) - first
     R = out.cluster.round_s
     held = sum(out.rounds.gpus) * R
     cores = sum(out.rounds.cpus) * R
@@ -89,7 +89,7 @@ def write(rows: Sequence[Summary], outcomes: Sequence[Outcome], out: Path) -> li
     per_job = pd.DataFrame([
         {"policy": o.setup.label, "speed_model": o.setup.speed, "job_id": j.job_id,
          "model": j.model, "gpus": j.gpus, "arrival_s": j.arrival_s,
-         "start_s": j.first_start_s, "end_s": j.end_s, "jct_s": j.end_s - j.arrival_s}
+         "start_s": j.first_start_s, "end_s": j.finished_s, "jct_s": j.finished_s - j.arrival_s}
         for o in outcomes for j in o.jobs])
     per_job.to_csv(out / "jobs.csv", index=False)
     return [out / "summary.csv", out / "summary.json", out / "jobs.csv"]

@@ -105,7 +105,8 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
     R = cluster.round_s
     rounds = Rounds()
     t0 = arrivals[0].arrival_s + 1.0
-    now, nxt, active = t0, 0, []
+    active: list = []
+    now, nxt = t0, 0
     while nxt < len(arrivals) or active:
         while nxt < len(arrivals) and arrivals[nxt].arrival_s <= now:
             active.append(arrivals[nxt])

@@ -117,5 +117,5 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["EXPECTED_DRAINS", "epilogs_done", "synergy", "executable", "submitted_ids", "finish", "job_names_in_queue", "records",
-           "resubmitted", "ROOT"]
+__all__ = ["EXPECTED_DRAINS", "epilogs_done", "synergy", "executable", "submitted_ids", "finish",
+           "job_names_in_queue", "records", "resubmitted", "ROOT"]

@@ -115,7 +115,8 @@ def test_resubmitting_the_same_file_does_not_duplicate(slurm, tmp_path, tag):
     again = synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"))
     assert again.returncode == 0 and again.stdout == ""
     assert f"as job {first[f'twice-{tag}']}" in again.stderr
-    forced = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"), "--force"))
+    forced = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(tmp_path / "o"),
+                                   "--force"))
     assert forced[f"twice-{tag}"] != first[f"twice-{tag}"]
     recs = finish(slurm, [first[f"twice-{tag}"], forced[f"twice-{tag}"]])
     assert {r.state for r in recs.values()} == {"COMPLETED"}

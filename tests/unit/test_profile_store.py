@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from slurm_synergy.model.profile import Allocation, FetchRates, GpuReadings, Point, PointError, PowerPoint, Profile, ProfileError, ThroughputModel
+from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
+                                         PowerPoint, Profile, ProfileError, ThroughputModel)
 from slurm_synergy.profiles import ProfileStore
 
 FP = "0123456789abcdef"

@@ -55,8 +55,12 @@ def run(tmp_path: Path, jobs: list[dict], table: str | Callable[[Path], None] | 
     return out, logs
 
 
-def table(*decisions, policy=Policy(), shape=NodeShape(16, 64000, 4), partition="") -> str:
-    return render(list(decisions), policy, shape, partition)
+DEFAULT_SHAPE = NodeShape(16, 64000, 4)
+
+
+def table(*decisions, policy: Policy | None = None, shape: NodeShape = DEFAULT_SHAPE,
+          partition: str = "") -> str:
+    return render(list(decisions), policy or Policy(), shape, partition)
 
 
 def unchanged(job: dict) -> bool:

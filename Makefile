@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 	@python3 -m venv --help >/dev/null 2>&1 || { \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv; }
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev,train]'
 	touch $@
 
 cluster: setup

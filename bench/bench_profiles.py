@@ -29,7 +29,7 @@ from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.profiles import ProfileStore  # noqa: E402
-from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot, table  # noqa: E402
+from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot, profiles_table  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 
@@ -80,7 +80,7 @@ def main() -> int:
               "host": platform.node(), "cpus": os.cpu_count(), "csv": str(args.csv),
               "profiles": figures}
     (args.results / "profiles.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(table(profiles))
+    print(profiles_table(profiles))
     print(f"written: {args.results / 'profiles.json'}, {args.results / 'profiles.md'}, {png}")
     return 0
 

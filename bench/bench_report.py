@@ -62,7 +62,7 @@ def time_synthetic(n: int, out: Path) -> dict[str, float]:
     report = Report("synthetic", jobs, summary.workloads(jobs), summary.cluster(jobs),
                     advice.lines(jobs))
     figures = time.perf_counter() - t
-    output.table(report)
+    output.text(report)
     output.write(report, out / "synthetic")
     total = time.perf_counter() - t
     return {"jobs": n, "sacct_lines": len(rows), "fold_s": round(fold, 2),
@@ -88,7 +88,7 @@ def time_real(n: int, out: Path) -> dict[str, float]:
     t = time.perf_counter()
     report = build(slurm, ids)
     built = time.perf_counter() - t
-    output.table(report)
+    output.text(report)
     output.write(report, out / "real")
     total = time.perf_counter() - t
     return {"jobs": len(report.jobs), "sacct_lines": len(rows), "sacct_s": round(sacct, 2),

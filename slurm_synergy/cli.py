@@ -80,7 +80,7 @@ def _reconcile(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from slurm_synergy.jobs import records, table, wait
+    from slurm_synergy.jobs import job_table, records, wait
     from slurm_synergy.slurm import Slurm
 
     slurm = Slurm()
@@ -89,7 +89,7 @@ def _jobs(args: argparse.Namespace) -> int:
     missing = [j for j in args.job_ids
                if not any(r.job_id == j or r.job_id.startswith(f"{j}_") for r in recs)]
     if recs:
-        print(table(recs))
+        print(job_table(recs))
     if missing:
         print(f"synergy: not in accounting: job(s) {', '.join(missing)}", file=sys.stderr)
     done = not args.wait or all(r.state == "COMPLETED" for r in recs)
@@ -116,7 +116,7 @@ def _report(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         print(output.as_csv(report.jobs), end="")
     elif args.format == "table":
-        print(output.table(report))
+        print(output.text(report))
     if (args.out or args.format == "html") and not report.empty:
         out = args.out or Path("runs/report")
         try:
@@ -136,7 +136,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _profiles(args: argparse.Namespace) -> int:
     from slurm_synergy.model.profile import ProfileError
     from slurm_synergy.profiles import ProfileStore
-    from slurm_synergy.profile_table import plot, table
+    from slurm_synergy.profile_table import plot, profiles_table
 
     store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
     fps = args.fingerprints or store.fingerprints()
@@ -152,7 +152,7 @@ def _profiles(args: argparse.Namespace) -> int:
     if args.json:
         print("[" + ",\n".join(p.to_json().rstrip() for p in profiles) + "]")
     else:
-        print(table(profiles) if profiles else f"no profiles in {store.root}")
+        print(profiles_table(profiles) if profiles else f"no profiles in {store.root}")
     if args.plot and profiles:
         print(f"plot: {plot(profiles, args.plot)}", file=sys.stderr)
     return 1 if broken and args.fingerprints else 0

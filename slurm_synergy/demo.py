@@ -14,7 +14,7 @@ from pathlib import Path
 
 from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster, tail
-from slurm_synergy.jobs import records, table, wait
+from slurm_synergy.jobs import job_table, records, wait
 from slurm_synergy.shim.resubmit import read_chains
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.submit import SubmitOptions, submit_csv
@@ -41,7 +41,7 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
               + ", ".join(f"{old} -> {new}" for old, new in chain.items()))
         wait(slurm, list(chain.values()))
     recs = records(slurm, ids + list(chain.values()))
-    print(table(recs))
+    print(job_table(recs))
     outputs = {t.spec.name: Path(t.output) for u in result.units for t in u.tasks}
     for name in result.job_ids:
         summary = outputs[name] / "summary.json"

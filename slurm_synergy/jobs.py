@@ -103,7 +103,7 @@ def plugin_note(comment: str) -> str:
     return ", ".join(notes) or "-"
 
 
-def table(recs: Sequence[JobRecord]) -> str:
+def job_table(recs: Sequence[JobRecord]) -> str:
     head = ("JobID", "Name", "State", "Elapsed", "CPUs", "Memory", "GPUs", "Plugin")
     rows = [(r.job_id, r.name, r.state, r.elapsed, str(r.cpus), r.mem, str(r.gpus),
              plugin_note(r.comment)) for r in recs]

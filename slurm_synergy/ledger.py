@@ -30,7 +30,7 @@ STATES = ("sending", "queued", "cancelling")
 
 
 @dataclass(frozen=True)
-class Entry:
+class LedgerEntry:
     job_id: str           # "" until sbatch answers; array tasks as 12_3
     name: str
     fingerprint: str
@@ -53,7 +53,7 @@ def new_tag() -> str:
 class Ledger:
     def __init__(self, path: Path | None = None):
         self.path = path or paths.home_dir() / "ledger.json"
-        self.entries: dict[str, Entry] = {}
+        self.entries: dict[str, LedgerEntry] = {}
 
     @contextmanager
     def transaction(self) -> Iterator["Ledger"]:
@@ -62,14 +62,14 @@ class Ledger:
             self.entries = self._read()
             yield self
 
-    def _read(self) -> dict[str, Entry]:
+    def _read(self) -> dict[str, LedgerEntry]:
         if not self.path.exists():
             return {}
         try:
             data = json.loads(self.path.read_text())
             if data.get("version") not in (1, VERSION):
                 raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
-            entries = {k: Entry(**v) for k, v in data["rows"].items()}
+            entries = {k: LedgerEntry(**v) for k, v in data["rows"].items()}
             bad = [e for e in entries.values() if e.state not in STATES]
             if bad:
                 raise ValueError(f"state {bad[0].state!r} of row {bad[0].name}")
@@ -78,12 +78,12 @@ class Ledger:
             raise SynergyError(f"the submission ledger {self.path} is corrupt ({exc}); move it "
                                "aside to start a new one") from exc
 
-    def get(self, spec: JobSpec) -> Entry | None:
+    def get(self, spec: JobSpec) -> LedgerEntry | None:
         return self.entries.get(row_key(spec))
 
     def intend(self, spec: JobSpec, script: Path, tag: str, task: int = -1) -> None:
         """Note a row about to be sent, before its sbatch."""
-        self.entries[row_key(spec)] = Entry("", spec.name, spec.fingerprint, str(script),
+        self.entries[row_key(spec)] = LedgerEntry("", spec.name, spec.fingerprint, str(script),
                                             time.time(), tag, "sending", task)
 
     def record(self, spec: JobSpec, job_id: str, script: Path) -> None:
@@ -91,7 +91,7 @@ class Ledger:
         key = row_key(spec)
         entry = self.entries.get(key)
         if entry is None:
-            entry = Entry("", spec.name, spec.fingerprint, str(script), time.time())
+            entry = LedgerEntry("", spec.name, spec.fingerprint, str(script), time.time())
         self.entries[key] = replace(entry, job_id=job_id, state="queued")
 
     def mark(self, key: str, state: str, job_id: str | None = None) -> None:

@@ -49,7 +49,7 @@ def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
     return out
 
 
-def table(profiles: Sequence[Profile]) -> str:
+def profiles_table(profiles: Sequence[Profile]) -> str:
     data = rows(profiles)
     if not data:
         return "no profiles"

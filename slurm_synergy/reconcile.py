@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from slurm_synergy.model.comment import tag as comment_tag
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.jobs import FINAL_STATES
-from slurm_synergy.ledger import Entry, Ledger
+from slurm_synergy.ledger import LedgerEntry, Ledger
 from slurm_synergy.slurm import Slurm
 
 _ACCT_FIELDS = ("JobID", "JobName", "State", "Comment")
@@ -59,7 +59,7 @@ def _base(job_id: str) -> str:
     return job_id.split("_", 1)[0].split("+", 1)[0]
 
 
-def find(entries: Mapping[str, Entry], queue: Sequence[Mapping[str, str]],
+def find(entries: Mapping[str, LedgerEntry], queue: Sequence[Mapping[str, str]],
          acct: Sequence[Mapping[str, str]]) -> dict[str, Seen]:
     """The entries Slurm has. `queue`: squeue rows (JobID, ArrayJobID, State, JobName,
     Comment); `acct`: sacct rows (JobID, JobName, State, Comment).

@@ -20,7 +20,7 @@ from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.model.jobspec import JobSpec
-from slurm_synergy.ledger import Entry, Ledger, new_tag, row_key
+from slurm_synergy.ledger import LedgerEntry, Ledger, new_tag, row_key
 from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.policy import load_policy
@@ -70,10 +70,10 @@ class Unit:
 class SubmitResult:
     units: list[Unit] = field(default_factory=list)
     job_ids: dict[str, str] = field(default_factory=dict)     # job name -> job id
-    skipped: list[tuple[JobSpec, Entry]] = field(default_factory=list)
+    skipped: list[tuple[JobSpec, LedgerEntry]] = field(default_factory=list)
 
 
-def plan(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) -> list[Unit]:
+def plan_units(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) -> list[Unit]:
     out = check_out_dir(opts.out)
     groups: dict[tuple, list[JobSpec]] = {}
     offset = 0.0
@@ -125,7 +125,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
             return result
         # A dry run may have no cluster to ask, so it plans with Slurm's default limit.
         max_array = max_array_size(slurm) if opts.arrays and not opts.dry_run else DEFAULT_MAX_ARRAY
-        result.units = plan(todo, opts, max_array)
+        result.units = plan_units(todo, opts, max_array)
         out = check_out_dir(opts.out)
         mode, choices = _decisions(result.units, opts, slurm, log)
         tags = {unit.name: new_tag() for unit in result.units}

@@ -17,7 +17,7 @@ from pathlib import Path
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text
-from slurm_synergy.shim.install import Change, read_conf, write_conf
+from slurm_synergy.shim.install import ConfChange, read_conf, write_conf
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.render import environment
@@ -52,7 +52,7 @@ class HookPaths:
                    Path("/run/slurm-synergy"), policy_path())
 
 
-def render_wrappers(conf_dir: Path, where: HookPaths) -> list[Change]:
+def render_wrappers(conf_dir: Path, where: HookPaths) -> list[ConfChange]:
     env = environment(paths.ETC)
     timeout = load_policy(where.policy).hook_timeout_s
     changes = []
@@ -63,14 +63,14 @@ def render_wrappers(conf_dir: Path, where: HookPaths) -> list[Change]:
             kill_after_s=kill_after_s(timeout))
         target = conf_dir / name
         if target.is_file() and target.read_text() == text:
-            changes.append(Change(f"{target} is current", True))
+            changes.append(ConfChange(f"{target} is current", True))
             continue
         atomic_write_text(target, text, 0o755)
-        changes.append(Change(f"{target} written", False))
+        changes.append(ConfChange(f"{target} written", False))
     return changes
 
 
-def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[str, list[Change]]:
+def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[str, list[ConfChange]]:
     """slurm.conf with our Prolog/Epilog and a long enough PrologEpilogTimeout."""
     changes = []
     need = needed_timeout_s(hook_timeout_s)
@@ -78,23 +78,23 @@ def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[
         key, ours = hook.capitalize(), str(conf_dir / name)
         m = re.search(rf"^(\s*{key}\s*=\s*)(\S+)(.*)$", text, re.IGNORECASE | re.MULTILINE)
         if m and m.group(2) == ours:
-            changes.append(Change(f"slurm.conf: {key}={ours}", True))
+            changes.append(ConfChange(f"slurm.conf: {key}={ours}", True))
         elif m:
             raise SynergyError(
                 f"slurm.conf already runs {key}={m.group(2)}; keep it and add this line to "
                 f"it (it exits as our {hook} does):\n    {ours} || exit $?")
         else:
             text = text.rstrip("\n") + f"\n# added by synergy hooks install\n{key}={ours}\n"
-            changes.append(Change(f"slurm.conf: {key}={ours}", False))
+            changes.append(ConfChange(f"slurm.conf: {key}={ours}", False))
     m = re.search(r"^(\s*PrologEpilogTimeout\s*=\s*)(\d+)(.*)$", text, re.IGNORECASE | re.MULTILINE)
     if m and int(m.group(2)) >= need:
-        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={m.group(2)}", True))
+        changes.append(ConfChange(f"slurm.conf: PrologEpilogTimeout={m.group(2)}", True))
     elif m:
         text = text[:m.start()] + f"{m.group(1)}{need}{m.group(3)}" + text[m.end():]
-        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={need}", False))
+        changes.append(ConfChange(f"slurm.conf: PrologEpilogTimeout={need}", False))
     else:
         text = text.rstrip("\n") + f"\nPrologEpilogTimeout={need}\n"
-        changes.append(Change(f"slurm.conf: PrologEpilogTimeout={need}", False))
+        changes.append(ConfChange(f"slurm.conf: PrologEpilogTimeout={need}", False))
     return text, changes
 
 

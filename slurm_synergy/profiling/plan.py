@@ -110,7 +110,7 @@ class Plan:
     record_batch: int           # the batch size the workload runs with, for the record
 
 
-def plan(args: argparse.Namespace) -> Plan:
+def plan_profiling(args: argparse.Namespace) -> Plan:
     """Check everything that can be checked before a step runs; UsageError otherwise."""
     if args.docker_img or args.container_mnt:
         raise UsageError("--docker-img and --container-mnt are Synergy's container options; "

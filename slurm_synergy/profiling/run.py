@@ -20,7 +20,7 @@ from slurm_synergy.model.throughput import fit_components, workers_for
 from slurm_synergy.profiling.errors import PROG, Busy, UsageError
 from slurm_synergy.profiling.fetch import fetch_rates_for
 from slurm_synergy.profiling.gpu import open_gpus
-from slurm_synergy.profiling.plan import Plan, plan
+from slurm_synergy.profiling.plan import Plan, plan_profiling
 from slurm_synergy.profiling.steps import Runner, Step, to_point
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep
@@ -34,7 +34,7 @@ def _now() -> str:
 def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Profile | None:
     """Profile and store; None when it was profiled already; Busy when another job is
     profiling it now."""
-    p = plan(args)
+    p = plan_profiling(args)
     with profiling_lock(p.store, p.fingerprint) as mine:
         if not mine:
             raise Busy(f"{p.fingerprint} is being profiled by another job now; not again")

@@ -144,7 +144,7 @@ def _more(report: Report, most: int) -> list[str]:
         if hidden > 0 else []
 
 
-def table(report: Report) -> str:
+def text(report: Report) -> str:
     head, rows = job_rows(report, TERMINAL_JOBS)
     parts = [f"slurm-synergy report: {report.period}", "",
              aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, *_more(report, TERMINAL_JOBS),

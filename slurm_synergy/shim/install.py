@@ -23,7 +23,7 @@ CONF_NEEDS = (("JobSubmitPlugins", "lua"), ("AccountingStoreFlags", "job_comment
 
 
 @dataclass(frozen=True)
-class Change:
+class ConfChange:
     what: str
     done: bool                  # already in place
 
@@ -38,34 +38,34 @@ class Change:
         return ("ok   " if self.done else "done ") + self.what
 
 
-def conf_edit(text: str) -> tuple[str, list[Change]]:
+def conf_edit(text: str) -> tuple[str, list[ConfChange]]:
     """slurm.conf with every CONF_NEEDS value present; the changes it took."""
     changes = []
     for key, value in CONF_NEEDS:
         pattern = re.compile(rf"^(\s*{key}\s*=\s*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
         m = pattern.search(text)
         if m and value in m.group(2).lower().split(","):
-            changes.append(Change(f"slurm.conf: {key} includes {value}", True))
+            changes.append(ConfChange(f"slurm.conf: {key} includes {value}", True))
         elif m:
             text = text[:m.start()] + f"{m.group(1)}{m.group(2)},{value}{m.group(3)}" \
                 + text[m.end():]
-            changes.append(Change(f"slurm.conf: {key}={m.group(2)},{value}", False))
+            changes.append(ConfChange(f"slurm.conf: {key}={m.group(2)},{value}", False))
         else:
             text = text.rstrip("\n") + f"\n# added by synergy plugin install\n{key}={value}\n"
-            changes.append(Change(f"slurm.conf: {key}={value}", False))
+            changes.append(ConfChange(f"slurm.conf: {key}={value}", False))
     return text, changes
 
 
-def install_shim(conf_dir: Path) -> Change:
+def install_shim(conf_dir: Path) -> ConfChange:
     """Copy the shim beside slurm.conf (a copy, not a link: slurmctld's own file)."""
     target = conf_dir / "job_submit.lua"
     text = SHIM.read_text()
     if target.is_file() and not target.is_symlink() and target.read_text() == text:
-        return Change(f"{target} is current", True)
+        return ConfChange(f"{target} is current", True)
     if target.is_symlink():
         target.unlink()
     atomic_write_text(target, text, 0o644)
-    return Change(f"{target} <- {SHIM}", False)
+    return ConfChange(f"{target} <- {SHIM}", False)
 
 
 def read_conf(conf: Path) -> str:

@@ -46,7 +46,7 @@ ENTRY_RE = re.compile(r"^([0-9a-f]{16}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{1,32})
 
 
 @dataclass(frozen=True)
-class Entry:
+class TableEntry:
     """One line of the table: what the shim applies to a job of this fingerprint."""
 
     fingerprint: str
@@ -80,7 +80,7 @@ def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape,
     return head + body
 
 
-def read(path: Path) -> tuple[dict[str, str], dict[str, Entry]]:
+def read(path: Path) -> tuple[dict[str, str], dict[str, TableEntry]]:
     """The header's fields and the entries; SynergyError naming the line if malformed."""
     try:
         lines = path.read_text(encoding="ascii").splitlines()
@@ -95,7 +95,7 @@ def read(path: Path) -> tuple[dict[str, str], dict[str, Entry]]:
         if not m:
             raise SynergyError(f"{path} line {number} is malformed: {line[:80]!r}")
         fp, cpus, mem, gpus, gtype, workers, power = m.groups()
-        entries[fp] = Entry(fp, int(cpus), int(mem), int(gpus), "" if gtype == "-" else gtype,
+        entries[fp] = TableEntry(fp, int(cpus), int(mem), int(gpus), "" if gtype == "-" else gtype,
                             int(workers), int(power))
     return header, entries
 

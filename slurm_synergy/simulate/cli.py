@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         out = simulate(trace, workloads, cluster, Setup(order, alloc, args.speed), policy)
         outcomes.append(out)
         rows.append(results.summarise(out))
-    print(results.table(rows, rows[0] if len(rows) > 1 else None))
+    print(results.summary_table(rows, rows[0] if len(rows) > 1 else None))
     if args.out:
         try:
             written = results.write(rows, outcomes, args.out) + plots.write(outcomes, args.out)

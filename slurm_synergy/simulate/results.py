@@ -61,7 +61,7 @@ _COLUMNS = (("policy", "label", "{}"), ("JCT mean h", "mean_jct_h", "{:.2f}"),
             ("speed", "mean_speed", "{:.2f}"), ("alloc ms/round", "alloc_ms_mean", "{:.2f}"))
 
 
-def table(rows: Sequence[Summary], baseline: Summary | None = None) -> str:
+def summary_table(rows: Sequence[Summary], baseline: Summary | None = None) -> str:
     """Aligned text; with a baseline, each JCT and makespan is also given against it."""
     head = [c[0] for c in _COLUMNS] + (["vs " + baseline.label] if baseline else [])
     body = []

@@ -19,7 +19,7 @@ from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.hooks.context import utc_now
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.tune.plan import Change
+from slurm_synergy.tune.plan import Resize
 
 
 def log_path() -> Path:
@@ -38,7 +38,7 @@ def _settings(cpus: int, mem_mb: int) -> dict[str, str]:
             "MinMemoryNode": str(mem_mb)}
 
 
-def apply(slurm: Slurm, change: Change, log: Path) -> str | None:
+def apply(slurm: Slurm, change: Resize, log: Path) -> str | None:
     """Apply one change; returns the error, or None. Slurm refuses a job that has started
     meanwhile, so a running job is never resized."""
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.tune import apply as applying
-from slurm_synergy.tune.plan import plan
+from slurm_synergy.tune.plan import plan_resizes
 
 
 def add_parser(sub) -> None:
@@ -41,7 +41,7 @@ def _is_admin(slurm: Slurm, me: str) -> bool:
 def _one_pass(slurm: Slurm, args, me: str, admin: bool, log: Path) -> int:
     queue = slurm.queue(() if admin else (me,))
     partition = args.partition or slurm.default_partition()
-    changes, notes = plan(queue, slurm.node_use(partition), me, admin, partition,
+    changes, notes = plan_resizes(queue, slurm.node_use(partition), me, admin, partition,
                           tuned=applying.in_force(log), memory_per_cpu=slurm.memory_per_cpu)
     for line in notes:
         print(f"  leave {line}")

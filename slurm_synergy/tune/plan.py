@@ -27,7 +27,7 @@ USABLE_NODE_STATES = ("idle", "mixed", "allocated", "completing")
 
 
 @dataclass(frozen=True)
-class Change:
+class Resize:
     job_id: str
     user: str
     node: str                    # where the share fits now
@@ -61,10 +61,10 @@ def _rooms(nodes: Sequence[NodeUse]) -> list[_Room]:
             for n in nodes if n.gpus and n.state.rstrip("*~#") in USABLE_NODE_STATES]
 
 
-def plan(queue: Sequence[QueuedJob], nodes: Sequence[NodeUse], me: str, admin: bool,
+def plan_resizes(queue: Sequence[QueuedJob], nodes: Sequence[NodeUse], me: str, admin: bool,
          partition: str = "", tuned: Collection[str] = (),
          memory_per_cpu: Callable[[str], bool] = lambda job_id: False,
-         ) -> tuple[list[Change], list[str]]:
+         ) -> tuple[list[Resize], list[str]]:
     """The changes, and one line per pending job left alone saying why. `nodes` are
     `partition`'s; `tuned` the jobs the log says were tuned and not put back;
     `memory_per_cpu` is asked only of jobs that would otherwise be changed."""
@@ -98,7 +98,7 @@ def plan(queue: Sequence[QueuedJob], nodes: Sequence[NodeUse], me: str, admin: b
             continue
         r, share_c, share_m = fallback
         r.take(share_c, share_m, job.gpus)
-        changes.append(Change(job.job_id, job.user, r.name, cpus, mem, share_c, share_m,
+        changes.append(Resize(job.job_id, job.user, r.name, cpus, mem, share_c, share_m,
                               job.gpus, f"{cpus} cores, {mem} MB fit on no node now; its "
                               f"GPU-proportional share, {share_c} cores and {share_m} MB, "
                               f"fits on {r.name}"))

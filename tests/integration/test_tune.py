@@ -150,7 +150,7 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
 def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, comment):
     """A held job is pending and never starts, so the change stays to be undone."""
     from slurm_synergy.tune import apply as applying
-    from slurm_synergy.tune.plan import Change
+    from slurm_synergy.tune.plan import Resize
 
     args = ["sbatch", "--parsable", "--hold", f"--job-name=revert-{tag}",
             f"--output={tmp_path}/%j.out", "-c2", "--gres=gpu:1", "--mem=3000",
@@ -160,7 +160,7 @@ def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, co
     try:
         before = _queued(slurm, job)
         assert slurm.comment(job) == comment
-        change = Change(job, before.user, "vm", 2, 3000, 1, 1000, 1, "test")
+        change = Resize(job, before.user, "vm", 2, 3000, 1, 1000, 1, "test")
         assert applying.apply(slurm, change, log) is None
         tuned = _queued(slurm, job)
         assert (tuned.cpus_per_task, tuned.mem_mb) == (1, 1000)

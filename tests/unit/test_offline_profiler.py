@@ -12,7 +12,7 @@ import pytest
 from slurm_synergy.profiling.sweep import core_sweep
 from slurm_synergy.profiling.gpu import power_limits_to_try, visible_indices
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profile_table import markdown, plot, table
+from slurm_synergy.profile_table import markdown, plot, profiles_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +163,7 @@ def test_table_and_plot_of_stored_profiles(tmp_path, fake):
     assert profile(tmp_path, "--job-name", "fake", "--fingerprint", "00000000000000cc",
                    "--max-iterations", "3", str(fake), cores="0,1").returncode == 0
     profiles = list(ProfileStore(tmp_path / "store"))
-    text = table(profiles)
+    text = profiles_table(profiles)
     assert "fake" in text and "2c:" in text and "1c:" in text
     assert markdown(profiles).startswith("| job |")
     png = plot(profiles, tmp_path / "p.png")

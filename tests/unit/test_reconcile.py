@@ -1,13 +1,13 @@
 """Finding a ledger's rows in what squeue and sacct show: by tag, never by a reused id."""
 
-from slurm_synergy.ledger import Entry
+from slurm_synergy.ledger import LedgerEntry
 from slurm_synergy.reconcile import find
 
 TAG, OTHER = "a1b2c3d4e5f6", "0123456789ab"
 
 
 def entry(job_id="", tag=TAG, task=-1, name="row-1", state="queued"):
-    return Entry(job_id, name, "f" * 16, "s.sbatch", 0.0, tag, state, task)
+    return LedgerEntry(job_id, name, "f" * 16, "s.sbatch", 0.0, tag, state, task)
 
 
 def queued(job_id, comment, name="row-1", state="PENDING", array=""):

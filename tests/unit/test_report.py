@@ -170,7 +170,7 @@ def test_the_files_a_report_writes(tmp_path):
     assert pd.read_csv(tmp_path / "jobs.csv")["job_id"].tolist() == [1, 2]
     doc = json.loads(output.as_json(rep))
     assert doc["jobs"][0]["submit"] == "2026-11-22T10:00:00" and doc["problems"] == ["a problem"]
-    assert "Workloads" in output.table(rep) and "Cluster" in output.table(rep)
+    assert "Workloads" in output.text(rep) and "Cluster" in output.text(rep)
 
 
 def test_thousands_of_jobs_fold_in_one_pass():
@@ -192,7 +192,7 @@ def test_untrusted_marks_and_names_cannot_break_the_report(tmp_path):
     assert (j["asked_cpus"], j["decided_cpus"], j["decided_mem_mb"]) == (None, None, None)
     rep = report_of(jobs)
     output.write(rep, tmp_path)                          # the star is skipped, no crash
-    assert "\x1b" not in output.table(rep)
+    assert "\x1b" not in output.text(rep)
     assert pd.read_csv(tmp_path / "jobs.csv")["name"][0].startswith("'=")
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from slurm_synergy.model.errors import SlurmError
 from slurm_synergy.slurm import NodeUse, QueuedJob, Slurm
-from slurm_synergy.tune.plan import plan
+from slurm_synergy.tune.plan import plan_resizes
 
 NODE = NodeUse("n1", "mixed", 24, 20, 500_000, 100_000, 8, 4)     # 4 cores, 4 GPUs free
 
@@ -19,13 +19,13 @@ def job(job_id, user="ann", state="PENDING", reason="Resources", cpus=12, mem=12
 
 
 def test_a_job_that_cannot_start_at_its_ideal_falls_back_to_its_share():
-    changes, _ = plan([job("1")], [NODE], "ann", admin=False)
+    changes, _ = plan_resizes([job("1")], [NODE], "ann", admin=False)
     assert [(c.job_id, c.cpus_after, c.mem_after_mb, c.node) for c in changes] == \
         [("1", 3, 62_500, "n1")]
 
 
 def test_the_room_a_change_takes_is_not_planned_twice():
-    changes, notes = plan([job("1"), job("2")], [NODE], "ann", admin=False)
+    changes, notes = plan_resizes([job("1"), job("2")], [NODE], "ann", admin=False)
     assert [c.job_id for c in changes] == ["1"]          # 4 cores free: one share of 3
     assert any(n.startswith("2: no node has room") for n in notes)
 
@@ -33,7 +33,7 @@ def test_the_room_a_change_takes_is_not_planned_twice():
 def test_running_held_multi_node_and_other_users_jobs_are_left_alone():
     queue = [job("1", state="RUNNING"), job("2", reason="JobHeldUser"), job("3", nodes=2),
              job("4", user="bob"), job("5", gpus=0), job("6", cpus=2, mem=1000)]
-    changes, notes = plan(queue, [NODE], "ann", admin=False)
+    changes, notes = plan_resizes(queue, [NODE], "ann", admin=False)
     assert changes == []
     assert [n.split(":")[0] for n in notes] == ["2", "3", "4", "5", "6"]
     assert "bob's job; only an admin may tune it" in notes[2]
@@ -41,21 +41,21 @@ def test_running_held_multi_node_and_other_users_jobs_are_left_alone():
 
 
 def test_an_admin_tunes_every_users_jobs():
-    changes, _ = plan([job("4", user="bob")], [NODE], "root", admin=True)
+    changes, _ = plan_resizes([job("4", user="bob")], [NODE], "root", admin=True)
     assert [c.job_id for c in changes] == ["4"]
 
 
 def test_a_share_is_never_larger_than_the_request_and_drained_nodes_give_no_room():
     small_mem = job("1", cpus=8, mem=10_000)
-    changes, _ = plan([small_mem], [NODE], "ann", admin=False)
+    changes, _ = plan_resizes([small_mem], [NODE], "ann", admin=False)
     assert (changes[0].cpus_after, changes[0].mem_after_mb) == (3, 10_000)
     drained = NodeUse("n1", "drained", 24, 0, 500_000, 0, 8, 0)
-    assert plan([job("1")], [drained], "ann", admin=False)[0] == []
+    assert plan_resizes([job("1")], [drained], "ann", admin=False)[0] == []
 
 
 def test_a_job_that_fits_as_asked_keeps_its_room_from_the_next():
     # 4 cores free: job 1 starts as asked there, so job 2 is not shrunk onto them.
-    changes, notes = plan([job("1", cpus=4, mem=1000), job("2")], [NODE], "ann", admin=False)
+    changes, notes = plan_resizes([job("1", cpus=4, mem=1000), job("2")], [NODE], "ann", admin=False)
     assert changes == []
     assert notes[0].startswith("1: fits as asked") and notes[1].startswith("2: no node has")
 
@@ -63,7 +63,7 @@ def test_a_job_that_fits_as_asked_keeps_its_room_from_the_next():
 def test_jobs_whose_share_cannot_be_worked_out_here_are_left_alone():
     queue = [job("1", array=True), job("2", partition="big"), job("3", features="ib"),
              job("4", gres="gres:gpu:a100:1"), job("5", mem=0), job("6")]
-    changes, notes = plan(queue, [NODE], "ann", admin=False, partition="gpu", tuned={"6"})
+    changes, notes = plan_resizes(queue, [NODE], "ann", admin=False, partition="gpu", tuned={"6"})
     assert changes == []
     assert [n.split(": ", 1)[1] for n in notes] == [
         "a job array: one change would resize every pending task",
@@ -73,7 +73,7 @@ def test_jobs_whose_share_cannot_be_worked_out_here_are_left_alone():
         "asks for all of a node's memory",
         "tuned before and not put back; --revert it first"]
     # A job allowed on several partitions, one of them this one, may be tuned.
-    assert plan([job("7", partition="big,gpu")], [NODE], "ann", False, "gpu")[0]
+    assert plan_resizes([job("7", partition="big,gpu")], [NODE], "ann", False, "gpu")[0]
 
 
 def test_memory_per_cpu_is_asked_only_of_jobs_that_would_change_and_keeps_them():
@@ -83,7 +83,7 @@ def test_memory_per_cpu_is_asked_only_of_jobs_that_would_change_and_keeps_them()
         asked.append(job_id)
         return True
 
-    changes, notes = plan([job("1", reason="JobHeldUser"), job("2")], [NODE], "ann", False,
+    changes, notes = plan_resizes([job("1", reason="JobHeldUser"), job("2")], [NODE], "ann", False,
                           memory_per_cpu=per_cpu)
     assert changes == [] and asked == ["2"]
     assert notes[1] == "2: its memory is per CPU; fewer cores would cut it"

@@ -1,8 +1,10 @@
 """`synergy plugin ...`: sync, explain, install, chains, and the jobs' own resubmit."""
 
+
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 import time
 
@@ -88,3 +90,32 @@ def chains() -> str:
                    [(c.profiled_job, c.resubmitted_job, c.job_name, c.fingerprint, c.mode,
                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.at)))
                     for c in links])
+
+
+def install_options(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
+    a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
+                   "else the local cluster's)")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plugin", help="the decision engine and the job_submit shim")
+    actions = p.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("sync", help="compile the decision table from the profile store")
+    a.add_argument("--table", type=Path, help="where (default: beside slurm.conf)")
+    a.add_argument("--partition", help="size decisions for this partition (default: the "
+                   "default partition)")
+    a = actions.add_parser("explain", help="a workload's decision and every reason for it")
+    a.add_argument("fingerprint", help="16 hex digits, as in the job comment synergy:fp=...")
+    a.add_argument("--partition", help="as for sync")
+    a = actions.add_parser("install", help="the slurm.conf lines and files the shim needs")
+    install_options(a)
+    a = actions.add_parser("chains", help="profiling jobs and the jobs they resubmitted")
+    a = actions.add_parser("resubmit", help="(run by a job after profiling) submit it again")
+    a.add_argument("--job", required=True)
+    a.add_argument("--script", type=Path, required=True)
+    a.add_argument("--comment", required=True)
+    a.add_argument("--job-name", default="")
+    a.add_argument("--array-task", default="")
+    a.add_argument("--mode", choices=("auto", "shim", "user"), default="auto")
+    p.set_defaults(func=run)

@@ -4,8 +4,10 @@ hooks see them."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from slurm_synergy import paths
+from slurm_synergy.cli.plugin import install_options
 from slurm_synergy.columns import aligned
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.gpu import GpuError, open_backend
@@ -59,3 +61,14 @@ def gpus_table() -> str:
             "energy counter"]
     cap = f"site cap {cap_w:g} W" if cap_w > 0 else "no site cap: the default limit is the ceiling"
     return aligned(head, rows) + f"\n{backend.name}: {len(rows)} GPU(s); {cap}"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("hooks", help="the node prolog/epilog: GPU power caps and energy")
+    actions = p.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("install", help="the slurm.conf lines and wrappers the hooks need")
+    install_options(a)
+    a.add_argument("--stats-dir", type=Path, help="per-job GPU stats, on storage the report "
+                   "host shares (default: SYNERGY_GPU_STATS, else /var/lib/slurm-synergy/gpustats)")
+    actions.add_parser("gpus", help="this node's GPUs, their limits and the ceiling")
+    p.set_defaults(func=run)

@@ -1,0 +1,41 @@
+"""synergy: right-size deep-learning training jobs on Slurm.
+
+Commands talk to the cluster named by SLURM_CONF, or to the local cluster
+(`synergy cluster up`) when SLURM_CONF is not set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from slurm_synergy.cli import (cluster, demo, hooks, jobs, plugin, profile, profiles, reconcile,
+                               report, simulate, submit, tune)
+from slurm_synergy.model.errors import SynergyError
+
+# One module per verb, each with add_parser(sub) and run(args); in --help's order.
+VERBS = (cluster, submit, reconcile, jobs, profile, profiles, plugin, hooks, report, simulate,
+         tune, demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="synergy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for verb in VERBS:
+        verb.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["profile"]:
+        return profile.run_argv(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SynergyError as exc:
+        print(f"synergy: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,26 @@
+"""`synergy cluster up|down|status`: the local Slurm cluster."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("cluster", help="the local Slurm cluster: up, down, status")
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from slurm_synergy.cluster.localbox import LocalCluster
+
+    box = LocalCluster()
+    if args.action == "up":
+        box.up()
+    elif args.action == "down":
+        box.down()
+    else:
+        healthy, lines = box.status()
+        print("\n".join(lines))
+        return 0 if healthy else 1
+    return 0

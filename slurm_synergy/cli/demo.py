@@ -1,0 +1,16 @@
+"""`synergy demo`: the local cluster up, example jobs in, the sacct table out."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("demo", help="local cluster up, example jobs in, sacct table out")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from slurm_synergy.demo import run_demo
+
+    return run_demo()

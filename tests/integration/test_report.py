@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 from PIL import Image
 
-from .conftest import synergy
+from .conftest import finish, synergy
 
 DEMO_SUBMITTED = re.compile(r"^submitted \d+ jobs from .*: (.+)$", re.MULTILINE)
 DEMO_CHAIN = re.compile(r"^profiled, then resubmitted: (.+)$", re.MULTILINE)
@@ -152,12 +152,22 @@ document.body.appendChild(pre);
 </script>"""
 
 
+def whole_record(slurm, job_id: str, name: str, timeout: float = 120) -> None:
+    """slurmdbd learns of a job cancelled while pending in two steps: for a moment sacct
+    shows it CANCELLED as "allocation", asking 0 cores. Wait for the whole record."""
+    deadline = time.monotonic() + timeout
+    while (rec := finish(slurm, [job_id])[job_id]).name != name:
+        assert time.monotonic() < deadline, f"sacct never showed job {job_id} whole: {rec}"
+        time.sleep(0.5)
+
+
 def test_the_page_fits_a_laptop_screen(slurm, demo_jobs, tmp_path):
     """At 1366x768 the page does not scroll sideways: the jobs table scrolls in its own
     box, one line per job. A job cancelled while pending is on it, holding nothing."""
     pending = slurm.run(["sbatch", "--parsable", "--hold", "--job-name=never-ran",
                          f"--output={tmp_path}/never-%j.out", "--wrap", "true"]).strip()
     slurm.cancel([pending])
+    whole_record(slurm, pending, "never-ran")
     ids = [*demo_jobs, pending]
     proc = synergy("report", "--jobs", ",".join(ids), "--format", "json")
     assert proc.returncode == 0, proc.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from tqdm import tqdm
 
@@ -53,12 +53,9 @@ def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
     deadline = time.monotonic() + timeout_s
     wanted = len(job_ids)
     with tqdm(total=wanted, desc="jobs finished", unit="job", disable=None) as bar:
-        first = True
+        recs = records(slurm, job_ids)
+        _known(slurm, job_ids, recs)
         while True:
-            recs = records(slurm, job_ids)
-            if first:
-                _known(slurm, job_ids, recs)
-                first = False
             done = sum(r.final for r in recs)
             bar.update(done - bar.n)
             if len(recs) >= wanted and done == len(recs):
@@ -68,14 +65,21 @@ def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
                 raise SynergyError(f"jobs still not finished after {timeout_s:.0f}s: "
                                    f"{pending or 'not yet in accounting'}")
             time.sleep(poll_s)
+            recs = records(slurm, job_ids)
+
+
+def unmatched(job_ids: Sequence[str], found: Iterable[str]) -> list[str]:
+    """The ids of `job_ids` that none of `found` is: an array's id stands for its tasks
+    (12 for 12_0, 12_1, ...)."""
+    found = list(found)
+    return [j for j in job_ids if not any(f == j or f.startswith(f"{j}_") for f in found)]
 
 
 def _known(slurm: Slurm, job_ids: Sequence[str], recs: Sequence[JobRecord]) -> None:
     """Waiting on a job neither accounting nor slurmctld knows would last the whole
     timeout: it is named at once. (A job just submitted may not be in accounting yet;
     slurmctld has it.)"""
-    unseen = [j for j in job_ids
-              if not any(r.job_id == j or r.job_id.startswith(f"{j}_") for r in recs)]
+    unseen = unmatched(job_ids, (r.job_id for r in recs))
     if not unseen:
         return
     try:
@@ -84,7 +88,7 @@ def _known(slurm: Slurm, job_ids: Sequence[str], recs: Sequence[JobRecord]) -> N
         raise
     except SlurmError:               # squeue refuses a list that holds no known job
         queued = {}
-    unknown = [j for j in unseen if not any(q == j or q.startswith(f"{j}_") for q in queued)]
+    unknown = unmatched(unseen, queued)
     if unknown:
         raise SynergyError(f"unknown job(s) {', '.join(unknown)}: neither slurmctld nor "
                            "accounting has them")

@@ -15,14 +15,12 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from slurm_synergy.jobs import job_table, records, wait
+    from slurm_synergy.jobs import job_table, records, unmatched, wait
     from slurm_synergy.slurm import Slurm
 
     slurm = Slurm()
     recs = wait(slurm, args.job_ids, args.timeout) if args.wait else records(slurm, args.job_ids)
-    # An array's id stands for its tasks (12 for 12_0, 12_1, ...).
-    missing = [j for j in args.job_ids
-               if not any(r.job_id == j or r.job_id.startswith(f"{j}_") for r in recs)]
+    missing = unmatched(args.job_ids, (r.job_id for r in recs))
     if recs:
         print(job_table(recs))
     if missing:

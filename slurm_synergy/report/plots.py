@@ -70,9 +70,10 @@ def allocation_steps(jobs: pd.DataFrame) -> tuple[list, list[int], list[int]]:
     ran = jobs[jobs["start"].notna() & jobs["end"].notna()]
     ran = ran[ran["end"] > ran["start"]]
     held = list(zip(ran["start"], ran["end"], ran["alloc_cpus"], ran["gpus"]))
+    # Events at one instant are summed into one step below, so only time orders them.
     events = sorted([(s, c or 0, g or 0) for s, _, c, g in held]
                     + [(e, -(c or 0), -(g or 0)) for _, e, c, g in held],
-                    key=lambda e: (e[0], e[1]))
+                    key=lambda e: e[0])
     times: list = []
     cores: list[int] = []
     gpus: list[int] = []

@@ -31,7 +31,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAIN = ROOT / "profiler" / "train.py"
 # The built-in workloads: an image, a text and an audio model, each with its data kind.
 WORKLOADS = {
     "resnet8-jpeg": ["--arch", "resnet", "--depth", "8", "--batch", "32"],
@@ -42,7 +41,7 @@ WORKLOADS = {
 
 def run(workload: str, data: Path, out: Path, iterations: int, probed: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, str(TRAIN), *WORKLOADS[workload], "--workers", "1",
+    argv = [sys.executable, "-m", "profiler.train", *WORKLOADS[workload], "--workers", "1",
             "--data", str(data / workload), "--generate-data", "--output", str(out),
             "--max-iterations", str(iterations), "--warmup", "3"]
     if probed:

@@ -324,6 +324,17 @@ def ensure_audio_dataset(root: Path, num_clips: int = 512, clip_seconds: float =
                                                            num_classes, seed, sample_rate))
 
 
+def ensure_dataset(kind: str, root: Path, samples: int, *, image_size: int = 96,
+                   seq_len: int = 128, clip_seconds: float = 1.0, classes: int = 10,
+                   seed: int = 0) -> Path:
+    """The dataset of `kind` (jpeg, text, audio) at root, written if missing."""
+    if kind == "text":
+        return ensure_text_dataset(root, samples, seq_len, seed)
+    if kind == "audio":
+        return ensure_audio_dataset(root, samples, clip_seconds, classes, seed)
+    return ensure_image_dataset(root, samples, image_size, classes, seed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m profiler.datagen",
@@ -340,14 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        if args.kind == "text":
-            root = ensure_text_dataset(args.root, args.num_samples, args.seq_len, args.seed)
-        elif args.kind == "audio":
-            root = ensure_audio_dataset(args.root, args.num_samples, args.clip_seconds,
-                                        args.classes, args.seed)
-        else:
-            root = ensure_image_dataset(args.root, args.num_samples, args.image_size,
-                                        args.classes, args.seed)
+        root = ensure_dataset(args.kind, args.root, args.num_samples,
+                              image_size=args.image_size, seq_len=args.seq_len,
+                              clip_seconds=args.clip_seconds, classes=args.classes,
+                              seed=args.seed)
     except (ValueError, OSError) as e:
         print(f"datagen: error: {e}", file=sys.stderr)
         return 2

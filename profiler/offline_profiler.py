@@ -1,7 +1,7 @@
 """Profile a training workload inside its Slurm allocation, as Synergy's optimistic profiler
 does, and store the profile under the workload's fingerprint.
 
-    python profiler/offline_profiler.py [profiler options] SCRIPT [script args]
+    python -m profiler.offline_profiler [profiler options] SCRIPT [script args]
     synergy profile [profiler options] SCRIPT [script args]          (the same)
 
 Each measurement is an `srun` step of the current allocation, held by Slurm's cgroups to

@@ -1,10 +1,11 @@
 """The built-in training workload: train a model for a while and record where time goes.
 
-Run as `python profiler/train.py ...` or `python -m profiler.train ...`. Options follow
-torchloader's pretrain.py. Every iteration is timed in four parts, as torchloader
-keeps them: waiting for the loader, copying to the device, compute (forward, backward,
-step) and the total, plus the process's CPU time. They go to iterations.csv and a
-summary.json in --output. (The profiler measures it like any other script, through
+Run as `python -m profiler.train ...`, as jobs and the profiler do; like the rest of
+the trainer (models, data, datagen, record) it needs nothing else of slurm-synergy.
+Options follow torchloader's pretrain.py. Every iteration is timed in four parts, as
+torchloader keeps them: waiting for the loader, copying to the device, compute (forward,
+backward, step) and the total, plus the process's CPU time. They go to iterations.csv and
+a summary.json in --output. (The profiler measures it like any other script, through
 the script probe, which also runs its input pipeline and its step apart.)
 
 Exit status 2, with one line on stderr, for bad arguments or a bad data folder.
@@ -12,25 +13,14 @@ Exit status 2, with one line on stderr, for bad arguments or a bad data folder.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if not __package__:
-    # Run as a file: Python put profiler/ itself first on the path, where data.py and
-    # models.py would shadow any top-level modules of those names. Put the repository
-    # root there instead so the package imports as a package.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 import argparse
-import csv
-import io
 import json
 import os
 import random
-import resource
+import sys
 import time
-from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 import numpy as np
@@ -39,16 +29,15 @@ from torch import nn
 
 from profiler.data import (SAMPLE_UNITS, AnyDataset, TextWindows, make_dali_loader,
                            open_dataset, torch_loader)
-from profiler.datagen import ensure_audio_dataset, ensure_image_dataset, ensure_text_dataset
-from slurm_synergy.argtypes import int_at_least, positive_float
-from slurm_synergy.fileio import atomic_write_text
+from profiler.datagen import ensure_dataset
 from profiler.models import (DATA_KINDS, M5_MIN_SAMPLES, MAX_SEQ_LEN, MODELS, VOCAB_SIZE,
                              build_model, check_model, model_name)
+from profiler.record import (IterationStats, iterations_csv, peak_gpu_mem_mb, peak_rss_mb,
+                             summarise, write_whole)
 
 PROG = "train"
 LOADERS = ("pytorch", "dali")
 MAX_GENERATED_CLASSES = 10
-MB = 2**20
 
 
 class UsageError(Exception):
@@ -65,71 +54,79 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message} (see --help)\n")
 
 
-def _port(text: str) -> int:
-    value = int_at_least(1)(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1..65535)")
-    return value
+# The least and most each numeric option takes, checked once parsing is done so that a bad
+# value is one line naming its option; the rates and lengths must be above 0.
+AT_LEAST = {"--depth": 1, "--batch": 1, "--workers": 0, "--max-iterations": 1, "--epochs": 1,
+            "--dataset-size": 1, "--image-size": 8, "--crop": 8, "--seq-len": 1,
+            "--audio-crop": M5_MIN_SAMPLES, "--port": 1, "--warmup": 0}
+AT_MOST = {"--seq-len": MAX_SEQ_LEN, "--port": 65535}
+ABOVE_ZERO = ("--clip-seconds", "--lr")
+
+
+def out_of_range(args: argparse.Namespace) -> str | None:
+    for option in (*AT_LEAST, *ABOVE_ZERO):
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is None:
+            continue
+        if option in ABOVE_ZERO and not value > 0:
+            return f"argument {option}: {value:g} is not above 0"
+        if value < AT_LEAST.get(option, value):
+            return f"argument {option}: {value} is below the minimum, {AT_LEAST[option]}"
+        if value > AT_MOST.get(option, value):
+            return f"argument {option}: {value} is above the maximum, {AT_MOST[option]}"
+    return None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     add = p.add_argument
     add("-a", "--arch", default="resnet", choices=MODELS, help="model (default %(default)s)")
-    add("--depth", type=int_at_least(1), help="resnet depth (default 18)")
-    add("-b", "--batch", type=int_at_least(1), default=32,
+    add("--depth", type=int, help="resnet depth (default 18)")
+    add("-b", "--batch", type=int, default=32,
         help="batch size (default %(default)s)")
-    add("-j", "--workers", type=int_at_least(0), default=2,
+    add("-j", "--workers", type=int, default=2,
         help="loader workers: DataLoader processes or DALI threads (default %(default)s)")
-    add("--max-iterations", type=int_at_least(1),
+    add("--max-iterations", type=int,
         help="stop after this many iterations (wins over --epochs)")
-    add("--epochs", type=int_at_least(1),
+    add("--epochs", type=int,
         help="epochs to run (1 if neither this nor --max-iterations is given)")
     add("--data", type=Path, required=True,
         help="data folder: DIR/<class>/<image>.jpg for resnet, mobilenet, alexnet; "
              "DIR/corpus.txt for transformer, lstm; DIR/<class>/<clip>.wav for m5")
     add("--generate-data", action="store_true",
         help="write a synthetic dataset of the model's kind at --data if it is missing")
-    add("--dataset-size", type=int_at_least(1), default=512,
+    add("--dataset-size", type=int, default=512,
         help="samples to generate: images (jpeg), sequences of --seq-len + 1 bytes "
              "(text), clips (audio) (default %(default)s)")
-    add("--image-size", type=int_at_least(8), default=96,
+    add("--image-size", type=int, default=96,
         help="jpeg: side of generated images, px (default %(default)s)")
-    add("--crop", type=int_at_least(8), default=64,
+    add("--crop", type=int, default=64,
         help="jpeg: training crop, px (default %(default)s)")
-    add("--seq-len", type=int_at_least(1, MAX_SEQ_LEN), default=128,
+    add("--seq-len", type=int, default=128,
         help=f"text: bytes per training sequence, at most {MAX_SEQ_LEN} "
              "(default %(default)s)")
-    add("--clip-seconds", type=positive_float, default=1.0,
+    add("--clip-seconds", type=float, default=1.0,
         help="audio: length of generated clips, s, at 8 kHz (default %(default)s)")
-    add("--audio-crop", type=int_at_least(M5_MIN_SAMPLES), default=7200,
+    add("--audio-crop", type=int, default=7200,
         help="audio: waveform samples per training clip, cut at a random offset "
              "(default %(default)s: 0.9 s at 8 kHz)")
     add("--loader", choices=LOADERS, default="pytorch",
         help="input pipeline; dali reads JPEGs only (default %(default)s)")
-    add("--lr", type=positive_float, default=0.1,
+    add("--lr", type=float, default=0.1,
         help="SGD learning rate (default %(default)s)")
     add("--output", type=Path, default=Path("."),
         help="folder for iterations.csv and summary.json (default: the current folder)")
-    add("--port", type=_port,
+    add("--port", type=int,
         help="sets MASTER_PORT (torchloader compatibility; one process uses none)")
     add("--seed", type=int, default=0,
         help="seed for weights, order, augmentation (default %(default)s)")
-    add("--warmup", type=int_at_least(0), default=2,
+    add("--warmup", type=int, default=2,
         help="first iterations left out of the throughput (default %(default)s)")
-    return p.parse_args(argv)
-
-
-@dataclass
-class IterationStats:
-    iteration: int
-    epoch: int
-    data_s: float       # blocked waiting for the loader
-    h2d_s: float        # host-to-device copy
-    compute_s: float    # forward + backward + optimizer step
-    total_s: float
-    cpu_s: float        # CPU time of this process, all threads (not loader workers)
-    loss: float
+    args = p.parse_args(argv)
+    problem = out_of_range(args)
+    if problem:
+        p.error(problem)
+    return args
 
 
 def usable_cpus() -> int:
@@ -142,24 +139,16 @@ def sample_length(args: argparse.Namespace, kind: str) -> int:
     return {"jpeg": args.crop, "text": args.seq_len, "audio": args.audio_crop}[kind]
 
 
-def generate_data(args: argparse.Namespace, kind: str, data: Path) -> None:
-    classes = min(MAX_GENERATED_CLASSES, args.dataset_size)
-    # The dataset's own seed stays fixed: jobs with different --seed values share one
-    # generated folder.
-    if kind == "text":
-        ensure_text_dataset(data, args.dataset_size, args.seq_len)
-    elif kind == "audio":
-        ensure_audio_dataset(data, args.dataset_size, args.clip_seconds, classes)
-    else:
-        ensure_image_dataset(data, args.dataset_size, args.image_size, classes)
-
-
 def prepare_data(args: argparse.Namespace, kind: str) -> tuple[Path, AnyDataset]:
     """The data folder and its dataset; UsageError if it cannot be used."""
     data: Path = args.data.expanduser().absolute()
     try:
         if args.generate_data:
-            generate_data(args, kind, data)
+            # The dataset's own seed stays fixed: jobs with different --seed values
+            # share one generated folder.
+            ensure_dataset(kind, data, args.dataset_size, image_size=args.image_size,
+                           seq_len=args.seq_len, clip_seconds=args.clip_seconds,
+                           classes=min(MAX_GENERATED_CLASSES, args.dataset_size))
         elif not data.exists():
             raise UsageError(f"data folder {data} does not exist "
                              "(--generate-data writes a synthetic dataset there)")
@@ -242,56 +231,8 @@ def run_iterations(model: nn.Module, loader: Iterable[Any], device: torch.device
     return stats
 
 
-def summarise(stats: list[IterationStats], warmup: int, batch: int) -> dict[str, Any]:
-    """Throughput, mean timings and CPU time over the iterations after the warmup (over
-    all of them when the run is no longer than the warmup, so short runs still report)."""
-    measured = stats[warmup:] or stats
-    total = sum(s.total_s for s in measured)
-    data = sum(s.data_s for s in measured)
-    cpu = sum(s.cpu_s for s in measured)
-    n = len(measured)
-    return {
-        "measured_iterations": n,
-        "samples_per_s": n * batch / total if total > 0 else 0.0,
-        "cpu_s": cpu,
-        "host_cpu_s_per_sample": cpu / (n * batch),
-        "mean_data_s": data / n,
-        "mean_h2d_s": sum(s.h2d_s for s in measured) / n,
-        "mean_compute_s": sum(s.compute_s for s in measured) / n,
-        "mean_total_s": total / n,
-        "data_stall_fraction": data / total if total > 0 else 0.0,
-        "final_loss": stats[-1].loss,
-    }
-
-
-def iterations_csv(stats: list[IterationStats]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([f.name for f in fields(IterationStats)])
-    for s in stats:
-        row = asdict(s)
-        writer.writerow([f"{v:.6f}" if isinstance(v, float) else "" if v is None else v
-                         for v in row.values()])
-    return out.getvalue()
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process plus that of its largest finished child (the
-    loader workers, once shut down); Linux reports ru_maxrss in KiB."""
-    kib = sum(resource.getrusage(who).ru_maxrss
-              for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return kib * 1024 / MB
-
-
-def peak_gpu_mem_mb(gpus: int) -> float | None:
-    """The most memory PyTorch allocated on any one GPU, None without GPUs."""
-    if not gpus:
-        return None
-    return max(torch.cuda.max_memory_allocated(i) for i in range(gpus)) / MB
 
 
 def make_input(args: argparse.Namespace, data: Path, dataset: AnyDataset,
@@ -371,9 +312,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "started": started, "finished": _now(),
         "train_s": train_s, "wall_s": time.perf_counter() - wall0,
     }
-    # Written whole: reports read summary.json while other jobs write theirs.
-    atomic_write_text(output / "iterations.csv", iterations_csv(stats))
-    atomic_write_text(output / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_whole(output / "iterations.csv", iterations_csv(stats))
+    write_whole(output / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(f"{PROG}: {name} b={args.batch} j={args.workers} {device.type}: {len(stats)} "
           f"iterations, {summary['samples_per_s']:.1f} samples/s, "
           f"data stall {summary['data_stall_fraction']:.0%}", flush=True)

@@ -9,8 +9,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
 ETC = ROOT / "etc"
 JOBS_CSV = ROOT / "jobs_csv"
+# Jobs run the profiler and the built-in trainer as modules of the install; the trainer's
+# file is where its options are declared and what its workload key hashes.
+TRAIN_MODULE = "profiler.train"
 TRAIN_SCRIPT = ROOT / "profiler" / "train.py"
-PROFILER_SCRIPT = ROOT / "profiler" / "offline_profiler.py"
+PROFILER_MODULE = "profiler.offline_profiler"
 
 
 def state_dir() -> Path:

@@ -131,7 +131,7 @@ def profiler_command(spec: JobSpec, first_batch: float) -> list[str]:
     """The profiling prolog's command and options; the template adds the working folder,
     then the script and the task's own arguments. `first_batch`: the policy's limit."""
     # A step may take all of its first-batch allowance and then still measure.
-    argv = [python_for_jobs(), str(paths.PROFILER_SCRIPT), "--fingerprint", spec.fingerprint,
+    argv = [python_for_jobs(), "-m", paths.PROFILER_MODULE, "--fingerprint", spec.fingerprint,
             "--job-name", spec.name, "--first-batch-timeout", f"{first_batch:g}",
             "--step-timeout", f"{max(600.0, first_batch + 300):g}"]
     if spec.launch == "torchrun":
@@ -150,7 +150,7 @@ def resubmit_command(spec: JobSpec, script_path: Path, comment: str,
 def launcher(spec: JobSpec) -> list[str]:
     """How the job starts its script: Python files with the jobs' Python, others as programs."""
     if spec.builtin:
-        return [python_for_jobs(), str(paths.TRAIN_SCRIPT)]
+        return [python_for_jobs(), "-m", paths.TRAIN_MODULE]
     if spec.launch == "torchrun":
         return torchrun_argv(python_for_jobs(), spec.procs, spec.script)
     if spec.script.endswith(".py"):

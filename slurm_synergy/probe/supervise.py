@@ -37,8 +37,12 @@ def command_for(argv: list[str]) -> list[str]:
 
 
 def script_name(argv: list[str]) -> str:
-    """What the messages call the script: the first .py of the command, else the command."""
-    return next((a for a in argv if a.endswith(".py")), argv[0])
+    """What the messages call the script: the first .py of the command, else the module
+    of `python -m MODULE`, else the command."""
+    script = next((a for a in argv if a.endswith(".py")), None)
+    if script is None and "-m" in argv[1:-1]:
+        script = argv[argv.index("-m") + 1]
+    return script or argv[0]
 
 
 @dataclass

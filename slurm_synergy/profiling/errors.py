@@ -5,7 +5,7 @@ from __future__ import annotations
 from slurm_synergy.model.errors import SynergyError
 
 PROG = "offline_profiler"
-USAGE_EXIT = 2          # what argparse (and profiler/train.py) exit with on bad options
+USAGE_EXIT = 2          # what argparse (and the built-in trainer) exit with on bad options
 BUSY_EXIT = 3           # another job holds this workload's profiling lock
 
 

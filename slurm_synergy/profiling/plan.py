@@ -23,7 +23,7 @@ from slurm_synergy.model.options import (
     value_of,
     without,
 )
-from slurm_synergy.paths import TRAIN_SCRIPT
+from slurm_synergy.paths import TRAIN_MODULE, TRAIN_SCRIPT
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.errors import UsageError
 
@@ -31,17 +31,17 @@ from slurm_synergy.profiling.errors import UsageError
 def resolve_script(script: str, torchrun: int | None) -> list[str]:
     """The command that starts the script, as the probe takes it."""
     if script == BUILTIN:
-        path = TRAIN_SCRIPT
-    else:
-        path = Path(script).expanduser()
-        if not path.exists():
-            raise UsageError(f"training script {path} does not exist")
-        if path.is_dir():
-            raise UsageError(f"training script {path} is a folder, not a script")
-        path = path.resolve()
-        if path.suffix != ".py" and not os.access(path, os.X_OK):
-            raise UsageError(f"training script {path} is not executable (chmod +x, or a "
-                             ".py file)")
+        if torchrun:
+            raise UsageError("--torchrun runs a user's Python script, not the built-in trainer")
+        return [sys.executable, "-m", TRAIN_MODULE]
+    path = script_path(script)
+    if not path.exists():
+        raise UsageError(f"training script {path} does not exist")
+    if path.is_dir():
+        raise UsageError(f"training script {path} is a folder, not a script")
+    if path.suffix != ".py" and not os.access(path, os.X_OK):
+        raise UsageError(f"training script {path} is not executable (chmod +x, or a "
+                         ".py file)")
     if torchrun:
         if path.suffix != ".py":
             raise UsageError(f"--torchrun runs a Python script, not {path}")
@@ -50,6 +50,7 @@ def resolve_script(script: str, torchrun: int | None) -> list[str]:
 
 
 def script_path(script: str) -> Path:
+    """The script's file: what declares its options and what its workload key hashes."""
     return TRAIN_SCRIPT if script == BUILTIN else Path(script).expanduser().resolve()
 
 
@@ -57,7 +58,7 @@ def default_fingerprint(script: str, args: Sequence[str], gpus: int, procs: int)
     """As `synergy submit` keys a user's script (its content and arguments, its GPUs and
     processes) for a row that names no GPU type: submit it with the same arguments and
     the job finds this profile."""
-    key = workload_key(TRAIN_SCRIPT if script == BUILTIN else script, args, gpus, procs)
+    key = workload_key(script_path(script), args, gpus, procs)
     key["gpu_type"] = ""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

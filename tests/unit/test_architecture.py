@@ -1,5 +1,6 @@
 """The layout docs/architecture.md describes, kept: the core (slurm_synergy/model)
-imports nothing else of the project, no two modules import each other round a cycle,
+imports nothing else of the project, nor does the built-in trainer, no two modules
+import each other round a cycle, nothing edits sys.path,
 only slurm.py runs Slurm's commands, and a module over 400 lines says why at its top."""
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("slurm_synergy", "profiler")
+# The built-in trainer: a user may read it, copy it, or run it without the rest.
+TRAINER = ("profiler.train", "profiler.models", "profiler.data", "profiler.datagen",
+           "profiler.record")
 SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "sacctmgr", "scontrol", "scancel", "sinfo")
 
 
@@ -55,6 +59,21 @@ def test_the_core_imports_nothing_above_it():
     above = {f"{m} -> {t}" for m, ts in graph().items() if m.startswith("slurm_synergy.model")
              for t in ts if not t.startswith("slurm_synergy.model")}
     assert above == set()
+
+
+def test_the_trainer_imports_nothing_else_of_the_project():
+    outside = {f"{m} -> {t}" for m in TRAINER for t in graph()[m] if t not in TRAINER}
+    assert outside == set()
+
+
+def test_nothing_edits_sys_path():
+    # Jobs run the profiler and the trainer as modules of the install (python -m). The
+    # probe's boot file is the exception: it starts inside users' own interpreters, which
+    # may not have the package installed, and takes its path entry out again.
+    edit = re.compile(r"sys\.path(\[.*\])?\s*(=|\.insert|\.append)")
+    edits = [str(p.relative_to(ROOT)) for p in modules().values()
+             if "probe/boot" not in str(p) and edit.search(p.read_text())]
+    assert edits == []
 
 
 def test_no_import_cycles():

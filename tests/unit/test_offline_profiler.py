@@ -144,6 +144,7 @@ def test_failing_scripts_store_nothing(tmp_path, fake, mode, args, rc, words):
     (["--cpu", "64", "builtin:train"], ["--cpu 64", "core(s) this allocation has"]),
     (["--fingerprint", "../x", "builtin:train"], ["not a workload fingerprint"]),
     (["--launcher", "srun", "builtin:train"], ["needs a Slurm allocation"]),
+    (["--torchrun", "2", "builtin:train"], ["--torchrun runs a user's Python script"]),
 ])
 def test_bad_command_lines_exit_2_with_one_clear_line(tmp_path, args, words):
     proc = profile(tmp_path, *args, cores="0,1")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.probe.hooks import batch_size
+from slurm_synergy.probe.supervise import script_name
 from slurm_synergy.model.options import declared_options, spelling, value_of, without
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,17 @@ def test_batch_size_of_nested_batches():
     assert batch_size([{"data": x, "label": x}]) == 5        # DALI's list of dicts
     assert batch_size({"ids": torch.zeros(7, 128)}) == 7
     assert batch_size(torch.tensor(3.0)) is None and batch_size(["a", "b"]) is None
+
+
+@pytest.mark.parametrize("argv,name", [
+    (["train.py", "--lr", "1"], "train.py"),
+    ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "ddp.py"],
+     "ddp.py"),
+    ([sys.executable, "-m", "profiler.train", "--batch", "4"], "profiler.train"),
+    (["./run.sh", "-m"], "./run.sh"),
+])
+def test_messages_name_the_script_a_module_or_the_program(argv, name):
+    assert script_name(argv) == name
 
 
 def test_train_mode_measures_n_steps_after_the_warm_up_then_ends_the_script(tmp_path):

@@ -65,7 +65,7 @@ def test_directives_and_fingerprint(tmp_path):
 def test_builtin_trainer_gets_data_and_output(tmp_path):
     script = rendered(tmp_path, "name,arch,depth,batch,workers,iterations\nj1,resnet,12,16,1,5\n")
     text = script.read_text()
-    assert "profiler/train.py" in text
+    assert "-m profiler.train" in text and "-m profiler.offline_profiler" in text
     assert "--generate-data" in text and "--output" in text and "--max-iterations 5" in text
 
 

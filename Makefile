@@ -28,7 +28,7 @@ apt-packages:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	@python3 -m venv --help >/dev/null 2>&1 || { \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv; }
 	python3 -m venv $(VENV)

@@ -23,7 +23,7 @@ EXAMPLE = paths.JOBS_CSV / "rightsize.csv"
 
 
 def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
-    out = out or paths.ROOT / "runs" / "demo"
+    out = out or paths.workspace() / "runs" / "demo"
     if os.environ.get("SLURM_CONF"):
         print(f"using the cluster of SLURM_CONF={os.environ['SLURM_CONF']}")
     else:

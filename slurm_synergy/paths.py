@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = ROOT / "templates"
-ETC = ROOT / "etc"
-JOBS_CSV = ROOT / "jobs_csv"
+PACKAGE = Path(__file__).resolve().parent
+ROOT = PACKAGE.parent
+# A checkout (and an editable install of one) keeps templates/, etc/, data/ and jobs_csv/
+# at its top; a wheel ships them inside the package (setup.py).
+IN_CHECKOUT = (ROOT / "pyproject.toml").is_file() and (ROOT / "templates").is_dir()
+SHIPPED = ROOT if IN_CHECKOUT else PACKAGE
+TEMPLATES = SHIPPED / "templates"
+ETC = SHIPPED / "etc"
+DATA = SHIPPED / "data"
+JOBS_CSV = SHIPPED / "jobs_csv"
 # Jobs run the profiler and the built-in trainer as modules of the install; the trainer's
 # file is where its options are declared and what its workload key hashes.
 TRAIN_MODULE = "profiler.train"
@@ -16,9 +22,15 @@ TRAIN_SCRIPT = ROOT / "profiler" / "train.py"
 PROFILER_MODULE = "profiler.offline_profiler"
 
 
+def workspace() -> Path:
+    """Where the local cluster and the demo keep what they write: the checkout, or for an
+    install, the user's slurm-synergy folder."""
+    return ROOT if IN_CHECKOUT else home_dir()
+
+
 def state_dir() -> Path:
     """The local cluster's state folder (rendered config, spool, logs, database)."""
-    return Path(os.environ.get("SYNERGY_STATE", ROOT / "state")).resolve()
+    return Path(os.environ.get("SYNERGY_STATE", workspace() / "state")).resolve()
 
 
 def home_dir() -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 def add_parser(sub) -> None:
     p = sub.add_parser("submit", help="submit every row of a job list (CSV)")
-    p.add_argument("csv", type=Path, help="job list; see README for its columns")
+    p.add_argument("csv", type=Path, help="job list; its columns: docs/submitting.md")
     p.add_argument("--dry-run", action="store_true", help="validate and write scripts only")
     p.add_argument("--sequential", action="store_true",
                    help="run rows one after another (afterany dependencies)")

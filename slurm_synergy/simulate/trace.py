@@ -20,7 +20,7 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.simulate.workload import Workload
 
-SYNERGY_STATIC_TRACE = paths.ROOT / "data" / "synergy" / "synergy_static_100job.csv"
+SYNERGY_STATIC_TRACE = paths.DATA / "synergy" / "synergy_static_100job.csv"
 HEADER = ("job_id", "model", "arrival_s", "iters", "gpus")
 
 # Synergy's three task families and the models of each in its matrices.

@@ -20,7 +20,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.engine import speed
 from slurm_synergy.model.profile import Profile
 
-SYNERGY_MATRIX = paths.ROOT / "data" / "synergy" / "synergy_model_profiles.csv"
+SYNERGY_MATRIX = paths.DATA / "synergy" / "synergy_model_profiles.csv"
 _MATRIX_COLUMNS = ("model", "cpus_per_gpu", "mem_per_gpu_gb", "norm_throughput",
                    "ideal_cpus_per_gpu", "ideal_mem_per_gpu_gb", "speedup_at_ideal",
                    "iter_time_s_at_proportional")

@@ -34,7 +34,8 @@ def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
             "fingerprint": p.fingerprint,
             "job": p.job_name or p.command[0],
             "samples/s by cores": "  ".join(f"{pt.cores}c:{pt.samples_per_s:.1f}"
-                                            for pt in train),
+                                            + (f"±{pt.spread:.0%}" if pt.spread is not None
+                                               else "") for pt in train),
             "data stall": _pct(max(train, key=lambda t: t.cores).data_stall_fraction)
             if train else "-",
             "p core-ms": f"{m.prep_core_s * 1e3:.2f}",

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+import statistics
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import Any, Sequence
 
 from slurm_synergy.model.errors import SynergyError
 
@@ -37,6 +38,33 @@ class Point:
     peak_rss_mb: float
     step_s: float                # wall time of the whole step, start-up included
     gpus: int | None = None      # GPUs of the step; None = the allocation's
+    # samples/s of each repeat, in the order they ran (interleaved with other points'):
+    # samples_per_s is their median. Empty in profiles from before repeats.
+    repeats: tuple[float, ...] = ()
+
+    @property
+    def spread(self) -> float | None:
+        """Half the range of the repeats over their median: how far apart two runs of this
+        point fell. None with fewer than two repeats (the noise is unknown)."""
+        if len(self.repeats) < 2 or self.samples_per_s <= 0:
+            return None
+        return (max(self.repeats) - min(self.repeats)) / 2 / self.samples_per_s
+
+
+def combine(runs: Sequence[Point]) -> Point:
+    """Repeats of one point, in the order they ran, as one point: rates and shares are
+    their medians (robust to one disturbed run), the memory peak the highest, the wall
+    time the sum (what the point cost to profile)."""
+    if not runs:
+        raise ValueError("no runs to combine")
+    def median(name: str) -> float:
+        return statistics.median(getattr(r, name) for r in runs)
+    return replace(runs[0], samples_per_s=median("samples_per_s"),
+                   data_stall_fraction=median("data_stall_fraction"),
+                   host_cpu_s_per_sample=median("host_cpu_s_per_sample"),
+                   peak_rss_mb=max(r.peak_rss_mb for r in runs),
+                   step_s=sum(r.step_s for r in runs),
+                   repeats=tuple(r.samples_per_s for r in runs))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ FP = "0123456789abcdef"
 
 
 def make_profile(fp: str = FP) -> Profile:
-    points = (Point("train", 2, 1, 4096, 100.0, 0.2, 0.01, 900.0, 12.0),
+    points = (Point("train", 2, 1, 4096, 100.0, 0.2, 0.01, 900.0, 12.0,
+                    repeats=(100.0, 96.0, 103.0)),
               Point("train", 1, 1, 4096, 60.0, 0.5, 0.01, 850.0, 14.0),
               Point("loader", 1, 1, 4096, 80.0, 0.9, 0.002, 300.0, 8.0),
               Point("compute", 2, 0, 4096, 150.0, 0.0, 0.006, 700.0, 9.0))
@@ -36,6 +37,15 @@ def test_round_trip_keeps_every_field(tmp_path):
     assert profile.model.mean_error == pytest.approx((0.05 + 0.1) / 2)
     assert profile.model.max_error == pytest.approx(0.1)
     assert [p.cores for p in profile.train_points()] == [1, 2]
+    assert [p.spread for p in profile.train_points()] == [None, pytest.approx(0.035)]
+
+
+def test_a_profile_from_before_repeats_is_read(tmp_path):
+    data = json.loads(make_profile().to_json())
+    for point in data["points"]:
+        del point["repeats"]
+    (tmp_path / f"{FP}.json").write_text(json.dumps(data))
+    assert all(p.repeats == () for p in ProfileStore(tmp_path).load(FP).points)
 
 
 def test_profiles_without_optional_fields_still_load(tmp_path):

@@ -78,6 +78,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add("--plateau", type=float, default=0.10,
         help="halve the cores while throughput stays within this fraction of the best "
         "(default %(default)s, Synergy's)")
+    add("--repeats", type=int_at_least(1), default=2,
+        help="runs of each swept core count, interleaved with the others' (default "
+        "%(default)s); up to --max-repeats where two counts fall within each other's "
+        "spread")
+    add("--max-repeats", type=int_at_least(1), default=4,
+        help="most runs of one core count (default %(default)s)")
+    add("--budget", type=float, default=150.0,
+        help="seconds of profiling after which no further repeat starts (default "
+        "%(default)s); the first pass and --repeats run regardless")
     add("--step-timeout", type=float, default=600.0,
         help="seconds a step may run before it is stopped (default %(default)s)")
     add("--launcher", choices=("auto", "srun", "local"), default="auto",

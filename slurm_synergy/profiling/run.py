@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from slurm_synergy import __version__
 from slurm_synergy.gpu.sampler import Sampler
-from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError
+from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
 from slurm_synergy.model.throughput import fit_components, workers_for
 from slurm_synergy.profiling.errors import PROG, Busy, UsageError
 from slurm_synergy.profiling.fetch import fetch_rates_for
@@ -23,7 +23,7 @@ from slurm_synergy.profiling.gpu import open_gpus
 from slurm_synergy.profiling.plan import Plan, plan_profiling
 from slurm_synergy.profiling.steps import Runner, Step, to_point
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
-from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep
+from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
 from slurm_synergy.slurm import Slurm
 
 
@@ -80,11 +80,12 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
     points: list[Point] = []
-    measured: dict[int, dict[str, Any]] = {}
-    # The most steps the sweep can take: log2(top) + 1 training steps, two components
-    # and one on a single GPU.
-    bar = tqdm(total=top.bit_length() + 2 + (ngpus >= 2), desc=f"profile {fp[:8]}", unit="step",
-               file=sys.stderr, disable=None)
+    runs: dict[int, list[Point]] = {}           # the core sweep's runs, by cores
+    measured: dict[int, dict[str, Any]] = {}    # the first run's measurement, by cores
+    # The least the sweep takes: log2(top) + 1 counts, each run --repeats times, two
+    # components and one step on a single GPU; more where repeats are added.
+    bar = tqdm(total=top.bit_length() * args.repeats + 2 + (ngpus >= 2), unit="step",
+               desc=f"profile {fp[:8]}", file=sys.stderr, disable=None)
     sampler: Sampler | None = None
 
     def point(step: Step) -> Point:
@@ -96,26 +97,34 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         nonlocal sampler
         step = Step("train", k, workers_for(k, procs))
         bar.set_postfix_str(f"{k} cores")
-        if k == top and gpus:
+        if k == top and gpus and sampler is None:
             with Sampler(gpus) as sampler:
                 m, wall = runner.run(step)
         else:
             m, wall = runner.run(step)
-        measured[k] = m
-        points.append(to_point(step, m, wall, mem_mb, procs))
+        measured.setdefault(k, m)
+        pt = to_point(step, m, wall, mem_mb, procs)
+        runs.setdefault(k, []).append(pt)
+        if bar.total is not None and runner.steps_run > bar.total:
+            bar.total = runner.steps_run
         advance(f"{k} cores, {step.workers} worker(s) per process: "
-                f"{points[-1].samples_per_s:.1f} samples/s, "
-                f"{points[-1].data_stall_fraction:.0%} waiting on data ({wall:.0f}s)")
-        return points[-1].samples_per_s
+                f"{pt.samples_per_s:.1f} samples/s, "
+                f"{pt.data_stall_fraction:.0%} waiting on data ({wall:.0f}s)"
+                + (f", run {len(runs[k])}" if len(runs[k]) > 1 else ""))
+        return pt.samples_per_s
 
     def advance(line: str) -> None:
         bar.update(1)
         if bar.disable:         # a batch log: a line per step instead of a redrawn bar
             log(f"{PROG}: step {runner.steps_run}: {line}")
 
+    def within_budget() -> bool:
+        # The next run would take about as long as the runs so far took on average.
+        spent = time.perf_counter() - t0
+        return spent + spent / max(1, runner.steps_run) <= args.budget
+
     try:
-        core_sweep(top, measure, args.plateau)
-        train = [p for p in points if p.measure == "train"]
+        swept = core_sweep(top, measure, args.plateau, step=max(1, ngpus))
         first = measured[top]
         fetch, notes = fetch_rates_for(first, plan.script_args)
         # Each component as the training steps run it: one loader worker with a core of
@@ -132,6 +141,12 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
             components.append(points.pop())
             advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
                     f"samples/s ({pt.step_s:.0f}s)")
+        # The repeats come after the components, so that other steps separate a count's
+        # first run from its second.
+        repeat_sweep(swept, lambda k: [r.samples_per_s for r in runs[k]], measure,
+                     within_budget, args.repeats, max(args.repeats, args.max_repeats))
+        train = [combine(runs[k]) for k in swept]
+        points.extend(train)
         if ngpus >= 2:
             # Would fewer GPUs do? The best core count again, on one GPU.
             best = max(train, key=lambda pt: pt.samples_per_s)
@@ -162,6 +177,8 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
 
 
 def summary_line(profile: Profile) -> str:
-    pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s" for p in profile.train_points())
+    pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s"
+                    + (f" ±{p.spread:.1%}" if p.spread is not None else "")
+                    for p in profile.train_points())
     err = profile.model.mean_error
     return f"{pts}; model error {err:.1%}" if err is not None else pts

@@ -1,10 +1,11 @@
-"""What is swept: cores (Synergy's halving search), the GPUs' readings during the
-widest step, and the GPU power limits (Zeus's)."""
+"""What is swept: cores (Synergy's halving search, then its repeats), the GPUs' readings
+during the widest step, and the GPU power limits (Zeus's)."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from slurm_synergy.gpu import Gpu, GpuError
 from slurm_synergy.gpu.sampler import Sampler
@@ -17,22 +18,66 @@ from slurm_synergy.profiling.gpu import power_limits_to_try
 from slurm_synergy.profiling.steps import Runner, Step
 
 
-def core_sweep(top: int, measure: Callable[[int], float], plateau: float) -> list[int]:
-    """Synergy's search: all cores, then halve while within `plateau` of the best.
-
-    Stops at the first count that falls below, or at one core. Returns the counts tried.
-    """
+def core_sweep(top: int, measure: Callable[[int], float], plateau: float,
+               step: int = 1) -> list[int]:
+    """Synergy's search: all cores, then halve while within `plateau` of the best; where
+    a halving falls below, step down from the last good count in units of `step` (the
+    job's GPUs) until one falls below too. Returns the counts tried, in order."""
     tried = [top]
     best = measure(top)
-    k = top // 2
+    good, k = top, top // 2
     while k >= 1:
         tried.append(k)
         speed = measure(k)
         best = max(best, speed)
         if speed < (1.0 - plateau) * best:
             break
-        k //= 2
+        good, k = k, k // 2
+    else:
+        return tried                    # within the plateau down to one core
+    for j in range(good - step, k, -step):
+        tried.append(j)
+        speed = measure(j)
+        best = max(best, speed)
+        if speed < (1.0 - plateau) * best:
+            break
     return tried
+
+
+def repeat_sweep(swept: Sequence[int], runs: Callable[[int], Sequence[float]],
+                 measure: Callable[[int], float], within_budget: Callable[[], bool],
+                 repeats: int, max_repeats: int) -> None:
+    """Measure the swept core counts again, round-robin in the sweep's order, so that no
+    count's runs are back to back and a change in the machine's load falls on all of them.
+
+    First until each has `repeats` runs (budget or not: without them the noise is
+    unknown); then, while the budget lasts, only the counts whose range of runs overlaps
+    a neighbouring count's (they cannot yet be told apart), up to `max_repeats`."""
+    def centre(k: int) -> float:
+        return statistics.median(runs(k))
+
+    def half_range(k: int) -> float:
+        return (max(runs(k)) - min(runs(k))) / 2
+
+    while True:
+        short = [k for k in swept if len(runs(k)) < repeats]
+        if not short:
+            break
+        for k in short:
+            measure(k)
+    while True:
+        ordered = sorted(swept)
+        unclear = set()
+        for a, b in zip(ordered, ordered[1:]):
+            if abs(centre(a) - centre(b)) <= half_range(a) + half_range(b):
+                unclear |= {a, b}
+        todo = [k for k in swept if k in unclear and len(runs(k)) < max_repeats]
+        if not todo:
+            return
+        for k in todo:
+            if not within_budget():
+                return
+            measure(k)
 
 
 def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.profiling.sweep import core_sweep
+from slurm_synergy.model.profile import Point, combine
+from slurm_synergy.profiling.sweep import core_sweep, repeat_sweep
 from slurm_synergy.profiling.gpu import power_limits_to_try, visible_indices
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profile_table import markdown, plot, profiles_table
@@ -74,14 +75,58 @@ def stored(tmp_path):
     return ProfileStore(tmp_path / "store").fingerprints()
 
 
-def test_core_sweep_halves_while_within_the_plateau():
+def test_core_sweep_halves_then_steps_down_by_the_gpu_count():
     seen = []
 
     def measure(k):
         seen.append(k)
         return min(10.0 * k, 60.0)
-    assert core_sweep(16, measure, 0.10) == [16, 8, 4] == seen
+    # 8 is within 10% of the best, 4 is not: then down from 8 in ones until 5 falls below.
+    assert core_sweep(16, measure, 0.10) == [16, 8, 4, 7, 6, 5] == seen
+    # In units of 2 GPUs: 6 lies between 8 and 4.
+    assert core_sweep(16, lambda k: min(10.0 * k, 60.0), 0.10, step=2) == [16, 8, 4, 6]
     assert core_sweep(2, lambda k: 5.0, 0.10) == [2, 1]    # flat: down to one core
+    assert core_sweep(2, lambda k: 5.0 * k, 0.10) == [2, 1]
+
+
+def sweep_of(rates, budget=10, repeats=2, max_repeats=4):
+    """repeat_sweep over counts whose n-th run measures rates[k][n]; the order run."""
+    runs = {k: [v[0]] for k, v in rates.items()}
+    order = []
+
+    def measure(k):
+        order.append(k)
+        runs[k].append(rates[k][len(runs[k])])
+        return runs[k][-1]
+
+    def within_budget():
+        return len(order) < budget
+    repeat_sweep(list(rates), lambda k: runs[k], measure, within_budget, repeats, max_repeats)
+    return order, runs
+
+
+def test_repeats_are_interleaved_and_added_only_where_counts_overlap():
+    # Clearly apart after two runs each: nothing more.
+    order, runs = sweep_of({4: [100, 101, 99, 100], 2: [60, 61, 60, 60], 1: [30, 31, 30, 30]})
+    assert order == [4, 2, 1]
+    # 2 and 1 overlap (55-65 against 58-62): they run again, in turn, 4 does not.
+    order, runs = sweep_of({4: [100, 101, 99, 100], 2: [55, 65, 60, 61], 1: [58, 62, 59, 60]})
+    assert order == [4, 2, 1, 2, 1, 2, 1]
+    assert len(runs[2]) == len(runs[1]) == 4          # --max-repeats
+    # The budget stops the extra runs, never the first repeats.
+    order, _ = sweep_of({4: [100, 101, 99, 100], 2: [55, 65, 60, 61], 1: [58, 62, 59, 60]},
+                        budget=0)
+    assert order == [4, 2, 1]
+
+
+def test_combined_runs_keep_the_median_and_the_spread():
+    runs = [Point("train", 2, 1, 4096, v, s, 0.01, rss, 5.0)
+            for v, s, rss in ((90.0, 0.3, 800.0), (110.0, 0.1, 900.0), (100.0, 0.2, 850.0))]
+    pt = combine(runs)
+    assert pt.samples_per_s == 100.0 and pt.repeats == (90.0, 110.0, 100.0)
+    assert pt.spread == pytest.approx(0.10) and pt.data_stall_fraction == 0.2
+    assert pt.peak_rss_mb == 900.0 and pt.step_s == 15.0
+    assert combine(runs[:1]).spread is None
 
 
 def test_gpu_helpers():
@@ -105,6 +150,9 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert [(x.measure, x.cores, x.workers) for x in p.points] == [
         ("train", 2, 1), ("train", 1, 1), ("loader", 2, 1), ("compute", 1, 1)]
     assert all(x.samples_per_s > 0 and x.peak_rss_mb > 0 for x in p.points)
+    # Each core count ran twice at least, the second time after the components.
+    assert all(2 <= len(x.repeats) <= 4 for x in p.points if x.measure == "train")
+    assert "2 cores, 1 worker(s) per process" in proc.stderr and ", run 2" in proc.stderr
     assert p.model.basis == "components" and len(p.model.held_out) == 2
     assert p.allocation.launcher == "local" and p.allocation.cores == 2
     assert not p.gpu.available and "no GPU" in p.gpu.reason

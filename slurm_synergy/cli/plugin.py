@@ -13,7 +13,7 @@ from slurm_synergy.columns import aligned
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.model.engine import Decision, decide
+from slurm_synergy.model.engine import Decision, NoDecision, decide
 from slurm_synergy.shim.install import apply, plan_text
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
@@ -56,7 +56,12 @@ def explain(fingerprint: str, partition: str | None = None) -> str:
     store = ProfileStore.default()
     profile = store.load(fingerprint)
     policy = load_policy(policy_path())
-    d = decide(profile, node_shape(Slurm(), partition), policy)
+    try:
+        d = decide(profile, node_shape(Slurm(), partition), policy)
+    except NoDecision as e:
+        return "\n".join([f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
+                          "decision: none; its jobs run as asked", f"policy: {policy_path()}",
+                          "why:", *(f"  - {r}" for r in e.reasons)])
     lines = [f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
              f"decision: {describe(d)}",
              f"  predicted {d.predicted_samples_per_s:.1f} samples/s, best within the cap "

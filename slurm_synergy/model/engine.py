@@ -8,7 +8,9 @@ Synergy's rule, made safe for a shared Slurm partition:
 - loader workers: one per core but the trainer's (the profile's model assumes it);
 - GPU power limit: the one that minimised Zeus's cost eta*E + (1-eta)*MaxPower*T over
   the profiled limits, under the site cap.
-Every step leaves a line in `reasons`, which `synergy plugin explain` prints.
+Every step leaves a line in `reasons`, which `synergy plugin explain` prints. Where the
+profile cannot support a decision (its runs too far apart, or its model too wrong where
+the decision needs it), `decide` raises NoDecision with the reasons: jobs run as asked.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.units import gpu_count, gpu_types
 
 MEM_STEP_MB = 256          # decisions are rounded up to this, as people write --mem
+
+
+class NoDecision(ValueError):
+    """The profile cannot carry a decision; `reasons` say what was weighed and why not."""
+
+    def __init__(self, reasons: Sequence[str]) -> None:
+        super().__init__(reasons[-1])
+        self.reasons = tuple(reasons)
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,24 @@ def smallest_within(rate: Callable[[int, float], float], cores: Sequence[int],
     return Pick(best_k, top, best, best, best_k)
 
 
+def _cheaper_within_noise(measured: dict[int, float], spreads: dict[int, float],
+                          cpus: int, best_k: int, best: float,
+                          tolerance: float) -> int | None:
+    """The fewest measured cores below `cpus` that the runs cannot place outside the
+    tolerance: at the top of its spread it reaches the tolerance line drawn from the
+    bottom of the best's. None when every smaller count is clearly slower, or has no
+    spread (a single run)."""
+    s_best = spreads.get(best_k)
+    if s_best is None:
+        return None
+    line = (1 - tolerance) * best * (1 - s_best)
+    for k in sorted(measured):
+        s = spreads.get(k)
+        if k < cpus and s is not None and measured[k] * (1 + s) >= line:
+            return k
+    return None
+
+
 def _round_mem(mb: float) -> int:
     return int(math.ceil(mb / MEM_STEP_MB) * MEM_STEP_MB)
 
@@ -182,20 +210,51 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
         floor_m = cap_m
 
     measured = {p.cores: p.samples_per_s for p in profile.train_points()}
+    spreads = {p.cores: p.spread for p in profile.train_points() if p.spread is not None}
     rates = {k: speed(profile, measured, k, cap_m) for k in range(1, cap_c + 1)}
+    mems = _memory_candidates(profile, floor_m, cap_m)
+
+    def rate(k: int, m: float) -> float:
+        return speed(profile, measured, k, m)
     try:
-        pick = smallest_within(lambda k, m: speed(profile, measured, k, m), range(1, cap_c + 1),
-                               _memory_candidates(profile, floor_m, cap_m), policy.tolerance)
+        pick = smallest_within(rate, range(1, cap_c + 1), mems, policy.tolerance)
     except ValueError:
         raise ValueError("the profile predicts no throughput at any core count") from None
     cpus, mem_mb, chosen, best, best_k = (pick.cpus, int(pick.mem), pick.rate, pick.best,
                                           pick.best_cpus)
-    curve = ", ".join(f"{k}c {rates[k]:.1f}{'' if k in measured else ' (model)'}"
-                      for k in rates)
+    curve = ", ".join(f"{k}c {rates[k]:.1f}"
+                      + (f" ±{spreads[k]:.0%}" if k in spreads else "")
+                      + ("" if k in measured else " (model)") for k in rates)
     why.append(f"cores: the best within the cap is {best:.1f} samples/s at {best_k} "
                f"core(s); {cpus} core(s) give {chosen:.1f} ({chosen / best - 1:+.1%}), "
                f"within the {policy.tolerance:.0%} tolerance; samples/s by cores, measured "
-               f"unless marked: {curve}")
+               f"(± half the range of its runs) unless marked: {curve}")
+    cheaper = _cheaper_within_noise(measured, spreads, cpus, best_k, best, policy.tolerance)
+    if cheaper is not None:
+        k = cheaper
+        full = rate(k, cap_m)
+        m = min(m for m in mems if rate(k, m) >= (1 - policy.tolerance) * full)
+        why.append(f"noise: {k} core(s) measured {measured[k]:.1f} ±{spreads[k]:.0%} against "
+                   f"{best:.1f} ±{spreads[best_k]:.0%} at {best_k}: the runs cannot tell "
+                   f"whether {k} is within the {policy.tolerance:.0%} tolerance, and where "
+                   f"they cannot, the fewer cores are kept (the same rule every time)")
+        cpus, mem_mb, chosen = k, int(m), rate(k, m)
+    noisy = sorted({k for k in (cpus, best_k) if spreads.get(k, 0.0) > policy.max_spread})
+    if noisy:
+        why.append("no decision: the runs at " + ", ".join(
+            f"{k} core(s) lie ±{spreads[k]:.0%} apart" for k in noisy)
+            + f", more than the policy's max_spread of ±{policy.max_spread:.0%}; profile "
+            "again on a quieter node (--force)")
+        raise NoDecision(why)
+    fetch = model.fetch
+    on_model = [f"{k} cores" for k in sorted({cpus, best_k}) if k not in measured]
+    if fetch is not None and cached_fraction(fetch, footprint, mem_mb) < 1:
+        on_model.append(f"{mem_mb} MB (the page cache short of the dataset)")
+    if on_model and err is not None and err > policy.max_model_error:
+        why.append(f"no decision: the throughput model decides {' and '.join(on_model)}, and "
+                   f"its held-out error of {err:.1%} is above the policy's max_model_error "
+                   f"of {policy.max_model_error:.0%}")
+        raise NoDecision(why)
     if cpus > alloc.cores:
         why.append(f"note: {cpus} cores is beyond the {alloc.cores} the profiler measured; "
                    "the figure is the model's extrapolation")

@@ -11,6 +11,8 @@ from slurm_synergy.model.errors import SynergyError
 # What each knob may be: (type, lowest, highest).
 _BOUNDS: dict[str, tuple[type, float, float]] = {
     "tolerance": (float, 0.0, 0.5),
+    "max_spread": (float, 0.0, 1.0),
+    "max_model_error": (float, 0.0, 10.0),
     "fairness_cap": (float, 1.0, 64.0),
     "gpu_threshold": (float, 0.0, 1.0),
     "power_cap_w": (float, 0.0, 5000.0),
@@ -29,6 +31,12 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
 @dataclass(frozen=True)
 class Policy:
     tolerance: float = 0.05
+    # A measured point whose runs lie further apart than this (half their range over
+    # their median) decides nothing: jobs of the workload run as asked.
+    max_spread: float = 0.25
+    # A decision that rests on the throughput model (a core count the sweep did not
+    # measure, or memory short of caching the dataset) needs its held-out error below this.
+    max_model_error: float = 0.15
     fairness_cap: float = 2.0
     gpu_threshold: float = 0.10
     power_cap_w: float = 0.0         # 0 = the device's default limit

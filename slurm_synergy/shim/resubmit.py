@@ -123,9 +123,11 @@ def _user_mode(fp: str, comment: str, script: Path,
     # Run inside the profiled job: Slurm names its partition in the environment.
     partition = os.environ.get("SLURM_JOB_PARTITION", "")
     policy = load_policy(policy_path())
-    decision = Decider(ProfileStore.default(), policy, slurm).decision(fp, partition)
+    decider = Decider(ProfileStore.default(), policy, slurm)
+    decision = decider.decision(fp, partition)
     if decision is None:
-        raise NothingToGain(f"no usable profile of {fp} in {ProfileStore.default().root}")
+        raise NothingToGain(decider.problems[-1] if decider.problems else
+                            f"no usable profile of {fp} in {ProfileStore.default().root}")
     if policy.user_request_wins:
         pinned = comment_format.marks(comment).get("req", "").split(",")
         env = os.environ

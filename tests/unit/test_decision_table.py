@@ -84,3 +84,27 @@ def test_install_adds_what_slurm_conf_lacks_and_is_idempotent():
     assert [c.done for c in changes] == [False, False]
     again, changes = conf_edit(new)
     assert again == new and all(c.done for c in changes)
+
+
+def test_a_profile_too_noisy_to_decide_is_left_out_of_the_table_with_its_reason(tmp_path):
+    from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, Profile,
+                                             ThroughputModel, combine)
+    from slurm_synergy.profiles import ProfileStore
+    from slurm_synergy.shim.table import compile_decisions
+
+    def profile(fp, runs_1c):
+        train = (combine([Point("train", 2, 1, 4096, v, 0.1, 0.001, 900.0, 10.0)
+                          for v in (100.0, 101.0)]),
+                 combine([Point("train", 1, 1, 4096, v, 0.1, 0.001, 900.0, 10.0)
+                          for v in runs_1c]))
+        return Profile(fp, "job", ("builtin:train",), 32,
+                       Allocation(2, 4096, 1, "n1", "srun", "7"), train,
+                       ThroughputModel("components", 0.0005, 0.001, 100.0, 900.0, None),
+                       GpuReadings(False), "t0", "t1", 40.0, "0.1.0")
+    store = ProfileStore(tmp_path)
+    store.save(profile("000000000000000a", (99.0, 100.0)))
+    store.save(profile("000000000000000b", (50.0, 100.0)))       # ±33%
+    decisions, skipped = compile_decisions(store, NodeShape(2, 8000, 1), Policy())
+    assert [d.fingerprint for d in decisions] == ["000000000000000a"]
+    assert len(skipped) == 1 and skipped[0].startswith("000000000000000b: no decision: ")
+    assert "max_spread" in skipped[0]

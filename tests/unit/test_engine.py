@@ -4,10 +4,10 @@ import dataclasses
 
 import pytest
 
-from slurm_synergy.model.engine import NodeShape, decide, shape_of
+from slurm_synergy.model.engine import NoDecision, NodeShape, decide, shape_of
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PowerPoint,
-                                   Profile, ThroughputModel)
+from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
+                                         PowerPoint, Profile, ThroughputModel, combine)
 from slurm_synergy.slurm import Node
 
 NODE = NodeShape(cores=16, mem_mb=64000, gpus=4, gpu_types=("a100",))
@@ -16,7 +16,8 @@ NODE = NodeShape(cores=16, mem_mb=64000, gpus=4, gpu_types=("a100",))
 def profile(train, p=0.01, h=0.001, g=None, gpus=1, fetch=None, rss=900.0, sweep=(),
             gpu_name="", extra=()):
     """A profile with train points {cores: samples/s} and a components model."""
-    points = tuple(Point("train", k, max(1, k - 1), 4096, v, 0.1, h, rss, 10.0)
+    points = tuple(combine([Point("train", k, max(1, k - 1), 4096, run, 0.1, h, rss, 10.0)
+                            for run in (v if isinstance(v, list) else [v])])
                    for k, v in train.items()) + tuple(extra)
     model = ThroughputModel("components", p, h, g, rss, fetch)
     readings = GpuReadings(bool(gpu_name), name=gpu_name, count=gpus, power_sweep=tuple(sweep),
@@ -59,6 +60,48 @@ def test_tolerance_trades_a_little_speed_for_cores():
     p = profile({2: 100.0, 1: 96.0}, p=0.0005, g=100.0)
     assert decide(p, NodeShape(2, 8000, 1), Policy(tolerance=0.05)).cpus == 1
     assert decide(p, NodeShape(2, 8000, 1), Policy(tolerance=0.0)).cpus == 2
+
+
+TWO = NodeShape(2, 8000, 1)
+
+
+def test_repeats_that_cannot_place_fewer_cores_outside_the_tolerance_keep_fewer():
+    # 1 core is 8% slower by the medians, but their runs spread ±4-5%: the runs
+    # cannot tell whether it is within 5%, so the cheaper count is kept, and said so.
+    noisy = decide(profile({2: [100.0, 104.0, 96.0], 1: [92.0, 97.0, 88.0]}, p=0.0005,
+                           g=100.0), TWO, Policy())
+    assert noisy.cpus == 1
+    assert any(r.startswith("noise: 1 core(s) measured 92.0 ±5%") for r in noisy.reasons)
+    # The same medians from tight runs: 1 core is clearly outside; 2 it is.
+    tight = decide(profile({2: [100.0, 100.5, 99.5], 1: [92.0, 92.4, 91.6]}, p=0.0005,
+                           g=100.0), TWO, Policy())
+    assert tight.cpus == 2 and not any(r.startswith("noise") for r in tight.reasons)
+    # A single run per point has no spread: the medians decide, as before repeats.
+    single = decide(profile({2: 100.0, 1: 92.0}, p=0.0005, g=100.0), TWO, Policy())
+    assert single.cpus == 2
+
+
+def test_runs_too_far_apart_decide_nothing():
+    with pytest.raises(NoDecision) as e:
+        decide(profile({2: [100.0, 101.0], 1: [50.0, 100.0]}, p=0.0005, g=100.0), TWO,
+               Policy())
+    assert "1 core(s) lie ±33% apart" in e.value.reasons[-1]
+    assert "max_spread" in str(e.value)
+    # A wider limit lets it through, to the cheaper count.
+    assert decide(profile({2: [100.0, 101.0], 1: [50.0, 100.0]}, p=0.0005, g=100.0), TWO,
+                  Policy(max_spread=0.5)).cpus == 1
+
+
+def test_a_wrong_model_decides_nothing_it_would_have_to_predict():
+    base = profile({2: 190.0, 1: 100.0}, p=0.01, g=400.0)
+    wrong = dataclasses.replace(base, model=dataclasses.replace(
+        base.model, held_out=(PointError(2, 1, 190.0, 100.0),)))      # 47% off
+    # On a 16-core node the pick (5 cores) was never measured: the model would decide.
+    with pytest.raises(NoDecision) as e:
+        decide(wrong, NODE, Policy())
+    assert "held-out error of 47.4%" in str(e.value) and "5 cores" in str(e.value)
+    # On two cores every candidate was measured: the model is not asked.
+    assert decide(wrong, TWO, Policy()).cpus == 2
 
 
 def test_memory_covers_the_peak_with_headroom():

@@ -1,13 +1,16 @@
-"""Profile the built-in workloads on the cluster and report what profiling costs.
+"""Profile the built-in workloads on the cluster, several times from scratch, and report
+what profiling costs, how far the model is off, and whether the decisions hold.
 
-Submits jobs_csv/profile_suite.csv with --profile-only into a fresh profile store, so every
-workload is profiled inside its own allocation (srun steps, Slurm's cgroups), waits, and
-writes the profiles' table (bench/results/profiles.md), a plot of throughput against
-cores (bench/results/profiles.png) and the figures (bench/results/profiles.json): the
-model's error on the held-out points and the cost of profiling, in seconds and as a
-share of a one-hour job.
+Each round submits jobs_csv/profile_suite.csv with --profile-only into a fresh profile
+store, so every workload is profiled inside its own allocation (srun steps, Slurm's
+cgroups), and decides from each profile with the site policy against this cluster's
+node. Writes the profiles' table and the decisions of every round
+(bench/results/profiles.md), a plot of throughput against cores from the first round
+(bench/results/profiles.png) and the figures (bench/results/profiles.json): per point
+the median and spread of its runs, the model's error on the held-out points, the
+decision, and the cost of profiling in seconds and as a share of a one-hour job.
 
-    make bench          # or: .venv/bin/python bench/bench_profiles.py
+    make bench          # or: .venv/bin/python bench/bench_profiles.py [--rounds 3]
 """
 
 from __future__ import annotations
@@ -23,64 +26,128 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
+from slurm_synergy.model.engine import Decision, NoDecision, decide  # noqa: E402
+from slurm_synergy.model.policy import load_policy  # noqa: E402
+from slurm_synergy.model.profile import Profile  # noqa: E402
+from slurm_synergy.paths import policy_path  # noqa: E402
+from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot  # noqa: E402
 from slurm_synergy.profiles import ProfileStore  # noqa: E402
-from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot, profiles_table  # noqa: E402
+from slurm_synergy.shim.table import node_shape  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", type=Path, default=ROOT / "jobs_csv" / "profile_suite.csv")
-    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
-    args = parser.parse_args()
-    if not os.environ.get("SLURM_CONF"):
-        LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
-    work = args.results / "profiles-run"
+def profile_round(csv: Path, work: Path) -> list[Profile]:
+    """The suite profiled once from scratch; SystemExit naming what failed."""
     shutil.rmtree(work, ignore_errors=True)
     store = ProfileStore(work / "store")
     # The profiles' decisions go to a table of the bench's own, not the cluster's.
     env = dict(os.environ, SYNERGY_PROFILES=str(store.root), SYNERGY_HOME=str(work / "home"),
-               SYNERGY_DATA=str(work / "data"), SYNERGY_DECISIONS=str(work / "decisions.tbl"))
-    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "submit", str(args.csv),
+               SYNERGY_DATA=str(work.parent / "data"),
+               SYNERGY_DECISIONS=str(work / "decisions.tbl"))
+    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "submit", str(csv),
                            "--out", str(work / "jobs"), "--profile-only", "--sequential"],
                           env=env, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
-        print(proc.stderr, file=sys.stderr)
-        return 1
+        raise SystemExit(proc.stderr)
     ids = [line.split("\t")[0] for line in proc.stdout.splitlines()]
     recs = wait(Slurm(), ids, timeout_s=3600)
     failed = [r for r in recs if r.state != "COMPLETED"]
-    specs = load_jobs(args.csv)
+    specs = load_jobs(csv)
     missing = [s.name for s in specs if not store.has(s.fingerprint)]
     if failed or missing:
-        print(f"jobs not completed: {[(r.name, r.state) for r in failed]}; "
-              f"not profiled: {missing}; logs in {work / 'jobs' / 'logs'}", file=sys.stderr)
-        return 1
-    profiles = [store.load(s.fingerprint) for s in specs]
-    figures = [{
-        "workload": p.job_name,
-        "samples_per_s": {str(pt.cores): round(pt.samples_per_s, 2) for pt in p.train_points()},
+        raise SystemExit(f"jobs not completed: {[(r.name, r.state) for r in failed]}; "
+                         f"not profiled: {missing}; logs in {work / 'jobs' / 'logs'}")
+    return [store.load(s.fingerprint) for s in specs]
+
+
+def decision_text(d: Decision | NoDecision) -> str:
+    if isinstance(d, NoDecision):
+        return f"none ({d.reasons[-1].removeprefix('no decision: ')[:60]})"
+    noisy = any(r.startswith("noise:") for r in d.reasons)
+    return f"{d.cpus}c {d.mem_mb}M" + (" (noise rule)" if noisy else "")
+
+
+def figures(p: Profile, d: Decision | NoDecision) -> dict:
+    return {
+        "samples_per_s": {str(pt.cores): round(pt.samples_per_s, 2)
+                          for pt in p.train_points()},
+        "runs": {str(pt.cores): [round(r, 2) for r in pt.repeats] for pt in p.train_points()},
+        "spread": {str(pt.cores): None if pt.spread is None else round(pt.spread, 4)
+                   for pt in p.train_points()},
         "prep_core_ms": round(p.model.prep_core_s * 1e3, 3),
         "host_core_ms": round(p.model.host_core_s * 1e3, 3),
         "held_out": [{"cores": e.cores, "measured": round(e.measured, 2),
                       "predicted": round(e.predicted, 2), "error": round(e.error, 4)}
                      for e in p.model.held_out],
         "mean_error": p.model.mean_error,
+        "decision": decision_text(d),
         "profiling_s": p.profiling_s,
         "share_of_1h_job": round(p.profiling_s / JOB_HOUR_S, 4),
-    } for p in profiles]
-    png = plot(profiles, args.results / "profiles.png")
-    (args.results / "profiles.md").write_text(markdown(profiles) + "\n")
+    }
+
+
+def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
+    lines = ["| workload | round | samples/s by cores (median ±spread of runs) | model error "
+             "(held out) | decision | cost |", "|---|---|---|---|---|---|"]
+    for i, name in enumerate(names):
+        for r, results in enumerate(rounds, 1):
+            f = results[i]
+            pts = "  ".join(f"{k}c {v:.1f}" + (f" ±{f['spread'][k]:.1%}"
+                                               if f["spread"][k] is not None else "")
+                            for k, v in sorted(f["samples_per_s"].items(), key=lambda x: int(x[0])))
+            err = "-" if f["mean_error"] is None else f"{f['mean_error']:.1%}"
+            lines.append(f"| {name if r == 1 else ''} | {r} | {pts} | {err} | {f['decision']} | "
+                         f"{f['profiling_s']:.0f}s ({f['share_of_1h_job']:.1%} of 1 h) |")
+    same = [n for i, n in enumerate(names)
+            if len({results[i]["decision"] for results in rounds}) == 1]
+    lines.append("")
+    lines.append(f"Same decision in all {len(rounds)} rounds: {len(same)} of {len(names)} "
+                 f"workloads" + (f" (not: {', '.join(n for n in names if n not in same)})"
+                                 if len(same) < len(names) else ""))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=ROOT / "jobs_csv" / "profile_suite.csv")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times to profile the suite from scratch (default %(default)s)")
+    args = parser.parse_args()
+    if not os.environ.get("SLURM_CONF"):
+        LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
+    shape = node_shape(Slurm())
+    policy = load_policy(policy_path())
+    names = [s.name for s in load_jobs(args.csv)]
+    first: list[Profile] = []
+    rounds: list[list[dict]] = []
+    for r in range(1, args.rounds + 1):
+        profiles = profile_round(args.csv, args.results / "profiles-run" / f"round{r}")
+        first = first or profiles
+        results = []
+        for p in profiles:
+            try:
+                d: Decision | NoDecision = decide(p, shape, policy)
+            except NoDecision as e:
+                d = e
+            results.append(figures(p, d))
+        rounds.append(results)
+        print(f"round {r}: " + ", ".join(f"{n} {f['decision']}" for n, f in zip(names, results)),
+              file=sys.stderr)
+    png = plot(first, args.results / "profiles.png")
+    table = stability_markdown(names, rounds)
+    (args.results / "profiles.md").write_text(markdown(first) + "\n\n" + table + "\n")
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "host": platform.node(), "cpus": os.cpu_count(), "csv": str(args.csv),
-              "profiles": figures}
+              "node": shape.describe(), "policy": str(policy_path()),
+              "rounds": [{"profiles": [{"workload": n, **f} for n, f in zip(names, results)]}
+                         for results in rounds]}
     (args.results / "profiles.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(profiles_table(profiles))
+    print(table)
     print(f"written: {args.results / 'profiles.json'}, {args.results / 'profiles.md'}, {png}")
     return 0
 

@@ -84,7 +84,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "spread")
     add("--max-repeats", type=int_at_least(1), default=4,
         help="most runs of one core count (default %(default)s)")
-    add("--budget", type=float, default=150.0,
+    add("--budget", type=float, default=60.0,
         help="seconds of profiling after which no further repeat starts (default "
         "%(default)s); the first pass and --repeats run regardless")
     add("--step-timeout", type=float, default=600.0,

@@ -1,0 +1,131 @@
+"""The memory half of the throughput model checked against real runs: an image workload
+whose dataset the page cache cannot hold under the job's memory limit.
+
+Profiles resnet8 on a JPEG dataset of --images images (512 px) with enough memory to
+cache it, then trains the same workload as Slurm jobs of 2 cores with the profile's
+memory and with less: the footprint plus a quarter and a half of the dataset, where
+task/cgroup's limit takes the page cache with it. The page cache is dropped before each
+job; the first epoch is the warm-up, the later ones are measured (the cache then holds
+what it can). Each job's samples/s is compared with the model's prediction for that
+memory (slurm_synergy/model/throughput.py); figures to bench/results/memory.json.
+
+    .venv/bin/python bench/bench_memory.py [--images 2048] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from slurm_synergy.cluster.localbox import LocalCluster
+from slurm_synergy.jobs import wait
+from slurm_synergy.model.throughput import predict
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.slurm import Slurm
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCH = 32
+TRAINER = ["--arch", "resnet", "--depth", "8", "--batch", str(BATCH), "--crop", "32"]
+
+
+def sbatch(slurm: Slurm, folder: Path, name: str, mem_mb: int, command: list[str],
+           env: dict[str, str]) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / f"{name}.sh"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    script.write_text("#!/bin/bash\nset -e\n" + exports + " ".join(map(shlex.quote, command))
+                      + "\n")
+    return slurm.sbatch(script, [f"--job-name={name}", "--cpus-per-task=2", f"--mem={mem_mb}M",
+                                 "--time=00:30:00", f"--output={folder}/{name}.log",
+                                 f"--chdir={folder}"])
+
+
+def drop_page_cache() -> None:
+    # Root only: what makes the first epoch of every run read from storage alike.
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("1\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=2048)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each memory size")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args()
+    cluster = LocalCluster()
+    cluster.up(log=lambda line: print(line, file=sys.stderr))
+    if "not confined" in "\n".join(cluster.status()[1]):
+        print("jobs are not confined by cgroups here: a memory limit would not take the "
+              "page cache with it, so there is nothing to check", file=sys.stderr)
+        return 1
+    slurm = Slurm()
+    work = args.results / "memory-run"
+    data = work / "data"
+    py = sys.executable
+    subprocess.run([py, "-m", "profiler.datagen", str(data), "--num-samples", str(args.images),
+                    "--image-size", "512"], check=True)
+    store = ProfileStore(work / "store")
+    env = {"SYNERGY_PROFILES": str(store.root), "SYNERGY_DECISIONS": str(work / "t.tbl")}
+    fp = "00000000000be7c4"
+    job = sbatch(slurm, work / "profile", "mem-profile", 3072,
+                 [py, "-m", "profiler.offline_profiler", "--fingerprint", fp, "--force",
+                  "--job-name", "resnet8-memory", "builtin:train", *TRAINER, "--data",
+                  str(data)], env)
+    rec, = wait(slurm, [job], timeout_s=1800)
+    if rec.state != "COMPLETED" or not store.has(fp):
+        print(f"profiling job {job} ended {rec.state}; log: {work / 'profile'}", file=sys.stderr)
+        return 1
+    profile = store.load(fp)
+    model = profile.model
+    if model.fetch is None:
+        print(f"the profile has no memory model: {profile.notes}", file=sys.stderr)
+        return 1
+    footprint, dataset = model.footprint_mb, model.fetch.dataset_mb
+    sizes = {"profile's memory": profile.allocation.mem_mb,
+             "footprint + 1/2 dataset": int(footprint + dataset / 2),
+             "footprint + 1/4 dataset": int(footprint + dataset / 4)}
+    iters = args.images // BATCH
+    runs = []
+    for r in range(args.rounds):
+        for label, mem in sizes.items():       # interleaved: each size once per round
+            drop_page_cache()
+            out = work / f"run{r + 1}-{mem}M"
+            job = sbatch(slurm, out, f"mem-{mem}", mem,
+                         [py, "-m", "profiler.train", *TRAINER, "--data", str(data),
+                          "--workers", "1", "--epochs", str(args.epochs),
+                          "--warmup", str(iters), "--output", str(out)], {})
+            rec, = wait(slurm, [job], timeout_s=1800)
+            summary = json.loads((out / "summary.json").read_text()) \
+                if (out / "summary.json").exists() else None
+            if rec.state != "COMPLETED" or summary is None:
+                print(f"job {job} ({label}) ended {rec.state}; log in {out}", file=sys.stderr)
+                return 1
+            predicted = predict(model, 2, mem)
+            measured = summary["samples_per_s"]
+            runs.append({"round": r + 1, "memory": label, "mem_mb": mem,
+                         "measured": round(measured, 2), "predicted": round(predicted, 2),
+                         "error": round(abs(predicted - measured) / measured, 4),
+                         "data_stall": round(summary["data_stall_fraction"], 4)})
+            print(f"{label} ({mem} MB): measured {measured:.1f}, predicted {predicted:.1f} "
+                  f"samples/s", file=sys.stderr)
+    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "host": os.uname().nodename, "images": args.images, "epochs": args.epochs,
+              "dataset_mb": round(dataset, 1), "footprint_mb": round(footprint, 1),
+              "cache_mb_s": round(model.fetch.cache_mb_s, 1),
+              "storage_mb_s": round(model.fetch.storage_mb_s, 1),
+              "profile": {str(p.cores): round(p.samples_per_s, 2) for p in profile.train_points()},
+              "runs": runs}
+    (args.results / "memory.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -71,6 +71,11 @@ def decision_text(d: Decision | NoDecision) -> str:
     return f"{d.cpus}c {d.mem_mb}M" + (" (noise rule)" if noisy else "")
 
 
+def decided(text: str) -> str:
+    """What a decision gives, without the note of how it was reached."""
+    return text.removesuffix(" (noise rule)")
+
+
 def figures(p: Profile, d: Decision | NoDecision) -> dict:
     return {
         "samples_per_s": {str(pt.cores): round(pt.samples_per_s, 2)
@@ -102,12 +107,14 @@ def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
             err = "-" if f["mean_error"] is None else f"{f['mean_error']:.1%}"
             lines.append(f"| {name if r == 1 else ''} | {r} | {pts} | {err} | {f['decision']} | "
                          f"{f['profiling_s']:.0f}s ({f['share_of_1h_job']:.1%} of 1 h) |")
-    same = [n for i, n in enumerate(names)
-            if len({results[i]["decision"] for results in rounds}) == 1]
     lines.append("")
-    lines.append(f"Same decision in all {len(rounds)} rounds: {len(same)} of {len(names)} "
-                 f"workloads" + (f" (not: {', '.join(n for n in names if n not in same)})"
-                                 if len(same) < len(names) else ""))
+    for what, key in (("decision (cores and memory)", decided),
+                      ("cores", lambda text: decided(text).split(" ")[0])):
+        same = [n for i, n in enumerate(names)
+                if len({key(results[i]["decision"]) for results in rounds}) == 1]
+        lines.append(f"Same {what} in all {len(rounds)} rounds: {len(same)} of {len(names)} "
+                     f"workloads" + (f" (not: {', '.join(n for n in names if n not in same)})"
+                                     if len(same) < len(names) else "") + ".")
     return "\n".join(lines)
 
 
@@ -117,6 +124,9 @@ def main() -> int:
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--rounds", type=int, default=3,
                         help="times to profile the suite from scratch (default %(default)s)")
+    parser.add_argument("--decide-only", action="store_true",
+                        help="decide again from the rounds' kept profile stores (after a "
+                        "change of policy or engine), profiling nothing")
     args = parser.parse_args()
     if not os.environ.get("SLURM_CONF"):
         LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
@@ -126,7 +136,12 @@ def main() -> int:
     first: list[Profile] = []
     rounds: list[list[dict]] = []
     for r in range(1, args.rounds + 1):
-        profiles = profile_round(args.csv, args.results / "profiles-run" / f"round{r}")
+        work = args.results / "profiles-run" / f"round{r}"
+        if args.decide_only:
+            store = ProfileStore(work / "store")
+            profiles = [store.load(spec.fingerprint) for spec in load_jobs(args.csv)]
+        else:
+            profiles = profile_round(args.csv, work)
         first = first or profiles
         results = []
         for p in profiles:

@@ -229,13 +229,15 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
                f"core(s); {cpus} core(s) give {chosen:.1f} ({chosen / best - 1:+.1%}), "
                f"within the {policy.tolerance:.0%} tolerance; samples/s by cores, measured "
                f"(± half the range of its runs) unless marked: {curve}")
-    cheaper = _cheaper_within_noise(measured, spreads, cpus, best_k, best, policy.tolerance)
+    counted = {k: max(s, policy.min_spread) for k, s in spreads.items()}
+    cheaper = _cheaper_within_noise(measured, counted, cpus, best_k, best, policy.tolerance)
     if cheaper is not None:
         k = cheaper
         full = rate(k, cap_m)
         m = min(m for m in mems if rate(k, m) >= (1 - policy.tolerance) * full)
-        why.append(f"noise: {k} core(s) measured {measured[k]:.1f} ±{spreads[k]:.0%} against "
-                   f"{best:.1f} ±{spreads[best_k]:.0%} at {best_k}: the runs cannot tell "
+        why.append(f"noise: {k} core(s) measured {measured[k]:.1f} ±{counted[k]:.0%} against "
+                   f"{best:.1f} ±{counted[best_k]:.0%} at {best_k} (spreads counted as at "
+                   f"least the policy's ±{policy.min_spread:.0%}): the runs cannot tell "
                    f"whether {k} is within the {policy.tolerance:.0%} tolerance, and where "
                    f"they cannot, the fewer cores are kept (the same rule every time)")
         cpus, mem_mb, chosen = k, int(m), rate(k, m)

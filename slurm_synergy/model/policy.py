@@ -11,6 +11,7 @@ from slurm_synergy.model.errors import SynergyError
 # What each knob may be: (type, lowest, highest).
 _BOUNDS: dict[str, tuple[type, float, float]] = {
     "tolerance": (float, 0.0, 0.5),
+    "min_spread": (float, 0.0, 1.0),
     "max_spread": (float, 0.0, 1.0),
     "max_model_error": (float, 0.0, 10.0),
     "fairness_cap": (float, 1.0, 64.0),
@@ -31,6 +32,9 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
 @dataclass(frozen=True)
 class Policy:
     tolerance: float = 0.05
+    # The least spread a point with repeats is taken to have: a few runs a minute apart
+    # share the node's state, and fall closer together than runs hours apart do.
+    min_spread: float = 0.05
     # A measured point whose runs lie further apart than this (half their range over
     # their median) decides nothing: jobs of the workload run as asked.
     max_spread: float = 0.25

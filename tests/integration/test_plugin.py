@@ -78,12 +78,20 @@ def test_hungry_and_light_workloads_get_different_allocations_and_explain_why(ri
         assert f"workload {spec.fingerprint} ({name})" in text
         assert "tolerance" in text and "GPU-proportional share" in text
         assert "the shim applies this decision" in text
-        # The decision follows the measurements: 2 cores only if they gave 5% more.
-        cores = re.search(r"samples/s by cores, measured unless marked: 1c ([\d.]+), "
-                          r"2c ([\d.]+)", text)
-        one, two = float(cores.group(1)), float(cores.group(2))
-        expected = 2 if two * 0.95 > one else 1
-        assert int(second[name]["AllocCPUS"]) == expected, text
+        # The decision follows the measurements: 2 cores only if they gave 5% more, by
+        # more than the runs' spreads (each counted as at least 5%) can blur.
+        cores = re.search(r"unless marked: 1c ([\d.]+) ±(\d+)%, 2c ([\d.]+) ±(\d+)%", text)
+        one, s1, two, s2 = (float(g) for g in cores.groups())
+        s1, s2 = max(s1, 5.0) / 100, max(s2, 5.0) / 100
+        if two * 0.95 <= one:
+            expected = 1                                # within the tolerance outright
+        else:
+            # Rounded spreads: only a verdict clear of the rounding is checked.
+            margin = one * (1 + s1) - 0.95 * two * (1 - s2)
+            expected = 1 if margin > 0.01 * two else 2 if margin < -0.01 * two else None
+            assert ("noise: 1 core(s)" in text) == (int(second[name]["AllocCPUS"]) == 1), text
+        if expected is not None:
+            assert int(second[name]["AllocCPUS"]) == expected, text
 
 
 def test_a_second_submission_is_rewritten_at_once_without_profiling(slurm, box, rightsized,

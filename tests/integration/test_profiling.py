@@ -54,8 +54,12 @@ def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profile
     # Slurm itself ran each step on the cores asked for: accounting says so.
     steps = [r for r in slurm.sacct([job], STEP_FIELDS, allocations_only=False)
              if r["JobName"] == f"profile-{spec.fingerprint}"]
-    assert [(s["AllocCPUS"], s["State"]) for s in steps] == [
-        ("2", "COMPLETED"), ("1", "COMPLETED"), ("2", "COMPLETED"), ("1", "COMPLETED")]
+    # The sweep, the two components, then the sweep's counts again in the same order.
+    assert [s["AllocCPUS"] for s in steps][:6] == ["2", "1", "2", "1", "2", "1"]
+    assert {s["State"] for s in steps} == {"COMPLETED"}
+    # Every run of every count is a step of its own, and each count ran twice at least.
+    runs = [len(p.repeats) for p in profile.train_points()]
+    assert min(runs) >= 2 and len(steps) == 2 + sum(runs)
     # The resubmitted job then trained.
     assert (out / spec.name / "summary.json").exists()
 

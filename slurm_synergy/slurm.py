@@ -95,10 +95,12 @@ def _unset(text: str) -> str:
 
 
 # What Slurm's commands print when slurmctld does not answer (down, restarting, failing over).
-# A controller killed mid-request resets the connection instead of refusing it.
+# A controller killed mid-request resets the connection instead of refusing it, or leaves
+# the socket unconnected (ENOTCONN) when it dies between accept and reply.
 _UNREACHABLE = ("Unable to contact slurm controller", "Connection refused",
                 "Connection reset by peer", "Broken pipe", "Socket timed out",
-                "Zero Bytes were transmitted", "Connection timed out")
+                "Zero Bytes were transmitted", "Connection timed out",
+                "Transport endpoint is not connected")
 # How long an idempotent call keeps trying a controller that does not answer; Slurm's
 # own client already waits several seconds per try.
 RETRY_S = 15.0

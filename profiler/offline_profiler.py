@@ -8,7 +8,8 @@ Each measurement is an `srun` step of the current allocation, held by Slurm's cg
 k cores, that runs the script under the script probe (slurm_synergy.probe): the script
 is not changed and need declare nothing. The probe sets the loader's workers for the
 step, counts the batches its loaders yield, times the wait on them, and ends the script
-after a warm-up and --max-iterations measured steps. CPU sensitivity is swept: the full
+after a warm-up and --max-iterations measured steps (fewer where they would take more
+than --window seconds at the first step's rate). CPU sensitivity is swept: the full
 allocation first, then half the cores while throughput stays within --plateau of the
 best (Synergy's search). The throughput model is fitted to an input-only step (the
 script's own loader drained alone) and a compute-only step (its first batch replayed),
@@ -28,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from slurm_synergy.argtypes import int_at_least
+from slurm_synergy.argtypes import int_at_least, positive_float
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT as BUILTIN
 from slurm_synergy.model.units import mem_mb
@@ -62,6 +63,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "the script must declare a batch-size option)")
     add("--max-iterations", type=int_at_least(1), default=20,
         help="measured iterations per step (default %(default)s)")
+    add("--window", type=positive_float, default=5.0,
+        help="seconds each step measures, as iterations at the first step's rate (at "
+        "least 5, at most --max-iterations; default %(default)s)")
     add("--warmup", type=int, default=3,
         help="first iterations of each step left out (default %(default)s)")
     add("--torchrun", type=int_at_least(1), metavar="N",

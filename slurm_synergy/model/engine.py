@@ -200,19 +200,24 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
         why.append(f"node: {shape.describe()}; a job without GPUs has no GPU-proportional "
                    f"share: at most a whole node")
 
-    footprint = model.footprint_mb
+    peak_noise = max(policy.min_mem_spread, max(
+        (s for s in (p.peak_spread for p in profile.train_points()) if s is not None),
+        default=0.0))
+    # The peak counted with its noise, so that the size does not flip between profiles.
+    footprint = model.footprint_mb * (1 + peak_noise)
     floor_m = max(policy.min_mem_mb, _round_mem(footprint * (1 + policy.mem_headroom)))
     if floor_m > cap_m:
-        why.append(f"memory: the workload's peak {footprint:.0f} MB + "
-                   f"{policy.mem_headroom:.0%} needs {floor_m} MB, above the cap; it gets "
-                   f"that much (up to the node's {shape.mem_mb} MB) rather than fail")
+        why.append(f"memory: the workload's peak {model.footprint_mb:.0f} MB +"
+                   f"{peak_noise:.0%} for its noise + {policy.mem_headroom:.0%} needs "
+                   f"{floor_m} MB, above the cap; it gets that much (up to the node's "
+                   f"{shape.mem_mb} MB) rather than fail")
         cap_m = min(shape.mem_mb, floor_m)
         floor_m = cap_m
 
     measured = {p.cores: p.samples_per_s for p in profile.train_points()}
     spreads = {p.cores: p.spread for p in profile.train_points() if p.spread is not None}
     rates = {k: speed(profile, measured, k, cap_m) for k in range(1, cap_c + 1)}
-    mems = _memory_candidates(profile, floor_m, cap_m)
+    mems = _memory_candidates(profile, footprint, floor_m, cap_m)
 
     def rate(k: int, m: float) -> float:
         return speed(profile, measured, k, m)
@@ -260,7 +265,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
     if cpus > alloc.cores:
         why.append(f"note: {cpus} cores is beyond the {alloc.cores} the profiler measured; "
                    "the figure is the model's extrapolation")
-    why.append(_memory_note(profile, footprint, mem_mb, floor_m, policy.mem_headroom))
+    why.append(_memory_note(profile, footprint, mem_mb, floor_m, policy, peak_noise))
     procs = alloc.procs
     workers = workers_for(cpus, procs)
     why.append(f"workers: {workers} data-loader worker(s)"
@@ -307,22 +312,28 @@ def _gpu_type(profile: Profile, shape: NodeShape) -> str:
     return ""
 
 
-def _memory_candidates(profile: Profile, floor_m: int, cap_m: int) -> list[int]:
+def _memory_candidates(profile: Profile, footprint: float, floor_m: int,
+                       cap_m: int) -> list[int]:
     """Memory sizes worth trying: the floor, then quarters of the dataset in page cache."""
     sizes = {floor_m, cap_m}
     fetch = profile.model.fetch
     if fetch is not None and fetch.dataset_mb > 0:
         for quarter in (0.25, 0.5, 0.75, 1.0):
-            m = _round_mem(profile.model.footprint_mb + quarter * fetch.dataset_mb)
+            m = _round_mem(footprint + quarter * fetch.dataset_mb)
             if floor_m <= m <= cap_m:
                 sizes.add(m)
     return sorted(sizes)
 
 
 def _memory_note(profile: Profile, footprint: float, mem_mb: int, floor_m: int,
-                 headroom: float) -> str:
-    note = (f"memory: {mem_mb} MB (peak use {footprint:.0f} MB + {headroom:.0%} headroom "
-            f"needs {floor_m} MB)")
+                 policy: Policy, peak_noise: float) -> str:
+    peaks = [m for p in profile.train_points() for m in p.peaks_mb]
+    runs = (f"; its runs peaked {min(peaks):.0f}-{max(peaks):.0f} MB" if len(peaks) > 1
+            else "")
+    note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB, counted "
+            f"+{peak_noise:.0%} for the noise between runs{runs} (at least the policy's "
+            f"min_mem_spread of {policy.min_mem_spread:.0%}), + {policy.mem_headroom:.0%} "
+            f"headroom needs {floor_m} MB)")
     fetch = profile.model.fetch
     if fetch is not None:
         x = cached_fraction(fetch, footprint, mem_mb)

@@ -19,6 +19,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "power_cap_w": (float, 0.0, 5000.0),
     "zeus_eta": (float, 0.0, 1.0),
     "mem_headroom": (float, 0.0, 4.0),
+    "min_mem_spread": (float, 0.0, 1.0),
     "min_mem_mb": (int, 1, 1 << 20),
     "user_request_wins": (bool, 0, 1),
     "profile_new": (bool, 0, 1),
@@ -46,6 +47,10 @@ class Policy:
     power_cap_w: float = 0.0         # 0 = the device's default limit
     zeus_eta: float = 0.5
     mem_headroom: float = 0.25
+    # The least a memory peak is taken to vary between runs: it is counted this much
+    # higher before the headroom, so a peak near a rounding step does not flip the size
+    # from one profile to the next (one workload's runs peaked up to ±4% apart).
+    min_mem_spread: float = 0.05
     min_mem_mb: int = 512
     user_request_wins: bool = False
     profile_new: bool = True

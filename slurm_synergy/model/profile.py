@@ -41,6 +41,7 @@ class Point:
     # samples/s of each repeat, in the order they ran (interleaved with other points'):
     # samples_per_s is their median. Empty in profiles from before repeats.
     repeats: tuple[float, ...] = ()
+    peaks_mb: tuple[float, ...] = ()     # each repeat's peak memory; peak_rss_mb the highest
 
     @property
     def spread(self) -> float | None:
@@ -49,6 +50,13 @@ class Point:
         if len(self.repeats) < 2 or self.samples_per_s <= 0:
             return None
         return (max(self.repeats) - min(self.repeats)) / 2 / self.samples_per_s
+
+    @property
+    def peak_spread(self) -> float | None:
+        """Half the range of the repeats' memory peaks over the highest; None as above."""
+        if len(self.peaks_mb) < 2 or max(self.peaks_mb) <= 0:
+            return None
+        return (max(self.peaks_mb) - min(self.peaks_mb)) / 2 / max(self.peaks_mb)
 
 
 def combine(runs: Sequence[Point]) -> Point:
@@ -64,7 +72,8 @@ def combine(runs: Sequence[Point]) -> Point:
                    host_cpu_s_per_sample=median("host_cpu_s_per_sample"),
                    peak_rss_mb=max(r.peak_rss_mb for r in runs),
                    step_s=sum(r.step_s for r in runs),
-                   repeats=tuple(r.samples_per_s for r in runs))
+                   repeats=tuple(r.samples_per_s for r in runs),
+                   peaks_mb=tuple(r.peak_rss_mb for r in runs))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from slurm_synergy.profiling.errors import PROG, Busy, UsageError
 from slurm_synergy.profiling.fetch import fetch_rates_for
 from slurm_synergy.profiling.gpu import open_gpus
 from slurm_synergy.profiling.plan import Plan, plan_profiling
-from slurm_synergy.profiling.steps import Runner, Step, to_point
+from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
 from slurm_synergy.slurm import Slurm
@@ -75,8 +75,8 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     started, t0 = _now(), time.perf_counter()
     where = f"job {limits.job_id}" if limits.job_id else socket.gethostname()
     log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
-        f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), {args.max_iterations} "
-        f"iterations per step, {launcher} steps; logs in {workdir}")
+        f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), up to {args.max_iterations} "
+        f"iterations or about {args.window:g}s per step, {launcher} steps; logs in {workdir}")
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
     points: list[Point] = []
@@ -102,6 +102,9 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
                 m, wall = runner.run(step)
         else:
             m, wall = runner.run(step)
+        if not measured:
+            # The first run sets the window of every later one, so all measure alike.
+            runner.iterations = window_iterations(m, args.window, args.max_iterations)
         measured.setdefault(k, m)
         pt = to_point(step, m, wall, mem_mb, procs)
         runs.setdefault(k, []).append(pt)

@@ -150,6 +150,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+LEAST_ITERATIONS = 5     # a window shorter than this says little about a step's rate
+
+
+def window_iterations(measured: dict[str, Any], window_s: float, most: int) -> int:
+    """Measured iterations that fill about `window_s` seconds at the rate of a step just
+    run: slow workloads get fewer (the profile's cost stays near its share of the job),
+    never fewer than LEAST_ITERATIONS nor more than `most`. A count, not a deadline, so
+    every rank of a DDP job stops at the same step."""
+    steps, seconds = measured.get("steps"), measured.get("seconds")
+    if not isinstance(steps, (int, float)) or not isinstance(seconds, (int, float)) \
+            or steps <= 0 or seconds <= 0:
+        return most
+    return max(min(most, LEAST_ITERATIONS), min(most, round(window_s * steps / seconds)))
+
+
 def to_point(step: Step, measured: dict[str, Any], wall: float, mem_mb: int,
              procs: int = 1) -> Point:
     """A profile point from the probe's measurement; workers counted over all ranks."""

@@ -111,7 +111,10 @@ def test_a_wrong_model_decides_nothing_it_would_have_to_predict():
 
 def test_memory_covers_the_peak_with_headroom():
     d = decide(profile({2: 100.0, 1: 100.0}, rss=1000.0), NODE, Policy(mem_headroom=0.25))
-    assert d.mem_mb == 1280          # 1000 MB + 25%, rounded up to 256 MB
+    assert d.mem_mb == 1536          # 1000 MB + 5% for its noise + 25%, up to 256 MB
+    d = decide(profile({2: 100.0, 1: 100.0}, rss=1000.0), NODE,
+               Policy(mem_headroom=0.25, min_mem_spread=0.0))
+    assert d.mem_mb == 1280          # 1000 MB + 25%
 
 
 def test_memory_buys_page_cache_when_storage_is_slow():
@@ -122,12 +125,12 @@ def test_memory_buys_page_cache_when_storage_is_slow():
     assert d.mem_mb >= 1000 + 2048 * 0.75
     fast = dataclasses.replace(slow, storage_mb_s=4000.0)
     assert decide(profile({2: 100.0, 1: 100.0}, rss=1000.0, fetch=fast), NODE,
-                  Policy()).mem_mb == 1280
+                  Policy()).mem_mb == 1536
 
 
 def test_a_footprint_above_the_cap_still_gets_its_memory():
     d = decide(profile({2: 100.0, 1: 100.0}, rss=40_000.0), NODE, Policy(fairness_cap=1.0))
-    assert d.mem_mb == 50176         # 40 GB + 25% needed, 16 GB share, 64 GB node
+    assert d.mem_mb == 52736         # 40 GB + 5% noise + 25% needed, 16 GB share, 64 GB node
     assert any("rather than fail" in r for r in d.reasons)
 
 
@@ -186,3 +189,33 @@ def test_shape_of_a_partition_is_its_smallest_node():
 def test_summary_is_what_the_comment_carries():
     d = decide(profile({2: 100.0, 1: 100.0}, sweep=SWEEP), NODE, Policy(zeus_eta=0.0))
     assert d.summary() == f"c{d.cpus},m{d.mem_mb},g1,w{d.workers},p400"
+
+
+def _peaks(peaks):
+    """A profile whose two core counts' runs peaked at `peaks` (two runs each)."""
+    base = profile({2: [100.0, 100.0], 1: [60.0, 60.0]}, p=0.01, g=100.0, rss=max(peaks))
+    points = tuple(dataclasses.replace(pt, peaks_mb=tuple(peaks[2 * i:2 * i + 2]))
+                   for i, pt in enumerate(base.points))
+    return dataclasses.replace(base, points=points)
+
+
+def test_a_memory_peak_near_a_step_gives_the_same_size_from_profile_to_profile():
+    # mobilenet's three profiles peaked at 803, 809 and 822 MB: +25% lands either side of
+    # 1024 MB. Counted +5% for the noise between runs first, all three get 1280 MB.
+    sizes = {decide(_peaks([803.0, 789.0, 788.0, 757.0]), TWO, Policy()).mem_mb,
+             decide(_peaks([809.0, 809.0, 796.0, 763.0]), TWO, Policy()).mem_mb,
+             decide(_peaks([787.0, 805.0, 822.0, 793.0]), TWO, Policy()).mem_mb}
+    assert sizes == {1280}
+    # Without the margin the sizes differed, as they did in the three profiles.
+    assert decide(_peaks([803.0, 789.0, 788.0, 757.0]), TWO,
+                  Policy(min_mem_spread=0.0)).mem_mb == 1024
+    d = decide(_peaks([809.0, 809.0, 796.0, 763.0]), TWO, Policy())
+    assert any("peak use 809 MB, counted +5% for the noise between runs; its runs peaked "
+               "763-809 MB" in r for r in d.reasons), d.reasons
+
+
+def test_a_memory_peak_that_varies_more_than_the_minimum_counts_its_own_spread():
+    # Runs 600 and 1000 MB apart: ±20%, so 1000 x 1.2 x 1.25 = 1500 -> 1536 MB.
+    d = decide(_peaks([1000.0, 600.0, 900.0, 900.0]), TWO, Policy())
+    assert d.mem_mb == 1536
+    assert any("counted +20%" in r for r in d.reasons)

@@ -239,3 +239,15 @@ def test_a_corrupt_profile_is_measured_again(tmp_path, fake):
                    cores="0,1")
     assert proc.returncode == 0 and "measuring again" in proc.stderr, proc.stderr
     assert ProfileStore(tmp_path / "store").load(fp).fingerprint == fp
+
+
+def test_slow_steps_measure_a_window_of_seconds_not_all_their_iterations():
+    from slurm_synergy.profiling.steps import window_iterations
+    # 20 steps in 12.5 s (m5 on one core): a 5 s window is 8 of them.
+    assert window_iterations({"steps": 20, "seconds": 12.5}, 5.0, 20) == 8
+    # Fast steps keep --max-iterations; very slow ones measure at least five.
+    assert window_iterations({"steps": 20, "seconds": 2.0}, 5.0, 20) == 20
+    assert window_iterations({"steps": 20, "seconds": 200.0}, 5.0, 20) == 5
+    assert window_iterations({"steps": 20, "seconds": 200.0}, 5.0, 3) == 3
+    # A measurement without a rate leaves the count as asked.
+    assert window_iterations({}, 5.0, 20) == 20

@@ -77,12 +77,15 @@ def decided(text: str) -> str:
 
 
 def figures(p: Profile, d: Decision | NoDecision) -> dict:
+    compute = next(pt for pt in p.points if pt.measure == "compute")
     return {
         "samples_per_s": {str(pt.cores): round(pt.samples_per_s, 2)
                           for pt in p.train_points()},
         "runs": {str(pt.cores): [round(r, 2) for r in pt.repeats] for pt in p.train_points()},
         "spread": {str(pt.cores): None if pt.spread is None else round(pt.spread, 4)
                    for pt in p.train_points()},
+        "compute_only": {"runs": [round(r, 2) for r in compute.repeats],
+                         "spread": None if compute.spread is None else round(compute.spread, 4)},
         "prep_core_ms": round(p.model.prep_core_s * 1e3, 3),
         "host_core_ms": round(p.model.host_core_s * 1e3, 3),
         "held_out": [{"cores": e.cores, "measured": round(e.measured, 2),
@@ -96,8 +99,9 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
 
 
 def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
-    lines = ["| workload | round | samples/s by cores (median ±spread of runs) | model error "
-             "(held out) | decision | cost |", "|---|---|---|---|---|---|"]
+    lines = ["| workload | round | samples/s by cores (median ±spread of runs) | compute-only "
+             "runs | model error (held out) | decision | cost |",
+             "|---|---|---|---|---|---|---|"]
     for i, name in enumerate(names):
         for r, results in enumerate(rounds, 1):
             f = results[i]
@@ -105,7 +109,11 @@ def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
                                                if f["spread"][k] is not None else "")
                             for k, v in sorted(f["samples_per_s"].items(), key=lambda x: int(x[0])))
             err = "-" if f["mean_error"] is None else f"{f['mean_error']:.1%}"
-            lines.append(f"| {name if r == 1 else ''} | {r} | {pts} | {err} | {f['decision']} | "
+            comp = f.get("compute_only", {})
+            comp_text = ", ".join(f"{v:.1f}" for v in comp.get("runs", [])) + (
+                f" (±{comp['spread']:.1%})" if comp.get("spread") is not None else "")
+            lines.append(f"| {name if r == 1 else ''} | {r} | {pts} | {comp_text or '-'} | "
+                         f"{err} | {f['decision']} | "
                          f"{f['profiling_s']:.0f}s ({f['share_of_1h_job']:.1%} of 1 h) |")
     lines.append("")
     for what, key in (("decision (cores and memory)", decided),

@@ -63,7 +63,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "the script must declare a batch-size option)")
     add("--max-iterations", type=int_at_least(1), default=20,
         help="measured iterations per step (default %(default)s)")
-    add("--window", type=positive_float, default=5.0,
+    add("--window", type=positive_float, default=4.0,
         help="seconds each step measures, as iterations at the first step's rate (at "
         "least 5, at most --max-iterations; default %(default)s)")
     add("--warmup", type=int, default=3,

@@ -82,9 +82,9 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     points: list[Point] = []
     runs: dict[int, list[Point]] = {}           # the core sweep's runs, by cores
     measured: dict[int, dict[str, Any]] = {}    # the first run's measurement, by cores
-    # The least the sweep takes: log2(top) + 1 counts, each run --repeats times, two
-    # components and one step on a single GPU; more where repeats are added.
-    bar = tqdm(total=top.bit_length() * args.repeats + 2 + (ngpus >= 2), unit="step",
+    # The least the sweep takes: log2(top) + 1 counts, each run --repeats times, three
+    # component steps and one step on a single GPU; more where repeats are added.
+    bar = tqdm(total=top.bit_length() * args.repeats + 3 + (ngpus >= 2), unit="step",
                desc=f"profile {fp[:8]}", file=sys.stderr, disable=None)
     sampler: Sampler | None = None
 
@@ -134,20 +134,27 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         # its own (the training process on the other), and the training process on one
         # core, as workers_for leaves it. Measured on more threads, its CPU time per
         # sample would count the threads' spinning too.
-        components: list[Point] = []
         # One loader worker in the compute-only step too: it takes the first batch, which
         # is then replayed; none would break a script's worker_init_fn or a DataLoader
         # given a multiprocessing_context, which need workers.
-        for step in (Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)):
+        def component(step: Step) -> Point:
             bar.set_postfix_str(f"{step.measure} only")
             pt = point(step)
-            components.append(points.pop())
+            points.pop()
             advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
                     f"samples/s ({pt.step_s:.0f}s)")
+            return pt
+        loader, compute = Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)
+        components = [component(loader), component(compute)]
         # The repeats come after the components, so that other steps separate a count's
         # first run from its second.
         repeat_sweep(swept, lambda k: [r.samples_per_s for r in runs[k]], measure,
                      within_budget, args.repeats, max(args.repeats, args.max_repeats))
+        # The compute-only step sets the training process's cost per sample, which the
+        # model's every prediction rests on: it is run again, apart from its first run,
+        # so its noise is known too. (The input-only step is cheap to get wrong: where
+        # input binds, the end-to-end runs show it.)
+        components[1] = combine([components[1], component(compute)])
         train = [combine(runs[k]) for k in swept]
         points.extend(train)
         if ngpus >= 2:

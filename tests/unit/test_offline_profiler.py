@@ -164,6 +164,9 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert argv.count("--workers") == 1 and argv[argv.index("--workers") + 1] == "1"
     assert argv[argv.index("--max-iterations") + 1] == "9"      # 3 warm-up + 5 + 1
     assert "step 4: compute only" in proc.stderr   # a line per step in a batch log
+    # The compute-only step ran again after the repeats, so its noise is known too.
+    compute = next(x for x in p.points if x.measure == "compute")
+    assert len(compute.repeats) == 2 and compute.spread is not None
     again = profile(tmp_path, "--fingerprint", "00000000000000aa", str(fake), cores="0,1")
     assert again.returncode == 0 and "already profiled" in again.stderr
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.gpus import Catalog, CatalogError, GpuType, parse_catalog
+
+CATALOG_KEY = "gpu"
 
 # What each knob may be: (type, lowest, highest).
 _BOUNDS: dict[str, tuple[type, float, float]] = {
@@ -21,6 +24,8 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "mem_headroom": (float, 0.0, 4.0),
     "min_mem_spread": (float, 0.0, 1.0),
     "min_mem_mb": (int, 1, 1 << 20),
+    "gpu_mem_headroom": (float, 0.0, 4.0),
+    "gpu_context_mib": (int, 0, 1 << 16),
     "user_request_wins": (bool, 0, 1),
     "profile_new": (bool, 0, 1),
     "watch_runs": (bool, 0, 1),
@@ -52,6 +57,10 @@ class Policy:
     # from one profile to the next (one workload's runs peaked up to ±4% apart).
     min_mem_spread: float = 0.05
     min_mem_mb: int = 512
+    # A GPU fits a job when its memory holds the step's peak plus this share, plus the
+    # CUDA context and library workspaces that no tensor shows.
+    gpu_mem_headroom: float = 0.10
+    gpu_context_mib: int = 512
     user_request_wins: bool = False
     profile_new: bool = True
     watch_runs: bool = False
@@ -71,11 +80,15 @@ def load_policy(path: Path) -> Policy:
         raise SynergyError(f"no site policy at {path} (SYNERGY_POLICY names another)") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SynergyError(f"site policy {path} cannot be read: {e}") from None
-    unknown = sorted(set(data) - {f.name for f in fields(Policy)})
+    # The GPU catalog's tables are read on their own (load_catalog): a fault in them
+    # must not take the rest of the policy down.
+    unknown = sorted(set(data) - {f.name for f in fields(Policy)} - {CATALOG_KEY})
     if unknown:
         raise SynergyError(f"site policy {path}: unknown setting(s) {', '.join(unknown)}")
     values = {}
     for name, value in data.items():
+        if name == CATALOG_KEY:
+            continue
         kind, low, high = _BOUNDS[name]
         if kind is bool:
             if not isinstance(value, bool):
@@ -89,3 +102,25 @@ def load_policy(path: Path) -> Policy:
                                f"[{low:g}, {high:g}]")
         values[name] = kind(value)
     return Policy(**values)
+
+
+def load_catalog(path: Path) -> dict[str, GpuType]:
+    """The policy file's GPU catalog (its [gpu.TYPE] tables); empty when it has none.
+    CatalogError naming the file and the fault when it cannot be used."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CatalogError(f"no site policy at {path}, so no GPU catalog") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise CatalogError(f"site policy {path} cannot be read: {e}") from None
+    return parse_catalog(data.get(CATALOG_KEY, {}), str(path))
+
+
+def site_catalog(path: Path) -> Catalog:
+    """The catalog for decisions: never raises, since a fault in it must change nothing
+    and reject nothing; the fault is carried along for `explain` to show."""
+    try:
+        types = load_catalog(path)
+    except CatalogError as e:
+        return Catalog({}, f"the GPU catalog is not used: {e}")
+    return Catalog(types, "" if types else f"the site policy {path} has no GPU catalog")

@@ -154,6 +154,27 @@ class ThroughputModel:
 
 
 @dataclass(frozen=True)
+class BatchPeak:
+    batch: int
+    peak_mib: float
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """Peak GPU memory of one training step, estimated before the workload ran on a GPU
+    (PyTorch's fake tensors under its memory tracker), at its batch and nearby ones."""
+
+    method: str                  # how it was estimated; "" = it could not be
+    batch: int                   # the workload's own batch size
+    peaks: tuple[BatchPeak, ...] = ()
+    seconds: float = 0.0         # what the estimate cost
+    reason: str = ""             # why there is none, when there is none
+
+    def at(self, batch: int) -> float | None:
+        return next((p.peak_mib for p in self.peaks if p.batch == batch), None)
+
+
+@dataclass(frozen=True)
 class Allocation:
     cores: int
     mem_mb: int
@@ -180,6 +201,7 @@ class Profile:
     profiler_version: str
     version: int = PROFILE_VERSION
     notes: tuple[str, ...] = field(default=())
+    gpu_memory: GpuMemory | None = None
 
     def train_points(self) -> list[Point]:
         """The core sweep: end-to-end steps with all of the allocation's GPUs."""
@@ -224,7 +246,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
 
 _NESTED = {"Point": Point, "FetchRates": FetchRates, "PowerPoint": PowerPoint,
            "GpuReadings": GpuReadings, "PointError": PointError,
-           "ThroughputModel": ThroughputModel, "Allocation": Allocation}
+           "ThroughputModel": ThroughputModel, "Allocation": Allocation,
+           "BatchPeak": BatchPeak, "GpuMemory": GpuMemory}
 
 
 def _convert(type_name: str, value: Any, where: str) -> Any:

@@ -19,7 +19,9 @@ from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError
 from slurm_synergy.model.throughput import fit_components, workers_for
 from slurm_synergy.profiling.errors import PROG, Busy, UsageError
 from slurm_synergy.profiling.fetch import fetch_rates_for
+from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
 from slurm_synergy.profiling.gpu import open_gpus
+from slurm_synergy.profiling.gpumem import estimate_gpu_memory
 from slurm_synergy.profiling.plan import Plan, plan_profiling
 from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
@@ -77,6 +79,13 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
         f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), up to {args.max_iterations} "
         f"iterations or about {args.window:g}s per step, {launcher} steps; logs in {workdir}")
+    # Before any step: a step that would not fit the GPU should be known not to.
+    gpu_memory = estimate_gpu_memory(args.script == BUILTIN_SCRIPT, plan.script_args,
+                                     plan.record_batch)
+    log(f"{PROG}: GPU memory: " + (
+        ", ".join(f"batch {p.batch} {p.peak_mib:.0f} MiB" for p in gpu_memory.peaks)
+        + f" (estimated in {gpu_memory.seconds:.1f}s)" if gpu_memory.method
+        else f"no estimate: {gpu_memory.reason}"))
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
     points: list[Point] = []
@@ -180,7 +189,7 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
                               limits.job_id, procs),
         points=tuple(points + components), model=model, gpu=readings, started=started,
         finished=_now(), profiling_s=round(time.perf_counter() - t0, 2),
-        profiler_version=__version__, notes=tuple(notes))
+        profiler_version=__version__, notes=tuple(notes), gpu_memory=gpu_memory)
     path = store.save(profile)
     log(f"{PROG}: {fp}: {summary_line(profile)}; {profile.profiling_s:.0f}s; saved {path}")
     return profile

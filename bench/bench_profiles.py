@@ -31,7 +31,7 @@ from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.engine import Decision, NoDecision, decide  # noqa: E402
-from slurm_synergy.model.policy import load_policy  # noqa: E402
+from slurm_synergy.model.policy import load_policy, site_catalog  # noqa: E402
 from slurm_synergy.model.profile import Profile  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot  # noqa: E402
@@ -140,6 +140,7 @@ def main() -> int:
         LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
     shape = node_shape(Slurm())
     policy = load_policy(policy_path())
+    catalog = site_catalog(policy_path())
     names = [s.name for s in load_jobs(args.csv)]
     first: list[Profile] = []
     rounds: list[list[dict]] = []
@@ -154,7 +155,7 @@ def main() -> int:
         results = []
         for p in profiles:
             try:
-                d: Decision | NoDecision = decide(p, shape, policy)
+                d: Decision | NoDecision = decide(p, shape, policy, catalog)
             except NoDecision as e:
                 d = e
             results.append(figures(p, d))

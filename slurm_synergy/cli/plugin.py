@@ -1,4 +1,5 @@
-"""`synergy plugin ...`: sync, explain, install, chains, and the jobs' own resubmit."""
+"""`synergy plugin ...`: sync, explain, install, chains, catalog, and the jobs' own
+resubmit."""
 
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.engine import Decision, NoDecision, decide
 from slurm_synergy.shim.install import apply, plan_text
-from slurm_synergy.model.policy import load_policy
+from slurm_synergy.model.policy import load_catalog, load_policy, site_catalog
 from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.resubmit import NothingToGain, read_chains, resubmit
 from slurm_synergy.shim.table import node_shape, read, sync, table_path
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(apply(conf)) if args.apply else plan_text(conf))
     elif args.action == "chains":
         print(chains())
+    elif args.action == "catalog":
+        print(catalog(args.partition))
     else:
         try:
             resubmit(args.job, args.script, args.comment, args.job_name, args.array_task,
@@ -57,7 +60,8 @@ def explain(fingerprint: str, partition: str | None = None) -> str:
     profile = store.load(fingerprint)
     policy = load_policy(policy_path())
     try:
-        d = decide(profile, node_shape(Slurm(), partition), policy)
+        d = decide(profile, node_shape(Slurm(), partition), policy,
+                   site_catalog(policy_path()))
     except NoDecision as e:
         return "\n".join([f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
                           "decision: none; its jobs run as asked", f"policy: {policy_path()}",
@@ -78,12 +82,36 @@ def explain(fingerprint: str, partition: str | None = None) -> str:
         entry = entries.get(fingerprint)
         if entry is None:
             lines.append(f"decision table {path}: no entry yet (synergy plugin sync)")
-        elif (entry.cpus, entry.mem_mb, entry.gpus, entry.workers, entry.power_limit_w) == (
-                d.cpus, d.mem_mb, d.gpus, d.workers, d.power_limit_w):
+        elif (entry.cpus, entry.mem_mb, entry.gpus, entry.gpu_type, entry.workers,
+              entry.power_limit_w) == (d.cpus, d.mem_mb, d.gpus, d.gpu_type, d.workers,
+                                       d.power_limit_w):
             lines.append(f"decision table {path}: the shim applies this decision")
         else:
             lines.append(f"decision table {path}: holds an older decision ({entry.cpus} cores, "
                          f"{entry.mem_mb} MB, {entry.gpus} GPUs); synergy plugin sync updates it")
+    return "\n".join(lines)
+
+
+def catalog(partition: str | None = None) -> str:
+    """The site's GPU catalog, checked, beside the GPU types the partition has.
+    SynergyError (exit 1) when the catalog cannot be used."""
+    path = policy_path()
+    types = load_catalog(path)
+    rows = [(t.name, str(t.memory_mib), f"{t.min_power_w:g}/{t.default_power_w:g}/"
+             f"{t.max_power_w:g}", f"{t.idle_w:g}", f"{t.speed:g}") for t in types.values()]
+    lines = [f"GPU catalog in {path}: {len(types)} type(s)"]
+    if rows:
+        lines.append(aligned(("Type", "MiB", "Power min/default/max W", "Idle W", "Speed"),
+                             rows))
+    try:
+        present = node_shape(Slurm(), partition).gpu_types
+    except SynergyError as e:
+        lines.append(f"the partition's GPU types are unknown: {e}")
+    else:
+        missing = [t for t in present if t not in types]
+        lines.append(f"partition GPU types: {', '.join(present) or 'none (untyped GPUs)'}"
+                     + (f"; not in the catalog (jobs on them keep their gres): "
+                        f"{', '.join(missing)}" if missing else ""))
     return "\n".join(lines)
 
 
@@ -116,6 +144,9 @@ def add_parser(sub) -> None:
     a = actions.add_parser("install", help="the slurm.conf lines and files the shim needs")
     install_options(a)
     a = actions.add_parser("chains", help="profiling jobs and the jobs they resubmitted")
+    a = actions.add_parser("catalog", help="the site's GPU catalog, checked, beside the "
+                           "partition's GPU types")
+    a.add_argument("--partition", help="as for sync")
     a = actions.add_parser("resubmit", help="(run by a job after profiling) submit it again")
     a.add_argument("--job", required=True)
     a.add_argument("--script", type=Path, required=True)

@@ -22,6 +22,8 @@ from typing import Callable, Protocol, Sequence
 from slurm_synergy.model.profile import Profile
 from slurm_synergy.model.throughput import cached_fraction, fetch_rate, predict, workers_for
 from slurm_synergy.model.comment import decision_text
+from slurm_synergy.model.gpufit import fit_gpu_type
+from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.units import gpu_count, gpu_types
 
@@ -174,7 +176,8 @@ def _round_mem(mb: float) -> int:
     return int(math.ceil(mb / MEM_STEP_MB) * MEM_STEP_MB)
 
 
-def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
+def decide(profile: Profile, shape: NodeShape, policy: Policy,
+           catalog: Catalog | None = None) -> Decision:
     model = profile.model
     alloc = profile.allocation
     why: list[str] = []
@@ -273,8 +276,14 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy) -> Decision:
                   else ", one core left to the trainer"))
     power, power_note = _power(profile, policy.zeus_eta, policy.power_cap_w)
     why.append(power_note)
+    gpu_type = _gpu_type(profile, shape)
+    if gpus:
+        fit = fit_gpu_type(profile, shape.gpu_types, policy,
+                           catalog or Catalog({}, "no GPU catalog was given"))
+        why.append(fit.reason)
+        gpu_type = fit.gpu_type or gpu_type
     return Decision(fingerprint=profile.fingerprint, job_name=profile.job_name, cpus=cpus,
-                    mem_mb=mem_mb, gpus=gpus, gpu_type=_gpu_type(profile, shape),
+                    mem_mb=mem_mb, gpus=gpus, gpu_type=gpu_type,
                     workers=workers, power_limit_w=power,
                     predicted_samples_per_s=round(chosen, 3),
                     best_samples_per_s=round(best, 3), share_cpus=share_c,

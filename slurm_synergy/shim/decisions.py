@@ -15,7 +15,9 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.throughput import workers_for
 from slurm_synergy.model.engine import Decision, NodeShape, decide
-from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.gpus import Catalog
+from slurm_synergy.model.policy import Policy, site_catalog
+from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.table import node_shape, table_path
 
 MODES = ("auto", "shim", "user")
@@ -61,8 +63,10 @@ def apply_pins(decision: Decision, pinned: Sequence[str], cpus: int, mem_mb: int
 class Decider:
     """Decisions for user mode, one per fingerprint, against the partition's node shape."""
 
-    def __init__(self, store: ProfileStore, policy: Policy, slurm: Slurm):
+    def __init__(self, store: ProfileStore, policy: Policy, slurm: Slurm,
+                 catalog: Catalog | None = None):
         self.store, self.policy, self.slurm = store, policy, slurm
+        self.catalog = catalog or site_catalog(policy_path())
         self._shapes: dict[str, NodeShape] = {}
         self.problems: list[str] = []
 
@@ -77,7 +81,8 @@ class Decider:
         if not self.store.has(fingerprint):
             return None
         try:
-            return decide(self.store.load(fingerprint), self.shape(partition), self.policy)
+            return decide(self.store.load(fingerprint), self.shape(partition), self.policy,
+                          self.catalog)
         except (ProfileError, ValueError, ArithmeticError) as e:
             self.problems.append(f"workload {fingerprint}: {e}; submitted as written")
             return None

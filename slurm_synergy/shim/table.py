@@ -32,7 +32,8 @@ from slurm_synergy.model.profile import ProfileError
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.engine import Decision, NodeShape, decide, shape_of
-from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.model.gpus import Catalog
+from slurm_synergy.model.policy import Policy, load_policy, site_catalog
 from slurm_synergy.paths import policy_path
 
 TABLE_NAME = "synergy-decisions.tbl"
@@ -107,14 +108,14 @@ def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
     return shape_of(nodes)
 
 
-def compile_decisions(store: ProfileStore, shape: NodeShape,
-                      policy: Policy) -> tuple[list[Decision], list[str]]:
+def compile_decisions(store: ProfileStore, shape: NodeShape, policy: Policy,
+                      catalog: Catalog | None = None) -> tuple[list[Decision], list[str]]:
     """A decision per usable profile; a profile that cannot be read or decided from is
     left out (its jobs are profiled again) and named in the second list."""
     decisions, skipped = [], []
     for fp in store.fingerprints():
         try:
-            decision = decide(store.load(fp), shape, policy)
+            decision = decide(store.load(fp), shape, policy, catalog)
         except (ProfileError, ValueError, ArithmeticError) as e:
             skipped.append(f"{fp}: {e}")
             continue
@@ -175,7 +176,8 @@ def sync(store: ProfileStore | None = None, policy: Policy | None = None,
     # One sync at a time: two profiles finishing together must not let the older
     # store's table land last.
     with locked(path.with_name(f".{path.name}.lock")):
-        decisions, skipped = compile_decisions(store, shape, policy)
+        decisions, skipped = compile_decisions(store, shape, policy,
+                                              site_catalog(policy_path()))
         write(path, render(decisions, policy, shape, partition))
     line = f"decision table {path}: {len(decisions)} decision(s) from {store.root}"
     if skipped:

@@ -370,6 +370,7 @@ local function plan(job_desc, tbl, part_list)
 			gtype, count = tpn:match("^gres:gpu:([%w_%.%-]+):(%d+)$")
 		end
 	end
+	local asked_type = gtype
 	if pinned.gpus or entry.gpus == 0 or count == nil then
 		gpus = tonumber(count) or 0
 	else
@@ -377,8 +378,11 @@ local function plan(job_desc, tbl, part_list)
 		gtype = entry.gpu_type or gtype
 		p.tres_per_node = "gres:gpu:" .. (gtype and (gtype .. ":") or "") .. entry.gpus
 	end
-	local summary = string.format("c%s,m%s,g%d,w%d", whole_text(cpus), whole_text(mem),
-		gpus, p.workers)
+	local function typed(n, t)
+		return tostring(n) .. (t and (":" .. t) or "")
+	end
+	local summary = string.format("c%s,m%s,g%s,w%d", whole_text(cpus), whole_text(mem),
+		typed(gpus, gpus > 0 and gtype or nil), p.workers)
 	if entry.power_w > 0 then
 		summary = summary .. ",p" .. entry.power_w
 	end
@@ -389,7 +393,7 @@ local function plan(job_desc, tbl, part_list)
 		(is_set(job_desc.cpus_per_task) and job_desc.cpus_per_task < 65534)
 			and whole_text(job_desc.cpus_per_task) or "-",
 		(is_set(asked_mem) and asked_mem < 2 ^ 40) and whole_text(asked_mem) or "-",
-		count or "0")
+		typed(count or "0", asked_type))
 	p.comment = comment:gsub(" decision=%S*", ""):gsub(" asked=%S*", "")
 		.. " asked=" .. asked .. " decision=" .. summary
 	return p

@@ -103,8 +103,10 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         if head.gpus:
             gres = decision.gres_for(head.gpu_type)
         # What the row asked, beside the decision (as the shim notes it), for reports.
-        comment = with_marks(comment, asked=asked_text(head.cpus, head.mem_mb, head.gpus),
-                             decision=decision.summary())
+        asked_type = head.gpu_type if head.gpus else ""
+        comment = with_marks(comment, asked=asked_text(head.cpus, head.mem_mb, head.gpus,
+                                                       asked_type),
+                             decision=decision.summary(asked_type))
     elif profile:
         comment = with_marks(comment, profile="1")
     if tag:

@@ -13,7 +13,10 @@ from pathlib import Path
 # Memory kept back for the OS, the daemons and MariaDB: the larger of 1 GiB and 10%.
 HEADROOM_MIN_MB = 1024
 HEADROOM_FRACTION = 0.10
-DEFAULT_FAKE_GPUS = 4
+# Without hardware: file-backed GPUs of two types whose memory (the policy's catalog:
+# 1 and 4 GiB) a built-in workload can outgrow on this machine, so that moving a job
+# to the type that holds it is exercised for real.
+FAKE_GPU_TYPES = (("local1g", 2), ("local4g", 2))
 CGROUP_V1_CONTROLLERS = ("cpuset", "memory", "freezer")
 
 
@@ -24,9 +27,17 @@ class NodeSpec:
     cpus: int
     memory_mb: int
     gpus: int
-    gpu_type: str
     gpus_real: bool
     gpu_files: tuple[str, ...] = field(default_factory=tuple)
+    gpu_types: tuple[str, ...] = field(default_factory=tuple)     # one per file; "" untyped
+
+    @property
+    def gres(self) -> str:
+        """slurm.conf's Gres= for the node: gpu:TYPE:N per type, in file order."""
+        counts: dict[str, int] = {}
+        for t in self.gpu_types or ("",) * self.gpus:
+            counts[t] = counts.get(t, 0) + 1
+        return ",".join(f"gpu:{t}:{n}" if t else f"gpu:{n}" for t, n in counts.items())
 
 
 def memory_mb(meminfo: str) -> int:
@@ -72,15 +83,16 @@ def cgroup_mode(root: Path = Path("/sys/fs/cgroup")) -> str:
     return "v1"
 
 
-def detect(state: Path, fake_gpus: int = DEFAULT_FAKE_GPUS) -> NodeSpec:
+def detect(state: Path) -> NodeSpec:
     hostname = socket.gethostname().split(".")[0]
     count, gpu_type = real_gpus()
     if count:
         files = tuple(f"/dev/nvidia{i}" for i in range(count))
-        real = True
+        types, real = (gpu_type,) * count, True
     else:
         # GPUs without hardware: plain files, so Slurm schedules and accounts them for real.
-        count, gpu_type, real = fake_gpus, "", False
+        types = tuple(t for t, n in FAKE_GPU_TYPES for _ in range(n))
+        count, real = len(types), False
         files = tuple(str(state / "dev" / f"gpu{i}") for i in range(count))
     return NodeSpec(
         hostname=hostname,
@@ -88,7 +100,7 @@ def detect(state: Path, fake_gpus: int = DEFAULT_FAKE_GPUS) -> NodeSpec:
         cpus=os.cpu_count() or 1,
         memory_mb=memory_mb(Path("/proc/meminfo").read_text()),
         gpus=count,
-        gpu_type=gpu_type,
         gpus_real=real,
         gpu_files=files,
+        gpu_types=types,
     )

@@ -1,8 +1,8 @@
 """The job comment: the one wire format between `synergy submit`, the sbatch script,
 etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sacct keeps.
 
-    synergy:fp=<16 hex> [req=cpus,mem,gpus] [profile=1] [asked=c2,m3072,g1]
-        [decision=c1,m1280,g1,w1[,p250]] [from=<job>] [sub=<12 hex>] [tuned=c1,m1024]
+    synergy:fp=<16 hex> [req=cpus,mem,gpus] [profile=1] [asked=c2,m3072,g1[:TYPE]]
+        [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [sub=<12 hex>] [tuned=c1,m1024]
 
 Who writes what: submit writes the fingerprint, req= (what the row pinned) and sub= (its
 sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
@@ -21,8 +21,10 @@ PREFIX = "synergy:fp="
 # Marks a resubmission after profiling drops: the next decision is the shim's to make.
 PROFILING_MARKS = ("profile", "asked", "decision", "from")
 
-_DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?),g(\d+),w(\d+)(?:,p(\d+))?$")
-_ASKED = re.compile(r"^c(\d+|-),m(\d+|-),g(\d+)$")
+# GPUs as a count, and the gres type where the job names one (gres.conf's spelling).
+_GPUS = r"g(\d+)(?::([A-Za-z0-9_.-]{1,32}))?"
+_DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?)," + _GPUS + r",w(\d+)(?:,p(\d+))?$")
+_ASKED = re.compile(r"^c(\d+|-),m(\d+|-)," + _GPUS + "$")
 _TAG = re.compile(r"^[0-9a-f]{12}$")
 _FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
 
@@ -36,6 +38,7 @@ class Resources:
     gpus: int
     workers: int | None = None       # decision= only
     power_w: int | None = None       # decision= only, when it sets a limit
+    gpu_type: str = ""               # the gres type, where one is named
 
 
 def job_comment(fingerprint: str, pinned: tuple[str, ...] = ()) -> str:
@@ -71,14 +74,18 @@ def with_marks(comment: str, **values: str) -> str:
     return " ".join([without(comment, *values), *(f"{k}={v}" for k, v in values.items())]).strip()
 
 
-def decision_text(cpus: int, mem_mb: int, gpus: int, workers: int, power_w: int = 0) -> str:
-    """decision=...: cores, MB, GPUs, loader workers and, where set, the power limit."""
-    return f"c{cpus},m{mem_mb},g{gpus},w{workers}" + (f",p{power_w}" if power_w else "")
+def decision_text(cpus: int, mem_mb: int, gpus: int, workers: int, power_w: int = 0,
+                  gpu_type: str = "") -> str:
+    """decision=...: cores, MB, GPUs (and their type), loader workers and, where set, the
+    power limit."""
+    return (f"c{cpus},m{mem_mb},g{gpus}{':' + gpu_type if gpu_type else ''},w{workers}"
+            + (f",p{power_w}" if power_w else ""))
 
 
-def asked_text(cpus: int | None, mem_mb: int | None, gpus: int) -> str:
+def asked_text(cpus: int | None, mem_mb: int | None, gpus: int, gpu_type: str = "") -> str:
     """asked=...: what the job asked before a decision replaced it (- where unset)."""
-    return f"c{'-' if cpus is None else cpus},m{'-' if mem_mb is None else mem_mb},g{gpus}"
+    return (f"c{'-' if cpus is None else cpus},m{'-' if mem_mb is None else mem_mb},"
+            f"g{gpus}{':' + gpu_type if gpu_type else ''}")
 
 
 def _count(text: str | None, most: int = 1 << 20) -> int | None:
@@ -91,17 +98,17 @@ def decision(comment: str) -> Resources | None:
     m = _DECISION.match(marks(comment).get("decision", ""))
     if not m:
         return None
-    cpus, mem, gpus, workers, power = m.groups()
+    cpus, mem, gpus, gtype, workers, power = m.groups()
     return Resources(_count(cpus), _count(mem, 1 << 40), int(gpus), int(workers),
-                     _count(power) if power else None)
+                     _count(power) if power else None, gtype or "")
 
 
 def asked(comment: str) -> Resources | None:
     m = _ASKED.match(marks(comment).get("asked", ""))
     if not m:
         return None
-    cpus, mem, gpus = m.groups()
-    return Resources(_count(cpus), _count(mem, 1 << 40), int(gpus))
+    cpus, mem, gpus, gtype = m.groups()
+    return Resources(_count(cpus), _count(mem, 1 << 40), int(gpus), gpu_type=gtype or "")
 
 
 def tag(comment: str) -> str | None:

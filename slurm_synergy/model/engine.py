@@ -80,10 +80,11 @@ class Decision:
         gtype = self.gpu_type or asked_type
         return f"gpu:{gtype}:{self.gpus}" if gtype else f"gpu:{self.gpus}"
 
-    def summary(self) -> str:
+    def summary(self, asked_type: str = "") -> str:
         """The short form that goes into the job's comment (and so into sacct)."""
         return decision_text(self.cpus, self.mem_mb, self.gpus, self.workers,
-                             self.power_limit_w)
+                             self.power_limit_w,
+                             (self.gpu_type or asked_type) if self.gpus else "")
 
 
 class NodeFacts(Protocol):

@@ -48,19 +48,21 @@ def _marks(comment: str) -> dict[str, Any]:
     d = comment_format.decision(comment)
     if d:
         out.update(decided_cpus=d.cpus, decided_mem_mb=d.mem_mb, decided_gpus=d.gpus,
-                   decided_workers=d.workers, decided_power_w=d.power_w)
+                   decided_gpu_type=d.gpu_type, decided_workers=d.workers,
+                   decided_power_w=d.power_w)
     a = comment_format.asked(comment)
     if a:
-        out.update(asked_cpus=a.cpus, asked_mem_mb=a.mem_mb, asked_gpus=a.gpus)
+        out.update(asked_cpus=a.cpus, asked_mem_mb=a.mem_mb, asked_gpus=a.gpus,
+                   asked_gpu_type=a.gpu_type)
     return out
 
 
 COLUMNS = ("job_id", "raw_id", "name", "user", "partition", "state", "exit_code", "submit",
            "start", "end", "wait_s", "elapsed_s", "alloc_cpus", "alloc_mem_mb", "gpus",
            "gpu_type", "total_cpu_s", "max_rss_mb", "cpu_eff", "mem_eff", "asked_cpus",
-           "asked_mem_mb", "asked_gpus", "decided_cpus", "decided_mem_mb", "decided_gpus",
-           "decided_workers", "decided_power_w", "fingerprint", "from_job", "profiling", "nodes",
-           "one_task", "comment")
+           "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
+           "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
+           "fingerprint", "from_job", "profiling", "nodes", "one_task", "comment")
 
 
 def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
@@ -110,6 +112,7 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
             "asked_mem_mb": mem_mb(r["ReqMem"]) if r["ReqMem"] else None,
             "asked_gpus": int(tres(r.get("ReqTRES", ""), "gres/gpu") or 0),
+            "asked_gpu_type": gpu_type(r.get("ReqTRES", "")),
             "nodes": r["NodeList"], "comment": r["Comment"],
         }
         rec.update(_marks(r["Comment"]))

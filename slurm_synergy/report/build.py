@@ -10,7 +10,9 @@ import pandas as pd
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.shim.table import node_shape
+from slurm_synergy.model.policy import site_catalog
 from slurm_synergy.model.profile import Profile
+from slurm_synergy.paths import policy_path
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.report import accounting, advice, enrich, summary
 
@@ -43,6 +45,10 @@ def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
     problems += enrich.add_chains(jobs)
     profiles, more = enrich.load_profiles(jobs)
     problems += more
+    catalog = site_catalog(policy_path())
+    if catalog.problem and not catalog.problem.startswith("the site policy"):
+        problems.append(catalog.problem)
+    enrich.add_gpu_memory(jobs, profiles, catalog)
     try:
         shape = node_shape(slurm)
         enrich.add_counterfactual(jobs, profiles, shape)

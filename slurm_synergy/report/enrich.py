@@ -16,6 +16,7 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.hooks.records import JobGpuStats, stats_for
 from slurm_synergy.model.engine import NodeShape, speed
+from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.shim.resubmit import read_chains
 from slurm_synergy.model.profile import Profile, ProfileError
 from slurm_synergy.profiles import ProfileStore
@@ -132,6 +133,23 @@ def load_profiles(jobs: pd.DataFrame,
             if store.path(fp).exists():     # absent is normal (not profiled): say nothing
                 problems.append(f"profile {fp}: {e}")
     return found, problems
+
+
+def add_gpu_memory(jobs: pd.DataFrame, profiles: dict[str, Profile],
+                   catalog: Catalog) -> None:
+    """Per GPU, in MiB: what the type the job asked for holds (the catalog's), what its
+    workload's step was estimated to need before it ran (the profile's, at its batch),
+    and what NVML saw it use (the epilog's peak)."""
+    asked, estimated = [], []
+    for _, j in jobs.iterrows():
+        gtype = j["asked_gpu_type"] or j["gpu_type"] if j["gpus"] else ""
+        t = catalog.types.get(gtype) if gtype else None
+        asked.append(t.memory_mib if t else None)
+        profile = profiles.get(j["fingerprint"])
+        mem = profile.gpu_memory if profile is not None and j["gpus"] else None
+        estimated.append(mem.at(mem.batch) if mem is not None else None)
+    _column(jobs, "gpu_mem_asked_mib", asked)
+    _column(jobs, "gpu_mem_est_mib", estimated)
 
 
 def add_counterfactual(jobs: pd.DataFrame, profiles: dict[str, Profile],

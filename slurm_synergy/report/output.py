@@ -59,7 +59,8 @@ def _mb(value: Any) -> str:
 # decided, what Slurm gave. The terminal joins the three; the page has a column each.
 ARROW = " \u2192 "
 TRIPLE_NOTE = (f"Cores, Mem, GPUs: asked{ARROW}decided{ARROW}got "
-               "(- where no decision was made)")
+               "(- where no decision was made); GPU MiB per GPU: the asked type "
+               f"holds{ARROW}the step was estimated to need{ARROW}NVML saw used")
 Cell = str | tuple[str, str, str]
 
 
@@ -70,7 +71,7 @@ def _gpus(count: Any, gtype: Any = "") -> str:
 def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[list[Cell]]]:
     """The jobs table; Cores, Mem and GPUs cells are (asked, decided, got)."""
     head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores", "used", "CPU%", "Mem",
-            "peak", "Mem%", "GPUs", "GPU kJ", "kWh", "util%", "limit W", "samples/s",
+            "peak", "Mem%", "GPUs", "GPU MiB", "GPU kJ", "kWh", "util%", "limit W", "samples/s",
             "data wait%", "chain", "GPU note"]
     rows: list[list[Cell]] = []
     shown = report.jobs if most is None else report.jobs.tail(most)   # the latest
@@ -87,8 +88,10 @@ def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[l
             (_mb(j["asked_mem_mb"]), _mb(j["decided_mem_mb"]),
              _mb(j["alloc_mem_mb"]) if started else "-"),
             _mb(j["max_rss_mb"]), _n(j["mem_eff"] and 100 * j["mem_eff"]),
-            (_gpus(j["asked_gpus"]), _gpus(j["decided_gpus"]),
+            (_gpus(j["asked_gpus"], j["asked_gpu_type"]),
+             _gpus(j["decided_gpus"], j["decided_gpu_type"]),
              _gpus(j["gpus"], j["gpu_type"]) if started else "-"),
+            (_n(j["gpu_mem_asked_mib"]), _n(j["gpu_mem_est_mib"]), _n(j["gpu_mem_peak_mb"])),
             _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
             _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
             _n(_scaled(j["data_wait_share"], 100)),

@@ -135,6 +135,7 @@ def _user_mode(fp: str, comment: str, script: Path,
                               int(env.get("SLURM_MEM_PER_NODE", decision.mem_mb)),
                               int(env.get("SLURM_GPUS_ON_NODE", decision.gpus)))
     options = [f"--cpus-per-task={decision.cpus}", f"--mem={decision.mem_mb}M"]
+    asked_type = ""
     if decision.gpus:
         # The GPU type the script asked for, unless the decision names one.
         asked = _GRES_LINE.search(script.read_text())
@@ -143,4 +144,4 @@ def _user_mode(fp: str, comment: str, script: Path,
     exports = [f"SYNERGY_WORKERS={decision.workers}"]
     if decision.power_limit_w:
         exports.append(f"SYNERGY_POWER_LIMIT_W={decision.power_limit_w}")
-    return options, exports, decision.summary()
+    return options, exports, decision.summary(asked_type)

@@ -4,6 +4,7 @@ Python side writes and reads them."""
 
 from slurm_synergy.model import comment as c
 from slurm_synergy.model.comment import Resources
+from slurm_synergy.model.engine import NodeShape
 
 from .test_decision_table import decision
 from .test_shim import FP, OURS, run, table
@@ -56,3 +57,18 @@ def test_the_shim_replaces_marks_as_python_does(tmp_path):
                                           decision=c.decision_text(3, 1024, 1, 2))
     (marked,), _ = run(tmp_path, [OURS], table(decision("fedcba9876543210")))
     assert marked["comment"] == c.with_marks(OURS["comment"], profile="1")
+
+
+def test_gpu_types_travel_in_asked_and_decision_both_ways(tmp_path):
+    typed = c.with_marks("", asked=c.asked_text(2, 3072, 1, "local1g"),
+                         decision=c.decision_text(2, 1024, 1, 1, 0, "local4g"))
+    assert typed == "asked=c2,m3072,g1:local1g decision=c2,m1024,g1:local4g,w1"
+    assert c.asked(typed).gpu_type == "local1g" and c.decision(typed).gpu_type == "local4g"
+    # The shim moves a job asking a type to the decision's, and says both.
+    shape = NodeShape(16, 64000, 4, ("local1g", "local4g"))
+    (job,), _ = run(tmp_path, [dict(OURS, tres_per_node="gres:gpu:local1g:1")],
+                    table(decision(FP, cpus=2, mem_mb=1024, gpus=1, gpu_type="local4g"),
+                          shape=shape))
+    assert job["tres_per_node"] == "gres:gpu:local4g:1"
+    assert c.asked(job["comment"]) == Resources(2, 3072, 1, gpu_type="local1g")
+    assert c.decision(job["comment"]) == Resources(2, 1024, 1, 1, None, "local4g")

@@ -14,3 +14,27 @@ def test_cgroup_mode_needs_writable_v1_controllers(tmp_path):
     for ctl in ("cpuset", "memory", "freezer"):
         (tmp_path / ctl).mkdir()
     assert cgroup_mode(tmp_path) == "v1"
+
+
+def test_without_hardware_the_node_has_two_catalogued_gpu_types(tmp_path, monkeypatch):
+    from slurm_synergy import paths
+    from slurm_synergy.cluster import node
+    from slurm_synergy.model.policy import load_catalog
+    from slurm_synergy.render import environment
+    monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
+    spec = node.detect(tmp_path)
+    assert spec.gres == "gpu:local1g:2,gpu:local4g:2" and len(spec.gpu_files) == 4
+    catalog = load_catalog(paths.ETC / "policy.toml")
+    assert catalog["local1g"].memory_mib < catalog["local4g"].memory_mib
+    # gres.conf names each file's type, as slurm.conf's Gres= counts them.
+    gres = environment(paths.ETC).get_template("gres.conf.j2").render(node=spec)
+    lines = [line for line in gres.splitlines() if line.startswith("NodeName")]
+    assert [line.split("Type=")[1].split()[0] for line in lines] == ["local1g"] * 2 + ["local4g"] * 2
+
+
+def test_real_gpus_are_one_type_and_untyped_ones_stay_untyped():
+    from slurm_synergy.cluster.node import NodeSpec
+    real = NodeSpec("n", "127.0.0.1", 16, 1000, 2, True, ("/dev/nvidia0", "/dev/nvidia1"),
+                    ("h100", "h100"))
+    assert real.gres == "gpu:h100:2"
+    assert NodeSpec("n", "127.0.0.1", 16, 1000, 3, False).gres == "gpu:3"

@@ -93,7 +93,8 @@ def frame(*rows) -> pd.DataFrame:
     jobs = accounting.jobs_frame(list(rows))
     for col in enrich.GPU_COLUMNS[:-1] + ("samples_per_s", "data_wait_share",
                                           "resubmitted_as", "profiled_as",
-                                          "prop_cpus", "prop_mem_mb", "prop_elapsed_s"):
+                                          "prop_cpus", "prop_mem_mb", "prop_elapsed_s",
+                                          "gpu_mem_asked_mib", "gpu_mem_est_mib"):
         enrich._column(jobs, col, [None] * len(jobs))
     enrich._column(jobs, "gpu_note", [""] * len(jobs))
     return jobs
@@ -247,3 +248,26 @@ def test_a_chain_shows_both_ways_from_the_comment_alone(tmp_path, monkeypatch):
     assert enrich.add_chains(jobs) == []
     assert list(jobs["resubmitted_as"]) == ["2", None]
     assert list(jobs["profiled_as"]) == [None, "1"]
+
+
+def test_gpu_memory_asked_estimated_and_used_and_the_type_it_ran_on():
+    import dataclasses
+    from slurm_synergy.model.gpus import Catalog, GpuType
+    from slurm_synergy.model.profile import BatchPeak, GpuMemory
+    from slurm_synergy.report.output import job_rows
+    comment = (f"synergy:fp={FP} asked=c2,m3072,g1:local1g "
+               "decision=c2,m1024,g1:local4g,w1")
+    jobs = frame(line("1", comment=comment, tres="cpu=2,gres/gpu:local4g=1,gres/gpu=1,mem=1G"),
+                 line("2"))
+    jobs.at[0, "gpu_mem_peak_mb"] = 540.0
+    p = dataclasses.replace(profile({2: 200.0, 1: 100.0}), gpu_memory=GpuMemory(
+        "fake tensors", 128, (BatchPeak(64, 300.0), BatchPeak(128, 600.0)), 1.0))
+    catalog = Catalog({"local1g": GpuType("local1g", 1024, 100, 250, 300, 20, 1.0)})
+    enrich.add_gpu_memory(jobs, {FP: p}, catalog)
+    assert list(jobs["gpu_mem_asked_mib"]) == [1024, None]      # the type it asked for
+    assert list(jobs["gpu_mem_est_mib"]) == [600.0, None]       # at its batch
+    report = Report("p", jobs, summary.workloads(jobs), summary.cluster(jobs), [])
+    head, rows = job_rows(report)
+    cells = dict(zip(head, rows[0]))
+    assert cells["GPUs"] == ("1:local1g", "1:local4g", "1:local4g")
+    assert cells["GPU MiB"] == ("1024", "600", "540")

@@ -88,9 +88,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "spread")
     add("--max-repeats", type=int_at_least(1), default=4,
         help="most runs of one core count (default %(default)s)")
-    add("--budget", type=float, default=60.0,
-        help="seconds of profiling after which no further repeat starts (default "
-        "%(default)s); the first pass and --repeats run regardless")
+    add("--budget", type=float, default=72.0,
+        help="seconds of profiling after which no further optional step starts: a second "
+        "compute-only run, then extra repeats (default %(default)s, 2%% of a one-hour "
+        "job); the sweep, its --repeats and the components run regardless")
     add("--step-timeout", type=float, default=600.0,
         help="seconds a step may run before it is stopped (default %(default)s)")
     add("--launcher", choices=("auto", "srun", "local"), default="auto",

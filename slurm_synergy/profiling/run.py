@@ -23,7 +23,8 @@ from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
 from slurm_synergy.profiling.gpu import open_gpus
 from slurm_synergy.profiling.gpumem import estimate_gpu_memory
 from slurm_synergy.profiling.plan import Plan, plan_profiling
-from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
+from slurm_synergy.profiling.steps import (FIRST_ITERATIONS, Runner, Step, to_point,
+                                           window_iterations)
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
 from slurm_synergy.slurm import Slurm
@@ -70,7 +71,10 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     runner = Runner(command=plan.command, script_args=plan.script_args,
                     workers_option=plan.workers_option,
                     iterations_option=plan.iterations_option, procs=procs,
-                    iterations=args.max_iterations, warmup=args.warmup,
+                    # The first step's rate sets the later steps' window; it measures
+                    # no more than FIRST_ITERATIONS, since a slow workload's 20 would
+                    # cost more than the window saves.
+                    iterations=min(args.max_iterations, FIRST_ITERATIONS), warmup=args.warmup,
                     first_batch_s=args.first_batch_timeout, mem_mb=mem_mb,
                     gpus=ngpus, launcher=launcher, workdir=workdir,
                     timeout_s=args.step_timeout, name=f"profile-{fp}", slurm=Slurm())
@@ -91,9 +95,9 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     points: list[Point] = []
     runs: dict[int, list[Point]] = {}           # the core sweep's runs, by cores
     measured: dict[int, dict[str, Any]] = {}    # the first run's measurement, by cores
-    # The least the sweep takes: log2(top) + 1 counts, each run --repeats times, three
-    # component steps and one step on a single GPU; more where repeats are added.
-    bar = tqdm(total=top.bit_length() * args.repeats + 3 + (ngpus >= 2), unit="step",
+    # The least the sweep takes: log2(top) + 1 counts, each run --repeats times, two
+    # component steps and one step on a single GPU; more where the budget allows.
+    bar = tqdm(total=top.bit_length() * args.repeats + 2 + (ngpus >= 2), unit="step",
                desc=f"profile {fp[:8]}", file=sys.stderr, disable=None)
     sampler: Sampler | None = None
 
@@ -112,7 +116,7 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         else:
             m, wall = runner.run(step)
         if not measured:
-            # The first run sets the window of every later one, so all measure alike.
+            # The first run sets the window of every later one, so those measure alike.
             runner.iterations = window_iterations(m, args.window, args.max_iterations)
         measured.setdefault(k, m)
         pt = to_point(step, m, wall, mem_mb, procs)
@@ -157,13 +161,17 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         components = [component(loader), component(compute)]
         # The repeats come after the components, so that other steps separate a count's
         # first run from its second.
+        def compute_again() -> None:
+            # The compute-only step sets the training process's cost per sample, which
+            # every prediction of a compute-bound model rests on: the first thing the
+            # budget buys is a second run of it, apart from the first, so its noise is
+            # known too. (The input-only step is cheap to get wrong: where input binds,
+            # the end-to-end runs show it.)
+            if within_budget():
+                components[1] = combine([components[1], component(compute)])
         repeat_sweep(swept, lambda k: [r.samples_per_s for r in runs[k]], measure,
-                     within_budget, args.repeats, max(args.repeats, args.max_repeats))
-        # The compute-only step sets the training process's cost per sample, which the
-        # model's every prediction rests on: it is run again, apart from its first run,
-        # so its noise is known too. (The input-only step is cheap to get wrong: where
-        # input binds, the end-to-end runs show it.)
-        components[1] = combine([components[1], component(compute)])
+                     within_budget, args.repeats, max(args.repeats, args.max_repeats),
+                     between=compute_again)
         train = [combine(runs[k]) for k in swept]
         points.extend(train)
         if ngpus >= 2:

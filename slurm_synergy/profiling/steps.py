@@ -151,6 +151,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 LEAST_ITERATIONS = 5     # a window shorter than this says little about a step's rate
+FIRST_ITERATIONS = 10    # the first step's, whose rate sets the window of the rest
 
 
 def window_iterations(measured: dict[str, Any], window_s: float, most: int) -> int:

@@ -46,13 +46,15 @@ def core_sweep(top: int, measure: Callable[[int], float], plateau: float,
 
 def repeat_sweep(swept: Sequence[int], runs: Callable[[int], Sequence[float]],
                  measure: Callable[[int], float], within_budget: Callable[[], bool],
-                 repeats: int, max_repeats: int) -> None:
+                 repeats: int, max_repeats: int,
+                 between: Callable[[], None] = lambda: None) -> None:
     """Measure the swept core counts again, round-robin in the sweep's order, so that no
     count's runs are back to back and a change in the machine's load falls on all of them.
 
     First until each has `repeats` runs (budget or not: without them the noise is
-    unknown); then, while the budget lasts, only the counts whose range of runs overlaps
-    a neighbouring count's (they cannot yet be told apart), up to `max_repeats`."""
+    unknown); then `between` (other measurements the budget ranks above more repeats);
+    then, while the budget lasts, only the counts whose range of runs overlaps a
+    neighbouring count's (they cannot yet be told apart), up to `max_repeats`."""
     def centre(k: int) -> float:
         return statistics.median(runs(k))
 
@@ -65,6 +67,7 @@ def repeat_sweep(swept: Sequence[int], runs: Callable[[int], Sequence[float]],
             break
         for k in short:
             measure(k)
+    between()
     while True:
         ordered = sorted(swept)
         unclear = set()

@@ -4,6 +4,8 @@ import os
 import signal
 import time
 
+from slurm_synergy.model.units import gpu_count, gpu_types
+
 from .conftest import epilogs_done, executable, finish, submitted_ids, synergy
 
 
@@ -20,7 +22,9 @@ def test_node_is_sized_from_the_machine(slurm):
     assert node.cpus == os.cpu_count()
     meminfo_mb = int(open("/proc/meminfo").read().split()[1]) // 1024
     assert 0 < node.memory_mb < meminfo_mb
-    assert node.gres.startswith("gpu:") and node.gres.endswith(":4") or node.gres == "gpu:4"
+    # Real GPUs, one type; without hardware, two file-backed types of two each.
+    assert node.gres == "gpu:local1g:2,gpu:local4g:2" or (
+        len(gpu_types(node.gres)) == 1 and gpu_count(node.gres) >= 1)
 
 
 def test_up_is_idempotent(box):

@@ -54,17 +54,15 @@ def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profile
     # Slurm itself ran each step on the cores asked for: accounting says so.
     steps = [r for r in slurm.sacct([job], STEP_FIELDS, allocations_only=False)
              if r["JobName"] == f"profile-{spec.fingerprint}"]
-    # The sweep, the two components, the sweep's counts again in the same order, and the
-    # compute-only step again last.
+    # The sweep, the two components, then the sweep's counts again in the same order.
     assert [s["AllocCPUS"] for s in steps][:6] == ["2", "1", "2", "1", "2", "1"]
-    assert steps[-1]["AllocCPUS"] == "1"
     assert {s["State"] for s in steps} == {"COMPLETED"}
     # Every run of every count is a step of its own, and each count ran twice at least;
-    # so did the compute-only step.
+    # the compute-only step ran once, or twice where the budget allowed.
     runs = [len(p.repeats) for p in profile.train_points()]
     compute = next(p for p in profile.points if p.measure == "compute")
-    assert min(runs) >= 2 and len(compute.repeats) == 2
-    assert len(steps) == 3 + sum(runs)
+    assert min(runs) >= 2 and len(compute.repeats) in (0, 2)
+    assert len(steps) == 1 + max(1, len(compute.repeats)) + sum(runs)
     # The resubmitted job then trained.
     assert (out / spec.name / "summary.json").exists()
 

@@ -164,7 +164,8 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert argv.count("--workers") == 1 and argv[argv.index("--workers") + 1] == "1"
     assert argv[argv.index("--max-iterations") + 1] == "9"      # 3 warm-up + 5 + 1
     assert "step 4: compute only" in proc.stderr   # a line per step in a batch log
-    # The compute-only step ran again after the repeats, so its noise is known too.
+    # The compute-only step ran again after the repeats (the budget allowed it: these
+    # steps take a second or two), so its noise is known too.
     compute = next(x for x in p.points if x.measure == "compute")
     assert len(compute.repeats) == 2 and compute.spread is not None
     again = profile(tmp_path, "--fingerprint", "00000000000000aa", str(fake), cores="0,1")
@@ -254,3 +255,13 @@ def test_slow_steps_measure_a_window_of_seconds_not_all_their_iterations():
     assert window_iterations({"steps": 20, "seconds": 200.0}, 5.0, 3) == 3
     # A measurement without a rate leaves the count as asked.
     assert window_iterations({}, 5.0, 20) == 20
+
+
+def test_the_compute_only_step_runs_again_only_within_the_budget(tmp_path, fake):
+    proc = profile(tmp_path, "--fingerprint", "00000000000000ab", "--max-iterations", "3",
+                   "--budget", "0", str(fake), cores="0,1")
+    assert proc.returncode == 0, proc.stderr
+    p = ProfileStore(tmp_path / "store").load("00000000000000ab")
+    compute = next(x for x in p.points if x.measure == "compute")
+    assert compute.repeats == ()            # one run: the budget was spent
+    assert all(len(x.repeats) == 2 for x in p.points if x.measure == "train")

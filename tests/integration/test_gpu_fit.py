@@ -1,0 +1,104 @@
+"""The gres rewrite by GPU memory on the real cluster: the local node's two file-backed
+GPU types (local1g and local4g, 1 and 4 GiB in the catalog). A job asking the small type
+with a step estimated not to fit it is profiled, then resubmitted on the type that holds
+it, and completes; one that fits stays; a hostile or missing catalog changes nothing and
+rejects nothing."""
+
+import json
+
+import pytest
+
+from slurm_synergy import paths
+from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.model import comment as comment_format
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.shim.table import read, table_path
+
+from .conftest import finish, resubmitted, submitted_ids, synergy
+
+FIELDS = ("JobID", "JobName", "State", "AllocTRES", "Comment")
+
+
+@pytest.fixture(scope="module")
+def fitted(slurm, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fit")
+    csv = out / "jobs.csv"
+    # mobilenet at its default 64 px crop and batch 32 needs about 600 MiB a step: more
+    # than local1g holds with the CUDA context (1024 MiB), well under local4g's 4096.
+    # resnet8 at batch 16 needs a few tens of MiB. The session's shared dataset settings.
+    csv.write_text("name,arch,depth,batch,workers,gpus,gpu_type,cpus,mem,time,iterations\n"
+                   "fit-big,mobilenet,,32,1,1,local1g,2,3G,00:15:00,2\n"
+                   "fit-small,resnet,8,16,1,1,local1g,2,3G,00:15:00,2\n")
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
+    finish(slurm, ids.values(), timeout=900)
+    again = {name: resubmitted(job) for name, job in ids.items()}
+    recs = finish(slurm, again.values(), timeout=900)
+    specs = {s.name: s for s in load_jobs(csv)}
+    return csv, out, specs, {name: recs[job] for name, job in again.items()}
+
+
+def alloc_tres(slurm, job: str) -> str:
+    (row,) = slurm.sacct([job], FIELDS)
+    return row["AllocTRES"]
+
+
+def test_a_job_too_big_for_its_gpu_type_moves_to_one_that_holds_it(slurm, fitted):
+    _, _, specs, recs = fitted
+    big, small = recs["fit-big"], recs["fit-small"]
+    assert big.state == "COMPLETED" and small.state == "COMPLETED"
+    assert "gres/gpu:local4g=1" in alloc_tres(slurm, big.job_id)
+    assert "gres/gpu:local1g=1" in alloc_tres(slurm, small.job_id)
+    # The comment says what it asked and what it was given, types included.
+    assert comment_format.asked(big.comment).gpu_type == "local1g"
+    assert comment_format.decision(big.comment).gpu_type == "local4g"
+    # The profile holds the estimate, at the batch and around it.
+    mem = ProfileStore.default().load(specs["fit-big"].fingerprint).gpu_memory
+    assert mem is not None and mem.method and [p.batch for p in mem.peaks] == [16, 32, 64]
+    assert 465 < mem.at(32) < 3258      # over what local1g holds, under local4g
+    why = synergy("plugin", "explain", specs["fit-big"].fingerprint)
+    assert why.returncode == 0, why.stderr
+    assert "local1g (1024 MiB) would not hold it" in why.stdout
+    assert "jobs of this workload ask for local4g" in why.stdout
+
+
+def test_the_report_shows_gpu_memory_asked_estimated_and_the_type(slurm, fitted):
+    _, _, _, recs = fitted
+    big = recs["fit-big"]
+    proc = synergy("report", "--jobs", big.job_id, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    (job,) = [j for j in json.loads(proc.stdout)["jobs"] if j["raw_id"] == big.job_id]
+    assert (job["asked_gpu_type"], job["decided_gpu_type"], job["gpu_type"]) == (
+        "local1g", "local4g", "local4g")
+    assert job["gpu_mem_asked_mib"] == 1024 and 465 < job["gpu_mem_est_mib"] < 3258
+
+
+@pytest.mark.parametrize("catalog", ["hostile", "missing"])
+def test_a_bad_catalog_changes_nothing_and_rejects_nothing(slurm, fitted, tmp_path,
+                                                          monkeypatch, catalog):
+    csv, out, specs, _ = fitted
+    good = (paths.ETC / "policy.toml").read_text()
+    policy = tmp_path / "policy.toml"
+    if catalog == "hostile":
+        policy.write_text(good.replace("[gpu.local4g]\nmemory_mib = 4096",
+                                       "[gpu.local4g]\nmemory_mib = 'all of it'"))
+    else:
+        policy.write_text(good.split("\n[gpu.")[0] + "\n")
+    monkeypatch.setenv("SYNERGY_POLICY", str(policy))
+    try:
+        sync = synergy("plugin", "sync")
+        assert sync.returncode == 0, sync.stderr
+        _, entries = read(table_path())
+        big = entries[specs["fit-big"].fingerprint]
+        assert big.gpu_type == ""       # no move: the job keeps what it asked
+        one = tmp_path / "one.csv"
+        one.write_text("\n".join(csv.read_text().splitlines()[:2]) + "\n")
+        job = submitted_ids(synergy("submit", str(one), "--out", str(out), "--force"))["fit-big"]
+        rec = finish(slurm, [job], timeout=600)[job]
+        assert rec.state == "COMPLETED"
+        assert "gres/gpu:local1g=1" in alloc_tres(slurm, job)
+        why = synergy("plugin", "explain", specs["fit-big"].fingerprint).stdout
+        assert ("the GPU catalog is not used" if catalog == "hostile" else
+                "has no GPU catalog") in why
+    finally:
+        monkeypatch.delenv("SYNERGY_POLICY")
+        assert synergy("plugin", "sync").returncode == 0

@@ -42,7 +42,8 @@ def main() -> int:
     for spec in specs:
         argv = [*spec.script_argv(), *spec.args, "--data", "unused"]
         for batch in nearby(spec.batch):
-            e = estimate(argv, batch)
+            e = estimate(argv, batch, check=True)
+            assert e.analytic_mib is not None
             rows.append({"workload": spec.name, **asdict(e),
                          "ratio": round(e.peak_mib / e.analytic_mib, 3)})
     costs: dict[str, list[float]] = {s.name: [] for s in specs}

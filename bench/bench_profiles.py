@@ -84,7 +84,8 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
         "runs": {str(pt.cores): [round(r, 2) for r in pt.repeats] for pt in p.train_points()},
         "spread": {str(pt.cores): None if pt.spread is None else round(pt.spread, 4)
                    for pt in p.train_points()},
-        "compute_only": {"runs": [round(r, 2) for r in compute.repeats],
+        "compute_only": {"runs": [round(r, 2) for r in compute.repeats or
+                                  (compute.samples_per_s,)],
                          "spread": None if compute.spread is None else round(compute.spread, 4)},
         "prep_core_ms": round(p.model.prep_core_s * 1e3, 3),
         "host_core_ms": round(p.model.host_core_s * 1e3, 3),

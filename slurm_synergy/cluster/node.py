@@ -32,6 +32,12 @@ class NodeSpec:
     gpu_types: tuple[str, ...] = field(default_factory=tuple)     # one per file; "" untyped
 
     @property
+    def gpu_tres(self) -> str:
+        """AccountingStorageTRES's GPU part: sacct shows a type only if it is tracked."""
+        types = dict.fromkeys(t for t in self.gpu_types if t)
+        return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types)])
+
+    @property
     def gres(self) -> str:
         """slurm.conf's Gres= for the node: gpu:TYPE:N per type, in file order."""
         counts: dict[str, int] = {}

@@ -338,12 +338,11 @@ def _memory_candidates(profile: Profile, footprint: float, floor_m: int,
 def _memory_note(profile: Profile, footprint: float, mem_mb: int, floor_m: int,
                  policy: Policy, peak_noise: float) -> str:
     peaks = [m for p in profile.train_points() for m in p.peaks_mb]
-    runs = (f"; its runs peaked {min(peaks):.0f}-{max(peaks):.0f} MB" if len(peaks) > 1
-            else "")
-    note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB, counted "
-            f"+{peak_noise:.0%} for the noise between runs{runs} (at least the policy's "
-            f"min_mem_spread of {policy.min_mem_spread:.0%}), + {policy.mem_headroom:.0%} "
-            f"headroom needs {floor_m} MB)")
+    runs = (f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if len(peaks) > 1 else "")
+    note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB{runs}; "
+            f"counted +{peak_noise:.0%} for the noise between runs, at least the policy's "
+            f"min_mem_spread of {policy.min_mem_spread:.0%}, and +{policy.mem_headroom:.0%} "
+            f"headroom, it needs {floor_m} MB)")
     fetch = profile.model.fetch
     if fetch is not None:
         x = cached_fraction(fetch, footprint, mem_mb)

@@ -26,7 +26,7 @@ SMALL = {
 @pytest.mark.parametrize("arch", sorted(SMALL))
 def test_the_estimate_agrees_with_a_count_of_what_the_step_keeps(arch):
     argv = [*SMALL[arch], "--data", "unused"]
-    small, large = estimate(argv, 8), estimate(argv, 16)
+    small, large = estimate(argv, 8, check=True), estimate(argv, 16, check=True)
     assert 0 < small.peak_mib < large.peak_mib
     for e in (small, large):
         ratio = e.peak_mib / e.analytic_mib
@@ -46,6 +46,9 @@ def test_a_batch_far_beyond_this_machine_is_estimated_without_allocating_it():
 def test_the_profiler_records_the_estimate_at_the_batch_and_beside_it():
     mem = estimate_gpu_memory(True, [*SMALL["m5"], "--data", "unused", "-b", "8"], 8)
     assert mem.method and [p.batch for p in mem.peaks] == nearby(8) == [4, 8, 16]
+    # The trainer's own --batch among its arguments is not taken for --batches.
+    withb = estimate_gpu_memory(True, [*SMALL["m5"], "--batch", "8", "--data", "x"], 8)
+    assert [p.batch for p in withb.peaks] == [4, 8, 16]
     assert mem.at(8) is not None and mem.seconds > 0
     # It travels in the profile and reads back.
     p = dataclasses.replace(profile({2: 100.0, 1: 100.0}), gpu_memory=mem)

@@ -38,3 +38,14 @@ def test_real_gpus_are_one_type_and_untyped_ones_stay_untyped():
                     ("h100", "h100"))
     assert real.gres == "gpu:h100:2"
     assert NodeSpec("n", "127.0.0.1", 16, 1000, 3, False).gres == "gpu:3"
+
+
+def test_the_rendered_configs_name_and_account_each_gpu_type(tmp_path, monkeypatch):
+    from slurm_synergy.cluster import node
+    from slurm_synergy.cluster.localbox import LocalCluster
+    monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
+    spec, _, _ = LocalCluster(state=tmp_path).render()
+    conf = (tmp_path / "etc" / "slurm.conf").read_text()
+    # sacct shows gres/gpu:TYPE only for types the accounting is told to track.
+    assert "AccountingStorageTRES=gres/gpu,gres/gpu:local1g,gres/gpu:local4g\n" in conf
+    assert f"Gres={spec.gres} " in conf

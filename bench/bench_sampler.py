@@ -68,9 +68,9 @@ class SamplerProcess:
     def __enter__(self) -> "SamplerProcess":
         """Started and past its first sample: Python's start-up (once per job) is left
         out, so the round sees the steady cost a long job pays."""
-        totals = self.run_dir / "1.samples.json"
+        totals = self.run_dir / "1.bench.samples.json"
         totals.unlink(missing_ok=True)
-        (self.run_dir / "1.prolog.json").write_text("{}")   # the sampler runs while it exists
+        (self.run_dir / "1.bench.prolog.json").write_text("{}")   # the sampler runs while it exists
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "slurm_synergy.hooks", "sample", "--job", "1",
              "--gpus", ",".join(self.uuids)], env=self.env, start_new_session=True)
@@ -80,7 +80,7 @@ class SamplerProcess:
         return self
 
     def _samples(self) -> int:
-        return sum(t.samples for t in read_totals(self.run_dir / "1.samples.json").values())
+        return sum(t.samples for t in read_totals(self.run_dir / "1.bench.samples.json").values())
 
     def __exit__(self, *exc: object) -> None:
         cpu = cpu_seconds(self.proc.pid) - self.cpu0
@@ -100,7 +100,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-sampler-"))
     policy = work / "policy.toml"
     policy.write_text(f"gpu_sample_period_s = {args.period}\n")
-    env = {**os.environ, "SYNERGY_POLICY": str(policy), "SYNERGY_HOOK_RUN": str(work),
+    env = {**os.environ, "SLURMD_NODENAME": "bench", "SYNERGY_POLICY": str(policy),
+           "SYNERGY_HOOK_RUN": str(work),
            "SYNERGY_HOOK_LOG": str(work / "hooks.log")}
     backend = open_backend()
     if backend.gpus and torch.cuda.is_available():

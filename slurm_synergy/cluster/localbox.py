@@ -1,9 +1,9 @@
-"""The embedded default: a one-node Slurm cluster with accounting, started by hand.
+"""The embedded default: a three-node Slurm cluster with accounting, started by hand.
 
 `up` renders etc/*.j2 into the state folder and starts munge, MariaDB, slurmdbd,
-slurmctld and slurmd in that order, each only if it is not already healthy, so it is
-idempotent and restarts whatever died. A daemon that will not start gets the tail of
-its log in the error.
+slurmctld and a slurmd per node (cluster/node.py) in that order, each only if it is not
+already healthy, so it is idempotent and restarts whatever died. A daemon that will not
+start gets the tail of its log in the error.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import stat
 import subprocess
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +34,7 @@ from slurm_synergy.cluster import node as nodemod
 
 CLUSTER_NAME = "synergy"
 PARTITION = "gpu"
+MULTI_PARTITION = "multi"     # every node: jobs over several nodes or GPU types
 PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
 START_TIMEOUT_S = 60
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
@@ -43,6 +45,12 @@ class Daemon:
     name: str
     pidfile: Path
     log: Path
+    program: str = ""            # what /proc/PID/comm starts with, when not the name
+    node: str = ""               # a slurmd's node
+
+    @property
+    def comm(self) -> str:
+        return self.program or self.name
 
 
 class LocalCluster:
@@ -58,23 +66,44 @@ class LocalCluster:
             "mariadbd": Daemon("mariadbd", run / "mariadb.pid", log / "mariadb.log"),
             "slurmdbd": Daemon("slurmdbd", run / "slurmdbd.pid", log / "slurmdbd.log"),
             "slurmctld": Daemon("slurmctld", run / "slurmctld.pid", log / "slurmctld.log"),
-            "slurmd": Daemon("slurmd", run / "slurmd.pid", log / "slurmd.log"),
         }
+        self._name_slurmds()
+
+    def _name_slurmds(self) -> None:
+        """A slurmd per node slurm.conf names, with the files it gives them (a state folder
+        from before the nodes had %n in their names keeps one of each)."""
+        for d in self.slurmds:
+            del self.daemons[d.name]
+        keys = {"SlurmdPidFile": str(self.state / "run" / "slurmd-%n.pid"),
+                "SlurmdLogFile": str(self.state / "log" / "slurmd-%n.log")}
+        for name, settings in configured_nodes(self.conf).items():
+            files = {k: Path(settings.get(k, v).replace("%n", name)) for k, v in keys.items()}
+            self.daemons[f"slurmd@{name}"] = Daemon(
+                f"slurmd@{name}", files["SlurmdPidFile"], files["SlurmdLogFile"],
+                program="slurmd", node=name)
+
+    @property
+    def slurmds(self) -> list[Daemon]:
+        return [d for d in self.daemons.values() if d.node]
 
     # --- configuration -----------------------------------------------------------
-    def render(self) -> tuple[nodemod.NodeSpec, str, bool]:
-        """Write the config files; returns (node, cgroup mode, whether anything changed)."""
-        node = nodemod.detect(self.state)
+    def render(self) -> tuple[nodemod.Layout, str, bool]:
+        """Write the config files; returns (layout, cgroup mode, whether anything changed)."""
+        layout = nodemod.detect(self.state)
         mode = nodemod.cgroup_mode()
         for sub in ("etc", "run", "log", "spool/ctld", "spool/d", "dev"):
             (self.state / sub).mkdir(parents=True, exist_ok=True)
-        if not node.gpus_real:
-            for dev in node.gpu_files:
-                make_fake_gpu(Path(dev))
+        for node in layout.nodes:
+            (self.state / "spool" / "d" / node.name).mkdir(exist_ok=True)
+            if not node.gpus_real:
+                for dev in node.gpu_files:
+                    Path(dev).parent.mkdir(exist_ok=True)
+                    make_fake_gpu(Path(dev))
         env = environment(paths.ETC)
         context = {
-            "cluster_name": CLUSTER_NAME, "partition": PARTITION, "ports": PORTS,
-            "state": str(self.state), "node": node, "cgroup_mode": mode,
+            "cluster_name": CLUSTER_NAME, "partition": PARTITION,
+            "multi_partition": MULTI_PARTITION, "ports": PORTS,
+            "state": str(self.state), "layout": layout, "cgroup_mode": mode,
             "job_submit": self.job_submit,
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
             "prolog": str(self.etc / WRAPPERS["prolog"]),
@@ -94,7 +123,7 @@ class LocalCluster:
         install_shim(self.etc)
         render_wrappers(self.etc, self.hook_paths)
         atomic_write_text(self.state / "mode", mode + "\n")
-        return node, mode, changed
+        return layout, mode, changed
 
     @property
     def hook_paths(self) -> HookPaths:
@@ -111,17 +140,23 @@ class LocalCluster:
     def up(self, log: Callable[[str], None] = print) -> None:
         _require_binaries()
         with locked(self.state / ".lock"):
-            node, mode, changed = self.render()
-            if changed and (self._alive("slurmctld") or self._alive("slurmd")):
+            layout, mode, changed = self.render()
+            # The slurmds of the configuration before this one: a changed layout stops them.
+            slurmds = [d.name for d in self.slurmds]
+            if changed and any(self._alive(name) for name in ["slurmctld", *slurmds]):
                 log("configuration changed: restarting slurmctld and slurmd")
-                self._stop("slurmd")
+                for name in slurmds:
+                    self._stop(name)
                 self._stop("slurmctld")
+            self._name_slurmds()
             self._ensure("munged", self._munge_ok, self._start_munge, log)
             self._ensure("mariadbd", self._mariadb_ok, self._start_mariadb, log)
             self._ensure("slurmdbd", self._slurmdbd_ok, self._start_slurmdbd, log)
             self._register_cluster()
-            self._ensure("slurmctld", self.slurm.ping, self._start_slurm("slurmctld"), log)
-            self._ensure("slurmd", self._node_ok, self._start_slurm("slurmd"), log)
+            self._ensure("slurmctld", self.slurm.ping, self._start_slurmctld, log)
+            for node in layout.nodes:
+                self._ensure(f"slurmd@{node.name}", partial(self._node_ok, node.name),
+                             partial(self._start_slurmd, node.name), log)
             for n in self.slurm.nodes(""):
                 if _drained(n.state):
                     # The epilog (or an admin) took it out of service for a reason; only
@@ -130,27 +165,31 @@ class LocalCluster:
                         "stays so: jobs will not start on it until you resume it with "
                         f"`scontrol update nodename={n.name} state=resume`")
             log(sync(slurm=self.slurm, path=self.etc / TABLE_NAME))
-            gpus = f"{node.gpus} {'real' if node.gpus_real else 'file-backed'} GPUs"
-            log(f"cluster up: node {node.hostname}, {node.cpus} CPUs, {node.memory_mb} MB, "
-                f"{gpus}, cgroup enforcement: {describe_mode(mode)}")
+            log(f"cluster up, cgroup enforcement: {describe_mode(mode)}")
+            for node in layout.nodes:
+                parts = [f"{PARTITION} (default)"] if node == layout.default else []
+                parts += [MULTI_PARTITION] if len(layout.nodes) > 1 else []
+                log(f"  {node.describe()}; partition {', '.join(parts)}")
             log(f"SLURM_CONF={self.conf}")
 
     def down(self, log: Callable[[str], None] = print) -> None:
         with locked(self.state / ".lock"):
-            for name in ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"):
+            for name in [d.name for d in self.slurmds] + ["slurmctld", "slurmdbd", "mariadbd",
+                                                          "munged"]:
                 if self._stop(name):
                     log(f"stopped {name}")
 
     def status(self) -> tuple[bool, list[str]]:
         lines, healthy = [], True
-        checks = {"munged": self._munge_ok, "mariadbd": self._mariadb_ok,
-                  "slurmdbd": self._slurmdbd_ok, "slurmctld": self.slurm.ping,
-                  "slurmd": self._node_ok}
+        checks: dict[str, Callable[[], bool]] = {
+            "munged": self._munge_ok, "mariadbd": self._mariadb_ok,
+            "slurmdbd": self._slurmdbd_ok, "slurmctld": self.slurm.ping}
+        checks.update({d.name: partial(self._node_ok, d.node) for d in self.slurmds})
         for name, check in checks.items():
             ok = self.conf.exists() and check()
             healthy &= ok
             pid = self._pid(name)
-            lines.append(f"{name:<10} {'up' if ok else 'DOWN':<5} pid {pid or '-'}")
+            lines.append(f"{name:<13} {'up' if ok else 'DOWN':<5} pid {pid or '-'}")
         mode_file = self.state / "mode"
         mode = mode_file.read_text().strip() if mode_file.exists() else "unknown"
         lines.append(f"cgroup enforcement: {describe_mode(mode)}")
@@ -184,13 +223,13 @@ class LocalCluster:
         except SynergyError:
             return False
 
-    def _node_ok(self) -> bool:
-        """slurmd runs and its node answers slurmctld. A drained node counts: slurmd is
-        up, the node is only out of service (cluster status shows it)."""
-        if not self._alive("slurmd"):
+    def _node_ok(self, node: str) -> bool:
+        """The node's slurmd runs and the node answers slurmctld. A drained node counts:
+        slurmd is up, the node is only out of service (cluster status shows it)."""
+        if not self._alive(f"slurmd@{node}"):
             return False
         try:
-            states = [n.state for n in self.slurm.nodes("")]
+            states = [n.state for n in self.slurm.nodes("") if n.name == node]
         except SynergyError:
             return False
         bad = ("down", "fail", "unknown", "not_responding")
@@ -215,8 +254,9 @@ class LocalCluster:
         while time.monotonic() < deadline:
             if healthy():
                 return
-            if name == "slurmd" and self._alive("slurmd"):
-                self._resume_node()
+            node = self.daemons[name].node
+            if node and self._alive(name):
+                self._resume_node(node)
             time.sleep(0.5)
         raise SynergyError(f"{name} did not come up within {START_TIMEOUT_S}s; "
                            f"last lines of {self.daemons[name].log}:\n{tail(self.daemons[name].log)}")
@@ -265,22 +305,29 @@ class LocalCluster:
         env = dict(os.environ, SLURM_CONF=str(self.conf))
         _checked(["slurmdbd"], "slurmdbd", env=env)
 
-    def _start_slurm(self, name: str) -> Callable[[], None]:
-        def start() -> None:
-            _checked([name, "-f", str(self.conf)], name,
-                     env=dict(os.environ, SLURM_CONF=str(self.conf)))
-        return start
+    def _start_slurmctld(self) -> None:
+        _checked(["slurmctld", "-f", str(self.conf)], "slurmctld",
+                 env=dict(os.environ, SLURM_CONF=str(self.conf)))
+
+    def _start_slurmd(self, node: str) -> None:
+        """slurmd under a hostname of its own (a UTS namespace): that is how it finds its
+        NodeName, and what its jobs see as their host."""
+        script = 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"'
+        _checked(["unshare", "--uts", "--", "sh", "-c", script, "sh", node,
+                  "slurmd", "-f", str(self.conf)], f"slurmd of {node}",
+                 env=dict(os.environ, SLURM_CONF=str(self.conf)))
 
     def _register_cluster(self) -> None:
         if CLUSTER_NAME not in self.slurm.clusters():
             self.slurm.add_cluster(CLUSTER_NAME)
 
-    def _resume_node(self) -> None:
+    def _resume_node(self, node: str) -> None:
         """A node left down by an earlier run (its slurmd stopped) is put back in service;
         a drained one is not: somebody drained it on purpose."""
         try:
             for n in self.slurm.nodes(""):
-                if n.state.rstrip("*~#").startswith("down") and not _drained(n.state):
+                if n.name == node and n.state.rstrip("*~#").startswith("down") \
+                        and not _drained(n.state):
                     self.slurm.resume_node(n.name)
         except SynergyError:
             pass  # slurmctld not answering yet; the caller's loop tries again
@@ -296,7 +343,7 @@ class LocalCluster:
         except OSError:
             return None
         # comm is truncated to 15 characters; Debian's binaries are e.g. slurmctld-wlm.
-        return pid if comm.startswith(name[:15]) else None
+        return pid if comm.startswith(self.daemons[name].comm[:15]) else None
 
     def _alive(self, name: str) -> bool:
         return self._pid(name) is not None
@@ -313,6 +360,19 @@ class LocalCluster:
             os.kill(pid, signal.SIGKILL)
         self.daemons[name].pidfile.unlink(missing_ok=True)
         return True
+
+
+def configured_nodes(conf: Path) -> dict[str, dict[str, str]]:
+    """Each node slurm.conf names, with its SlurmdPidFile and SlurmdLogFile; before the
+    first `up`, every node the box may have."""
+    try:
+        lines = conf.read_text().splitlines()
+    except OSError:
+        return {name: {} for name, _ in nodemod.FAKE_NODES}
+    settings = dict(line.split("=", 1) for line in lines
+                    if line.startswith(("SlurmdPidFile=", "SlurmdLogFile=")))
+    return {line.split()[0].split("=", 1)[1]: settings for line in lines
+            if line.startswith("NodeName=")}
 
 
 def make_fake_gpu(path: Path) -> None:
@@ -357,7 +417,8 @@ def _checked(cmd: list[str], what: str, env: dict[str, str] | None = None) -> No
 
 
 def _require_binaries() -> None:
-    missing = [b for b in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch")
+    missing = [b for b in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch",
+                                "unshare")
                if shutil.which(b) is None]
     if missing:
         raise SynergyError(f"missing programs: {', '.join(missing)}; run `make setup` first")

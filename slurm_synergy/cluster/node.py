@@ -1,4 +1,11 @@
-"""Size the local cluster's one node from the real machine."""
+"""Lay out the local cluster's nodes on the real machine.
+
+Without GPU hardware the box has three nodes, each a slurmd in a UTS namespace of its
+own (Debian's slurmd is built without --enable-multiple-slurmd, so `slurmd -N` is not
+there): the namespace's hostname is how slurmd finds its NodeName, and each listens on
+a port of its own. With real GPUs there is one node: the GPUs cannot be split between
+nodes without the hooks of two nodes setting the same board's power limit.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +22,21 @@ HEADROOM_MIN_MB = 1024
 HEADROOM_FRACTION = 0.10
 # Without hardware: file-backed GPUs of two types whose memory (the policy's catalog:
 # 1 and 4 GiB) a built-in workload can outgrow on this machine, so that moving a job
-# to the type that holds it is exercised for real.
-FAKE_GPU_TYPES = (("local1g", 2), ("local4g", 2))
+# to the type that holds it is exercised for real. node1 has both types (the default
+# partition is node1 alone), node2 and node3 one each (a job over two nodes or two types).
+FAKE_NODES = (("node1", (("local1g", 2), ("local4g", 2))),
+              ("node2", (("local1g", 2),)),
+              ("node3", (("local4g", 2),)))
+# One slurmd port per node; 6819 and 6820 are slurmdbd's and MariaDB's (localbox.PORTS).
+SLURMD_PORTS = (6818, 6821, 6822)
 CGROUP_V1_CONTROLLERS = ("cpuset", "memory", "freezer")
 
 
 @dataclass(frozen=True)
 class NodeSpec:
-    hostname: str
+    name: str                      # NodeName, and the hostname its slurmd runs under
     address: str
+    port: int
     cpus: int
     memory_mb: int
     gpus: int
@@ -31,11 +44,9 @@ class NodeSpec:
     gpu_files: tuple[str, ...] = field(default_factory=tuple)
     gpu_types: tuple[str, ...] = field(default_factory=tuple)     # one per file; "" untyped
 
-    @property
-    def gpu_tres(self) -> str:
-        """AccountingStorageTRES's GPU part: sacct shows a type only if it is tracked."""
-        types = dict.fromkeys(t for t in self.gpu_types if t)
-        return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types)])
+    def describe(self) -> str:
+        return (f"{self.name}: {self.cpus} CPUs, {self.memory_mb} MB, {self.gres or 'no GPUs'}"
+                f"{'' if self.gpus_real or not self.gpus else ' (file-backed)'}")
 
     @property
     def gres(self) -> str:
@@ -44,6 +55,34 @@ class NodeSpec:
         for t in self.gpu_types or ("",) * self.gpus:
             counts[t] = counts.get(t, 0) + 1
         return ",".join(f"gpu:{t}:{n}" if t else f"gpu:{n}" for t, n in counts.items())
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The local cluster: slurmctld on the machine, slurmd per node on loopback ports.
+
+    Every node is the whole machine's cores and memory: they share them, which is why the
+    default partition is node1 alone (a profile measures without a neighbour on its
+    cores) and the others are there for jobs over several nodes or GPU types.
+    """
+
+    host: str                      # the machine's hostname: SlurmctldHost must be it
+    nodes: tuple[NodeSpec, ...]
+
+    @property
+    def default(self) -> NodeSpec:
+        return self.nodes[0]
+
+    @property
+    def gpus_real(self) -> bool:
+        return self.default.gpus_real
+
+    @property
+    def gpu_tres(self) -> str:
+        """AccountingStorageTRES's GPU part: sacct shows a type only if it is tracked."""
+        types = dict.fromkeys(t for n in self.nodes for t in n.gpu_types if t)
+        return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types)])
+
 
 
 def memory_mb(meminfo: str) -> int:
@@ -89,24 +128,18 @@ def cgroup_mode(root: Path = Path("/sys/fs/cgroup")) -> str:
     return "v1"
 
 
-def detect(state: Path) -> NodeSpec:
-    hostname = socket.gethostname().split(".")[0]
+def detect(state: Path) -> Layout:
+    host = socket.gethostname().split(".")[0]
+    cpus, mem = os.cpu_count() or 1, memory_mb(Path("/proc/meminfo").read_text())
     count, gpu_type = real_gpus()
     if count:
         files = tuple(f"/dev/nvidia{i}" for i in range(count))
-        types, real = (gpu_type,) * count, True
-    else:
-        # GPUs without hardware: plain files, so Slurm schedules and accounts them for real.
-        types = tuple(t for t, n in FAKE_GPU_TYPES for _ in range(n))
-        count, real = len(types), False
-        files = tuple(str(state / "dev" / f"gpu{i}") for i in range(count))
-    return NodeSpec(
-        hostname=hostname,
-        address="127.0.0.1",
-        cpus=os.cpu_count() or 1,
-        memory_mb=memory_mb(Path("/proc/meminfo").read_text()),
-        gpus=count,
-        gpus_real=real,
-        gpu_files=files,
-        gpu_types=types,
-    )
+        return Layout(host, (NodeSpec("node1", "127.0.0.1", SLURMD_PORTS[0], cpus, mem, count,
+                                      True, files, (gpu_type,) * count),))
+    nodes = []
+    for i, (name, kinds) in enumerate(FAKE_NODES):
+        # GPUs without hardware: inert devices, so Slurm schedules and accounts them for real.
+        types = tuple(t for t, n in kinds for _ in range(n))
+        files = tuple(str(state / "dev" / name / f"gpu{j}") for j in range(len(types)))
+        nodes.append(NodeSpec(name, "127.0.0.1", SLURMD_PORTS[i], cpus, mem, len(types), False, files, types))
+    return Layout(host, tuple(nodes))

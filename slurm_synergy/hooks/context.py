@@ -76,11 +76,13 @@ class HookContext:
 
     @property
     def prolog_path(self) -> Path:
-        return self.run_dir / f"{self.job_id}.prolog.json"
+        # The node in the name: nodes that share a run folder (the local cluster's do)
+        # keep a job's records apart.
+        return self.run_dir / f"{self.job_id}.{self.node}.prolog.json"
 
     @property
     def totals_path(self) -> Path:
-        return self.run_dir / f"{self.job_id}.samples.json"
+        return self.run_dir / f"{self.job_id}.{self.node}.samples.json"
 
 
 def context(hook: str, env: dict[str, str] | None = None) -> HookContext:

@@ -12,13 +12,15 @@ from .conftest import epilogs_done, executable, finish, submitted_ids, synergy
 def test_status_reports_every_daemon_and_the_mode(box):
     proc = synergy("cluster", "status")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for daemon in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"):
-        assert f"{daemon:<10} up" in proc.stdout
+    daemons = ["munged", "mariadbd", "slurmdbd", "slurmctld"] + [d.name for d in box.slurmds]
+    assert len(daemons) >= 5
+    for daemon in daemons:
+        assert f"{daemon:<13} up" in proc.stdout
     assert "cgroup enforcement: " in proc.stdout
 
 
 def test_node_is_sized_from_the_machine(slurm):
-    (node,) = slurm.nodes()
+    (node,) = slurm.nodes()                     # the default partition is one node
     assert node.cpus == os.cpu_count()
     meminfo_mb = int(open("/proc/meminfo").read().split()[1]) // 1024
     assert 0 < node.memory_mb < meminfo_mb
@@ -36,15 +38,52 @@ def test_up_is_idempotent(box):
 
 
 def test_up_restarts_a_dead_daemon(box, slurm):
-    old = box._pid("slurmd")
+    name = box.slurmds[-1].name                 # a node outside the default partition
+    old = box._pid(name)
+    others = {d.name: box._pid(d.name) for d in box.slurmds if d.name != name}
     os.kill(old, signal.SIGKILL)
     while os.path.exists(f"/proc/{old}"):
         time.sleep(0.1)
     proc = synergy("cluster", "up")
     assert proc.returncode == 0, proc.stderr
-    assert "starting slurmd" in proc.stdout
-    assert box._pid("slurmd") not in (None, old)
-    assert slurm.nodes()[0].state in ("idle", "mixed", "allocated")
+    assert f"starting {name}" in proc.stdout and proc.stdout.count("starting") == 1
+    assert box._pid(name) not in (None, old)
+    assert {d: box._pid(d) for d in others} == others
+    assert all(n.state in ("idle", "mixed", "allocated") for n in slurm.nodes(""))
+
+
+def test_three_nodes_two_gpu_types_and_a_job_over_two_nodes(box, slurm, tmp_path):
+    nodes = slurm.nodes("")
+    assert len(nodes) >= 3, nodes
+    types = set().union(*(gpu_types(n.gres) for n in nodes))
+    assert {"local1g", "local4g"} <= types
+    script = executable(tmp_path / "two.sh", f"""#!/bin/bash
+#SBATCH --partition=multi --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --mem=200M
+#SBATCH --gres=gpu:1 --time=5 --output={tmp_path}/%j.out
+srun bash -c 'echo "task $SLURM_PROCID on $(hostname) node=$SLURMD_NODENAME"; sleep 2'
+""")
+    job = slurm.run(["sbatch", "--parsable", str(script)]).strip()
+    (rec,) = finish(slurm, [job]).values()
+    assert rec.state == "COMPLETED"
+    out = (tmp_path / f"{job}.out").read_text().splitlines()
+    # Each task ran on a node of its own, under that node's hostname.
+    hosts = sorted(line.split(" on ")[1].split()[0] for line in out if line.startswith("task"))
+    assert len(set(hosts)) == 2 and all(f"node={h}" in "\n".join(out) for h in hosts), out
+    # Accounted per node: the allocation and the step over both, the batch step on one.
+    rows = {r.split("|")[0]: r.split("|")[1:] for r in slurm.run(
+        ["sacct", "-j", job, "--noheader", "--parsable2",
+         "--format=JobID,NNodes,NTasks,NodeList,AllocTRES"]).splitlines()}
+    assert rows[job][0] == "2" and "gres/gpu=2" in rows[job][3], rows
+    assert rows[f"{job}.0"][:2] == ["2", "2"] and rows[f"{job}.batch"][0] == "1", rows
+    assert set(slurm.run(["scontrol", "show", "hostnames", rows[job][2]]).split()) == set(hosts)
+    # Each node's epilog kept the job's GPU stats apart.
+    epilogs_done(box, job)
+    stats = box.hook_paths.stats_dir
+    deadline = time.monotonic() + 60
+    while len(list(stats.glob(f"{job}.*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert sorted(p.name for p in stats.glob(f"{job}.*.json")) == sorted(
+        f"{job}.{h}.json" for h in hosts)
 
 
 def test_submit_with_dead_controller_fails_clearly_and_queues_nothing(box, slurm, tmp_path):

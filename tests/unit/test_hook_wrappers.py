@@ -54,14 +54,14 @@ def test_prolog_sampler_epilog_on_the_nvml_backend(node):
     set_gpus([gpu(0), gpu(1)])
     assert hook("prolog", "301", "1", "fp=a decision=c1,m512,g1,w0,p180") == 0
     assert [g["limit_mw"] for g in gpus()] == [300_000, 180_000]   # minor 1 only
-    rec = read_prolog(where.run_dir / "301.prolog.json")
+    rec = read_prolog(where.run_dir / "301.n1.prolog.json")
     assert rec.gpus[0].uuid == "GPU-00000001-aaaa" and rec.sampler_pid
     cmdline = Path(f"/proc/{rec.sampler_pid}/cmdline").read_bytes()
     assert b"slurm_synergy.hooks" in cmdline and b"301" in cmdline
     # The sampler's first totals appear after Python has started (slow on a busy machine),
     # then it samples every 0.1 s.
     deadline = time.monotonic() + 60
-    while not (where.run_dir / "301.samples.json").exists() and time.monotonic() < deadline:
+    while not (where.run_dir / "301.n1.samples.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
     items = gpus()
@@ -106,7 +106,7 @@ def test_sm_activity_where_the_gpu_has_gpm(node):
     set_gpus([gpu(0, gpm=True, sm_active=35.0)])
     assert hook("prolog", "305") == 0
     deadline = time.monotonic() + 60
-    while not (where.run_dir / "305.samples.json").exists() and time.monotonic() < deadline:
+    while not (where.run_dir / "305.n1.samples.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)                                    # GPM needs two samples 0.1 s apart
     assert hook("epilog", "305") == 0

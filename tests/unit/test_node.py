@@ -16,36 +16,60 @@ def test_cgroup_mode_needs_writable_v1_controllers(tmp_path):
     assert cgroup_mode(tmp_path) == "v1"
 
 
-def test_without_hardware_the_node_has_two_catalogued_gpu_types(tmp_path, monkeypatch):
+def test_without_hardware_three_nodes_carry_two_catalogued_gpu_types(tmp_path, monkeypatch):
     from slurm_synergy import paths
     from slurm_synergy.cluster import node
     from slurm_synergy.model.policy import load_catalog
     from slurm_synergy.render import environment
     monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
-    spec = node.detect(tmp_path)
-    assert spec.gres == "gpu:local1g:2,gpu:local4g:2" and len(spec.gpu_files) == 4
+    layout = node.detect(tmp_path)
+    assert [(n.name, n.gres) for n in layout.nodes] == [
+        ("node1", "gpu:local1g:2,gpu:local4g:2"), ("node2", "gpu:local1g:2"),
+        ("node3", "gpu:local4g:2")]
+    # A slurmd each: a port each, and files of their own.
+    assert len({n.port for n in layout.nodes}) == 3 and 6819 not in {n.port for n in layout.nodes}
+    files = [f for n in layout.nodes for f in n.gpu_files]
+    assert len(set(files)) == len(files) == 8
     catalog = load_catalog(paths.ETC / "policy.toml")
     assert catalog["local1g"].memory_mib < catalog["local4g"].memory_mib
-    # gres.conf names each file's type, as slurm.conf's Gres= counts them.
-    gres = environment(paths.ETC).get_template("gres.conf.j2").render(node=spec)
+    # gres.conf names each file's node and type, as slurm.conf's Gres= counts them.
+    gres = environment(paths.ETC).get_template("gres.conf.j2").render(layout=layout)
     lines = [line for line in gres.splitlines() if line.startswith("NodeName")]
-    assert [line.split("Type=")[1].split()[0] for line in lines] == ["local1g"] * 2 + ["local4g"] * 2
+    assert [(line.split()[0], line.split("Type=")[1].split()[0]) for line in lines] == (
+        [("NodeName=node1", "local1g")] * 2 + [("NodeName=node1", "local4g")] * 2
+        + [("NodeName=node2", "local1g")] * 2 + [("NodeName=node3", "local4g")] * 2)
 
 
-def test_real_gpus_are_one_type_and_untyped_ones_stay_untyped():
-    from slurm_synergy.cluster.node import NodeSpec
-    real = NodeSpec("n", "127.0.0.1", 16, 1000, 2, True, ("/dev/nvidia0", "/dev/nvidia1"),
-                    ("h100", "h100"))
-    assert real.gres == "gpu:h100:2"
-    assert NodeSpec("n", "127.0.0.1", 16, 1000, 3, False).gres == "gpu:3"
-
-
-def test_the_rendered_configs_name_and_account_each_gpu_type(tmp_path, monkeypatch):
+def test_real_gpus_are_one_node_of_one_type(tmp_path, monkeypatch):
     from slurm_synergy.cluster import node
-    from slurm_synergy.cluster.localbox import LocalCluster
+    monkeypatch.setattr(node, "real_gpus", lambda: (2, "h100"))
+    layout = node.detect(tmp_path)
+    assert [(n.name, n.gres, n.gpu_files) for n in layout.nodes] == [
+        ("node1", "gpu:h100:2", ("/dev/nvidia0", "/dev/nvidia1"))]
+    assert layout.gpu_tres == "gres/gpu,gres/gpu:h100"
+    assert node.NodeSpec("n", "127.0.0.1", 6818, 16, 1000, 3, False).gres == "gpu:3"
+
+
+def test_the_rendered_configs_name_every_node_and_account_each_gpu_type(tmp_path, monkeypatch):
+    from slurm_synergy.cluster import node
+    from slurm_synergy.cluster.localbox import LocalCluster, configured_nodes
     monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
-    spec, _, _ = LocalCluster(state=tmp_path).render()
+    box = LocalCluster(state=tmp_path)
+    layout, _, _ = box.render()
     conf = (tmp_path / "etc" / "slurm.conf").read_text()
     # sacct shows gres/gpu:TYPE only for types the accounting is told to track.
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:local1g,gres/gpu:local4g\n" in conf
-    assert f"Gres={spec.gres} " in conf
+    for n in layout.nodes:
+        assert f"NodeName={n.name} NodeAddr=127.0.0.1 Port={n.port} " in conf
+        assert f"Gres={n.gres} " in conf
+    assert "PartitionName=gpu Nodes=node1 Default=YES" in conf
+    assert "PartitionName=multi Nodes=node1,node2,node3 " in conf
+    # Every slurmd is known by name, so that `down` stops each one.
+    assert list(configured_nodes(box.conf)) == ["node1", "node2", "node3"]
+    slurmds = LocalCluster(state=tmp_path).slurmds
+    assert [(d.name, d.pidfile.name, d.log.name) for d in slurmds] == [
+        (f"slurmd@{n}", f"slurmd-{n}.pid", f"slurmd-{n}.log") for n in ("node1", "node2", "node3")]
+    # A state folder from the one-node box: its slurmd is still found, to be stopped.
+    box.conf.write_text(f"SlurmdPidFile={tmp_path}/run/slurmd.pid\nNodeName=vm CPUs=2\n")
+    (old,) = LocalCluster(state=tmp_path).slurmds
+    assert (old.name, old.pidfile) == ("slurmd@vm", tmp_path / "run" / "slurmd.pid")

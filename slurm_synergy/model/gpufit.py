@@ -47,12 +47,18 @@ def cost_per_sample(t: GpuType, eta: float, max_power_w: float) -> float:
     return (eta * t.default_power_w + (1 - eta) * max_power_w) / t.speed
 
 
+def needed_mib(peak: float, policy: Policy) -> float:
+    """What a GPU must hold for a step peaking at `peak` MiB: the headroom, and the CUDA
+    context and library workspaces no tensor shows."""
+    return peak * (1 + policy.gpu_mem_headroom) + policy.gpu_context_mib
+
+
 def fit_gpu_type(profile: Profile, partition_types: Sequence[str], policy: Policy,
                  catalog: Catalog) -> GpuFit:
     need, source = peak_need(profile)
     if need is None:
         return GpuFit(None, None, f"GPU memory: {source}; the job's GPU type is kept")
-    total = need * (1 + policy.gpu_mem_headroom) + policy.gpu_context_mib
+    total = needed_mib(need, policy)
     head = (f"GPU memory: the step needs {need:.0f} MiB per GPU, {source}; with "
             f"{policy.gpu_mem_headroom:.0%} headroom and {policy.gpu_context_mib} MiB of CUDA "
             f"context, {total:.0f} MiB")
@@ -97,8 +103,7 @@ def _no_fit(profile: Profile, known: list[GpuType], unknown: list[str],
     if mem is not None and largest is not None:
         half = mem.batch // 2
         peak = mem.at(half) if half else None
-        if peak is not None and \
-                peak * (1 + policy.gpu_mem_headroom) + policy.gpu_context_mib <= largest.memory_mib:
+        if peak is not None and needed_mib(peak, policy) <= largest.memory_mib:
             advice = (f"; advice: batch {half} with 2 gradient-accumulation steps needs "
                       f"{peak:.0f} MiB and fits {largest.name}")
     return f": {where}; the job's request is kept (it may run out of GPU memory){advice}"

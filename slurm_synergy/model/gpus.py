@@ -3,7 +3,7 @@
 It lives in the site policy as one table per gres type (the `Type=` of gres.conf):
 
     [gpu.a10]
-    memory_mib = 24576           # on-board memory
+    memory_mib = 23028           # memory as the driver reports it (nvidia-smi), not the data sheet
     power_w = [100, 150, 150]    # board power limit: min, default, max (nvidia-smi -q -d POWER)
     idle_w = 15                  # drawn while the GPU waits (between a job's steps)
     speed = 0.40                 # relative training speed; the site picks the reference
@@ -57,6 +57,7 @@ class Catalog:
 
     types: Mapping[str, GpuType]
     problem: str = ""       # no catalog in the policy, or the fault that made it unusable
+    faulty: bool = False    # a fault (worth reporting), not a policy without a catalog
 
 
 def parse_catalog(tables: Any, where: str) -> dict[str, GpuType]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.gpus import Catalog, CatalogError, GpuType, parse_catalog
@@ -71,15 +72,19 @@ class Policy:
                                       # slurm.conf's PrologEpilogTimeout
 
 
+def _read_toml(path: Path, error: type[SynergyError], missing: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"no site policy at {path}{missing}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise error(f"site policy {path} cannot be read: {e}") from None
+
+
 def load_policy(path: Path) -> Policy:
     """The policy file (the site's is paths.policy_path()), checked knob by knob; a bad
     file is refused, naming the knob."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SynergyError(f"no site policy at {path} (SYNERGY_POLICY names another)") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise SynergyError(f"site policy {path} cannot be read: {e}") from None
+    data = _read_toml(path, SynergyError, " (SYNERGY_POLICY names another)")
     # The GPU catalog's tables are read on their own (load_catalog): a fault in them
     # must not take the rest of the policy down.
     unknown = sorted(set(data) - {f.name for f in fields(Policy)} - {CATALOG_KEY})
@@ -107,12 +112,7 @@ def load_policy(path: Path) -> Policy:
 def load_catalog(path: Path) -> dict[str, GpuType]:
     """The policy file's GPU catalog (its [gpu.TYPE] tables); empty when it has none.
     CatalogError naming the file and the fault when it cannot be used."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CatalogError(f"no site policy at {path}, so no GPU catalog") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise CatalogError(f"site policy {path} cannot be read: {e}") from None
+    data = _read_toml(path, CatalogError, ", so no GPU catalog")
     return parse_catalog(data.get(CATALOG_KEY, {}), str(path))
 
 
@@ -122,5 +122,5 @@ def site_catalog(path: Path) -> Catalog:
     try:
         types = load_catalog(path)
     except CatalogError as e:
-        return Catalog({}, f"the GPU catalog is not used: {e}")
+        return Catalog({}, f"the GPU catalog is not used: {e}", faulty=True)
     return Catalog(types, "" if types else f"the site policy {path} has no GPU catalog")

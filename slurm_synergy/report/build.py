@@ -46,7 +46,7 @@ def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
     profiles, more = enrich.load_profiles(jobs)
     problems += more
     catalog = site_catalog(policy_path())
-    if catalog.problem and not catalog.problem.startswith("the site policy"):
+    if catalog.faulty:
         problems.append(catalog.problem)
     enrich.add_gpu_memory(jobs, profiles, catalog)
     try:

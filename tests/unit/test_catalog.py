@@ -90,3 +90,16 @@ def test_synergy_plugin_catalog_names_the_fault_and_exits_non_zero(tmp_path, mon
     assert main(["plugin", "catalog"]) == 1
     err = capsys.readouterr().err
     assert f"{path}: [gpu.a10]: speed must be a number, not 'fast'" in err
+
+
+def test_site_catalog_tells_a_fault_from_no_catalog_and_never_raises(tmp_path):
+    from slurm_synergy.model.policy import site_catalog
+    path = tmp_path / "policy.toml"
+    path.write_text("tolerance = 0.05\n")
+    none = site_catalog(path)
+    assert not none.types and not none.faulty and "has no GPU catalog" in none.problem
+    path.write_text(GOOD.replace("speed = 0.4", "speed = -1"))
+    bad = site_catalog(path)
+    assert not bad.types and bad.faulty and "speed" in bad.problem
+    missing = site_catalog(tmp_path / "absent.toml")
+    assert missing.faulty and "no site policy at" in missing.problem

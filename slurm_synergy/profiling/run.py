@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
-
-from tqdm import tqdm
+from typing import Callable
 
 from slurm_synergy import __version__
-from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
 from slurm_synergy.model.throughput import fit_components, workers_for
 from slurm_synergy.profiling.errors import PROG, Busy, UsageError
@@ -23,8 +19,8 @@ from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
 from slurm_synergy.profiling.gpu import open_gpus
 from slurm_synergy.profiling.gpumem import estimate_gpu_memory
 from slurm_synergy.profiling.plan import Plan, plan_profiling
-from slurm_synergy.profiling.steps import (FIRST_ITERATIONS, Runner, Step, to_point,
-                                           window_iterations)
+from slurm_synergy.profiling.session import Session
+from slurm_synergy.profiling.steps import FIRST_ITERATIONS, Runner, Step
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
 from slurm_synergy.slurm import Slurm
@@ -92,56 +88,16 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         else f"no estimate: {gpu_memory.reason}"))
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
+    # The least a profile takes: log2(top) + 1 counts, each run --repeats times, two
+    # component steps and one step on a single GPU.
+    run = Session(runner, top=top, procs=procs, mem_mb=mem_mb, gpus=gpus, window_s=args.window,
+                  max_iterations=args.max_iterations, budget_s=args.budget,
+                  steps=top.bit_length() * args.repeats + 2 + (ngpus >= 2),
+                  desc=f"profile {fp[:8]}", log=log, t0=t0)
     points: list[Point] = []
-    runs: dict[int, list[Point]] = {}           # the core sweep's runs, by cores
-    measured: dict[int, dict[str, Any]] = {}    # the first run's measurement, by cores
-    # The least the sweep takes: log2(top) + 1 counts, each run --repeats times, two
-    # component steps and one step on a single GPU; more where the budget allows.
-    bar = tqdm(total=top.bit_length() * args.repeats + 2 + (ngpus >= 2), unit="step",
-               desc=f"profile {fp[:8]}", file=sys.stderr, disable=None)
-    sampler: Sampler | None = None
-
-    def point(step: Step) -> Point:
-        m, wall = runner.run(step)
-        points.append(to_point(step, m, wall, mem_mb, procs))
-        return points[-1]
-
-    def measure(k: int) -> float:
-        nonlocal sampler
-        step = Step("train", k, workers_for(k, procs))
-        bar.set_postfix_str(f"{k} cores")
-        if k == top and gpus and sampler is None:
-            with Sampler(gpus) as sampler:
-                m, wall = runner.run(step)
-        else:
-            m, wall = runner.run(step)
-        if not measured:
-            # The first run sets the window of every later one, so those measure alike.
-            runner.iterations = window_iterations(m, args.window, args.max_iterations)
-        measured.setdefault(k, m)
-        pt = to_point(step, m, wall, mem_mb, procs)
-        runs.setdefault(k, []).append(pt)
-        if bar.total is not None and runner.steps_run > bar.total:
-            bar.total = runner.steps_run
-        advance(f"{k} cores, {step.workers} worker(s) per process: "
-                f"{pt.samples_per_s:.1f} samples/s, "
-                f"{pt.data_stall_fraction:.0%} waiting on data ({wall:.0f}s)"
-                + (f", run {len(runs[k])}" if len(runs[k]) > 1 else ""))
-        return pt.samples_per_s
-
-    def advance(line: str) -> None:
-        bar.update(1)
-        if bar.disable:         # a batch log: a line per step instead of a redrawn bar
-            log(f"{PROG}: step {runner.steps_run}: {line}")
-
-    def within_budget() -> bool:
-        # The next run would take about as long as the runs so far took on average.
-        spent = time.perf_counter() - t0
-        return spent + spent / max(1, runner.steps_run) <= args.budget
-
     try:
-        swept = core_sweep(top, measure, args.plateau, step=max(1, ngpus))
-        first = measured[top]
+        swept = core_sweep(top, run.measure, args.plateau, step=max(1, ngpus))
+        first = run.measured[top]
         fetch, notes = fetch_rates_for(first, plan.script_args)
         # Each component as the training steps run it: one loader worker with a core of
         # its own (the training process on the other), and the training process on one
@@ -150,53 +106,47 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         # One loader worker in the compute-only step too: it takes the first batch, which
         # is then replayed; none would break a script's worker_init_fn or a DataLoader
         # given a multiprocessing_context, which need workers.
-        def component(step: Step) -> Point:
-            bar.set_postfix_str(f"{step.measure} only")
-            pt = point(step)
-            points.pop()
-            advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
-                    f"samples/s ({pt.step_s:.0f}s)")
-            return pt
         loader, compute = Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)
-        components = [component(loader), component(compute)]
-        # The repeats come after the components, so that other steps separate a count's
-        # first run from its second.
+        components = [run.component(loader), run.component(compute)]
+
         def compute_again() -> None:
             # The compute-only step sets the training process's cost per sample, which
             # every prediction of a compute-bound model rests on: the first thing the
             # budget buys is a second run of it, apart from the first, so its noise is
             # known too. (The input-only step is cheap to get wrong: where input binds,
             # the end-to-end runs show it.)
-            if within_budget():
-                components[1] = combine([components[1], component(compute)])
-        repeat_sweep(swept, lambda k: [r.samples_per_s for r in runs[k]], measure,
-                     within_budget, args.repeats, max(args.repeats, args.max_repeats),
-                     between=compute_again)
-        train = [combine(runs[k]) for k in swept]
+            if run.within_budget():
+                components[1] = combine([components[1], run.component(compute)])
+        # The repeats come after the components, so that other steps separate a count's
+        # first run from its second.
+        repeat_sweep(swept, run.rates, run.measure, run.within_budget, args.repeats,
+                     max(args.repeats, args.max_repeats), between=compute_again)
+        train = run.train_points(swept)
         points.extend(train)
         if ngpus >= 2:
             # Would fewer GPUs do? The best core count again, on one GPU.
             best = max(train, key=lambda pt: pt.samples_per_s)
-            bar.set_postfix_str("1 GPU")
-            pt = point(Step("train", best.cores, best.workers // procs, gpus=1))
-            advance(f"{best.cores} cores on 1 of {ngpus} GPUs: {pt.samples_per_s:.1f} "
-                    f"samples/s ({pt.step_s:.0f}s)")
+            run.bar.set_postfix_str("1 GPU")
+            pt = run.run(Step("train", best.cores, best.workers // procs, gpus=1))
+            points.append(pt)
+            run.advance(f"{best.cores} cores on 1 of {ngpus} GPUs: {pt.samples_per_s:.1f} "
+                        f"samples/s ({pt.step_s:.0f}s)")
         model = fit_components(components[0], components[1], train, on_gpu=bool(gpus),
                                fetch=fetch)
-        readings = gpu_readings(sampler, gpu_reason, gpus, first)
+        readings = gpu_readings(run.sampler, gpu_reason, gpus, first)
         if gpus and args.power_sweep == "auto":
-            bar.set_postfix_str("power limits")
+            run.bar.set_postfix_str("power limits")
             readings = power_sweep(runner, Step("train", top, workers_for(top, procs)), gpus,
                                    readings)
     finally:
-        bar.close()
+        run.close()
     profile = Profile(
         fingerprint=fp, job_name=args.job_name,
         command=tuple([args.script, *plan.script_args]), batch=plan.record_batch,
         allocation=Allocation(top, mem_mb, ngpus, socket.gethostname(), launcher,
                               limits.job_id, procs),
         points=tuple(points + components), model=model, gpu=readings, started=started,
-        finished=_now(), profiling_s=round(time.perf_counter() - t0, 2),
+        finished=_now(), profiling_s=round(run.spent_s(), 2),
         profiler_version=__version__, notes=tuple(notes), gpu_memory=gpu_memory)
     path = store.save(profile)
     log(f"{PROG}: {fp}: {summary_line(profile)}; {profile.profiling_s:.0f}s; saved {path}")

@@ -1,0 +1,89 @@
+"""The steps of one profile as they run: what each measured, the progress shown, and the
+time budget that decides whether an optional step runs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+from tqdm import tqdm
+
+from slurm_synergy.gpu.sampler import Sampler
+from slurm_synergy.model.profile import Point, combine
+from slurm_synergy.model.throughput import workers_for
+from slurm_synergy.profiling.errors import PROG
+from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
+
+
+class Session:
+    def __init__(self, runner: Runner, *, top: int, procs: int, mem_mb: int, gpus: list[Any],
+                 window_s: float, max_iterations: int, budget_s: float, steps: int,
+                 desc: str, log: Callable[[str], None], t0: float) -> None:
+        self.runner, self.top, self.procs, self.mem_mb, self.gpus = runner, top, procs, mem_mb, gpus
+        self.window_s, self.max_iterations, self.budget_s = window_s, max_iterations, budget_s
+        self.log = log
+        self.t0 = t0                                     # the profile's start (perf_counter)
+        self.runs: dict[int, list[Point]] = {}           # the core sweep's runs, by cores
+        self.measured: dict[int, dict[str, Any]] = {}    # each count's first measurement
+        self.sampler: Sampler | None = None              # GPU readings of the first top run
+        # `steps` is the least the profile takes; more where the budget allows.
+        self.bar = tqdm(total=steps, unit="step", desc=desc, file=sys.stderr, disable=None)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def spent_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def within_budget(self) -> bool:
+        """Whether one more run fits: it takes about as long as the runs so far did."""
+        spent = self.spent_s()
+        return spent + spent / max(1, self.runner.steps_run) <= self.budget_s
+
+    def measure(self, k: int) -> float:
+        """A training run on k cores (the sweep's unit); its samples/s."""
+        step = Step("train", k, workers_for(k, self.procs))
+        self.bar.set_postfix_str(f"{k} cores")
+        if k == self.top and self.gpus and self.sampler is None:
+            with Sampler(self.gpus) as self.sampler:
+                m, wall = self.runner.run(step)
+        else:
+            m, wall = self.runner.run(step)
+        if not self.measured:
+            # The first run sets the window of every later one, so those measure alike.
+            self.runner.iterations = window_iterations(m, self.window_s, self.max_iterations)
+        self.measured.setdefault(k, m)
+        pt = to_point(step, m, wall, self.mem_mb, self.procs)
+        self.runs.setdefault(k, []).append(pt)
+        if self.bar.total is not None and self.runner.steps_run > self.bar.total:
+            self.bar.total = self.runner.steps_run
+        n = len(self.runs[k])
+        self.advance(f"{k} cores, {step.workers} worker(s) per process: "
+                     f"{pt.samples_per_s:.1f} samples/s, "
+                     f"{pt.data_stall_fraction:.0%} waiting on data ({wall:.0f}s)"
+                     + (f", run {n}" if n > 1 else ""))
+        return pt.samples_per_s
+
+    def rates(self, k: int) -> list[float]:
+        return [r.samples_per_s for r in self.runs[k]]
+
+    def train_points(self, counts: list[int]) -> list[Point]:
+        return [combine(self.runs[k]) for k in counts]
+
+    def run(self, step: Step) -> Point:
+        """One step outside the sweep (a component, fewer GPUs)."""
+        m, wall = self.runner.run(step)
+        return to_point(step, m, wall, self.mem_mb, self.procs)
+
+    def component(self, step: Step) -> Point:
+        self.bar.set_postfix_str(f"{step.measure} only")
+        pt = self.run(step)
+        self.advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
+                     f"samples/s ({pt.step_s:.0f}s)")
+        return pt
+
+    def advance(self, line: str) -> None:
+        self.bar.update(1)
+        if self.bar.disable:     # a batch log: a line per step instead of a redrawn bar
+            self.log(f"{PROG}: step {self.runner.steps_run}: {line}")

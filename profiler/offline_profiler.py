@@ -33,7 +33,8 @@ from slurm_synergy.argtypes import int_at_least, positive_float
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT as BUILTIN
 from slurm_synergy.model.units import mem_mb
-from slurm_synergy.profiling.errors import BUSY_EXIT, PROG, USAGE_EXIT, Busy, UsageError
+from slurm_synergy.profiling.errors import BUSY_EXIT, MOVE_EXIT, PROG, USAGE_EXIT, Busy, UsageError
+from slurm_synergy.profiling.gpuroom import MoveGpu
 from slurm_synergy.profiling.run import profile_workload
 
 
@@ -117,6 +118,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     except Busy as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return BUSY_EXIT
+    except MoveGpu as e:
+        print(f"{prog}: no step run on {e.move.from_type}: {e}", file=sys.stderr)
+        return MOVE_EXIT
     except (SynergyError, ValueError, OSError) as e:
         print(f"{prog}: error: {e}; nothing was stored", file=sys.stderr)
         return 1

@@ -286,6 +286,11 @@ class Slurm:
                         "--Format=Comment:4000"])
         return _comment(out.rstrip("\n").rstrip())
 
+    def gres(self, job_id: str) -> str:
+        """The GPUs a job asked for per node, as squeue writes them (gres:gpu:a10:1)."""
+        return self.run(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
+                         "--Format=tres-per-node:400"]).strip()
+
     def memory_per_cpu(self, job_id: str) -> bool:
         """Whether the job's memory is per CPU (--mem-per-cpu, DefMemPerCPU): squeue's
         MinMemory does not tell it from memory per node."""

@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         try:
             resubmit(args.job, args.script, args.comment, args.job_name, args.array_task,
-                     args.mode, log=lambda line: print(line, file=sys.stderr))
+                     args.mode, log=lambda line: print(line, file=sys.stderr),
+                     gpu_move=args.gpu_move)
         except NothingToGain as e:
             print(f"slurm-synergy: not resubmitted: {e}", file=sys.stderr)
             return NOTHING_TO_GAIN
@@ -154,4 +155,6 @@ def add_parser(sub) -> None:
     a.add_argument("--job-name", default="")
     a.add_argument("--array-task", default="")
     a.add_argument("--mode", choices=("auto", "shim", "user"), default="auto")
+    a.add_argument("--gpu-move", type=Path, help="the profiler's record that the job's GPU "
+                   "would not hold its step: submit it on the type named there, to profile")
     p.set_defaults(func=run)

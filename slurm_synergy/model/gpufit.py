@@ -17,7 +17,7 @@ from typing import Sequence
 
 from slurm_synergy.model.gpus import Catalog, GpuType
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.model.profile import Profile
+from slurm_synergy.model.profile import GpuMemory, Profile
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,13 @@ def peak_need(profile: Profile) -> tuple[float | None, str]:
     measured = profile.gpu.peak_torch_mem_mb
     if measured:
         return measured, "measured on the GPU (torch's max_memory_allocated)"
-    mem = profile.gpu_memory
-    if mem is None:
+    if profile.gpu_memory is None:
         return None, "the profile has no GPU memory estimate"
+    return estimated_need(profile.gpu_memory)
+
+
+def estimated_need(mem: GpuMemory) -> tuple[float | None, str]:
+    """The estimate's peak at the job's batch, and where it comes from."""
     peak = mem.at(mem.batch)
     if not mem.method or peak is None:
         return None, f"no GPU memory estimate ({mem.reason or 'none at the job batch'})"
@@ -56,6 +60,13 @@ def needed_mib(peak: float, policy: Policy) -> float:
 def fit_gpu_type(profile: Profile, partition_types: Sequence[str], policy: Policy,
                  catalog: Catalog) -> GpuFit:
     need, source = peak_need(profile)
+    return fit_need(need, source, profile.gpu_memory, partition_types, policy, catalog)
+
+
+def fit_need(need: float | None, source: str, estimate: GpuMemory | None,
+             partition_types: Sequence[str], policy: Policy, catalog: Catalog) -> GpuFit:
+    """The rule for a step peaking at `need` MiB per GPU (`estimate` gives the advice
+    where no type holds it)."""
     if need is None:
         return GpuFit(None, None, f"GPU memory: {source}; the job's GPU type is kept")
     total = needed_mib(need, policy)
@@ -78,7 +89,7 @@ def fit_gpu_type(profile: Profile, partition_types: Sequence[str], policy: Polic
                       + (f"; {', '.join(unknown)} is not in the catalog" if unknown else "")
                       + "; the job's type is kept")
     if not fits:
-        return GpuFit(None, need, head + _no_fit(profile, known, unknown, policy))
+        return GpuFit(None, need, head + _no_fit(estimate, known, unknown, policy))
     top_w = max(t.max_power_w for t in known)
     best = min(fits, key=lambda t: (cost_per_sample(t, policy.zeus_eta, top_w), t.name))
     short = [t for t in known if t not in fits]
@@ -91,7 +102,7 @@ def fit_gpu_type(profile: Profile, partition_types: Sequence[str], policy: Polic
         f"{policy.zeus_eta:g}: {costs}), so jobs of this workload ask for {best.name}"))
 
 
-def _no_fit(profile: Profile, known: list[GpuType], unknown: list[str],
+def _no_fit(mem: GpuMemory | None, known: list[GpuType], unknown: list[str],
             policy: Policy) -> str:
     largest = max(known, key=lambda t: t.memory_mib, default=None)
     where = (f"no type of the partition holds it (the largest, {largest.name}, has "
@@ -99,7 +110,6 @@ def _no_fit(profile: Profile, known: list[GpuType], unknown: list[str],
     if unknown:
         where += f"; {', '.join(unknown)} is not in the catalog"
     advice = ""
-    mem = profile.gpu_memory
     if mem is not None and largest is not None:
         half = mem.batch // 2
         peak = mem.at(half) if half else None

@@ -7,6 +7,7 @@ from slurm_synergy.model.errors import SynergyError
 PROG = "offline_profiler"
 USAGE_EXIT = 2          # what argparse (and the built-in trainer) exit with on bad options
 BUSY_EXIT = 3           # another job holds this workload's profiling lock
+MOVE_EXIT = 4           # the job's GPU would not hold the step: resubmit on another type
 
 
 class ProfilingError(SynergyError):

@@ -4,6 +4,7 @@ throughput model fitted to the components, the profile stored, the table recompi
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import time
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from slurm_synergy.profiling.fetch import fetch_rates_for
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
 from slurm_synergy.profiling.gpu import open_gpus
 from slurm_synergy.profiling.gpumem import estimate_gpu_memory
+from slurm_synergy.profiling.gpuroom import MoveGpu, check_room, write_move
 from slurm_synergy.profiling.plan import Plan, plan_profiling
 from slurm_synergy.profiling.session import Session
 from slurm_synergy.profiling.steps import FIRST_ITERATIONS, Runner, Step
@@ -86,6 +88,13 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         ", ".join(f"batch {p.batch} {p.peak_mib:.0f} MiB" for p in gpu_memory.peaks)
         + f" (estimated in {gpu_memory.seconds:.1f}s)" if gpu_memory.method
         else f"no estimate: {gpu_memory.reason}"))
+    if ngpus and limits.job_id and gpu_memory.method:
+        move, why = check_room(gpu_memory, limits.job_id,
+                               os.environ.get("SLURM_JOB_PARTITION", ""), Slurm())
+        if move is not None:
+            write_move(workdir, move)
+            raise MoveGpu(move)
+        log(f"{PROG}: GPU memory: steps run here: {why}")
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
     # The least a profile takes: log2(top) + 1 counts, each run --repeats times, two

@@ -23,6 +23,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import locked
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiling.gpuroom import read_move
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
 from slurm_synergy.model.policy import load_policy
@@ -70,8 +71,10 @@ def read_chains(path: Path | None = None) -> list[ChainLink]:
 
 def resubmit(job_id: str, script: Path, comment: str, job_name: str,
              array_task: str = "", mode: str = "auto", slurm: Slurm | None = None,
-             log: Callable[[str], None] = print) -> str:
-    """Submit `script` again after profiling job `job_id`; returns the new job id."""
+             log: Callable[[str], None] = print, gpu_move: Path | None = None) -> str:
+    """Submit `script` again after profiling job `job_id`; returns the new job id. With
+    `gpu_move` (the profiler's record that the job's GPU would not hold the step), on the
+    type it names, to be profiled there."""
     slurm = slurm or Slurm()
     fp = comment_format.fingerprint(comment)
     if fp is None:
@@ -83,7 +86,17 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
     exports = ["SYNERGY_PROFILE=0"]
     options: list[str] = []
     summary = ""
-    if mode == "user":
+    if gpu_move is not None:
+        move = read_move(gpu_move)
+        gpus = os.environ.get("SLURM_GPUS_ON_NODE", "")
+        if not gpus.isdigit():
+            raise SynergyError("SLURM_GPUS_ON_NODE does not say how many GPUs the job has")
+        # Nothing was measured: the new job is profiled, on GPUs that hold its step.
+        exports = ["SYNERGY_PROFILE=1"]
+        options = [f"--gres=gpu:{move.gpu_type}:{gpus}"]
+        summary = f"moved from {move.from_type} to {move.gpu_type}"
+        base = comment_format.with_marks(base, profile="1")
+    elif mode == "user":
         options, more, summary = _user_mode(fp, base, script, slurm)
         exports += more
         base = comment_format.with_marks(base, decision=summary)
@@ -104,6 +117,10 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
         record(ChainLink(fp, job_name, job_id, new_id, mode, summary, time.time()))
     except (OSError, SynergyError) as e:
         log(f"slurm-synergy: could not record the chain {job_id} -> {new_id}: {e}")
+    if gpu_move is not None:
+        log(f"slurm-synergy: job {job_id}'s step would not fit its GPU; resubmitted as job "
+            f"{new_id} ({summary}), to be profiled there")
+        return new_id
     how = f"decision {summary}" if summary else "the cluster's shim applies the decision"
     log(f"slurm-synergy: profiled in job {job_id}; resubmitted as job {new_id} ({how})")
     return new_id

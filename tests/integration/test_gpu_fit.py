@@ -1,8 +1,9 @@
 """The gres rewrite by GPU memory on the real cluster: the local node's two file-backed
 GPU types (local1g and local4g, 1 and 4 GiB in the catalog). A job asking the small type
-with a step estimated not to fit it is profiled, then resubmitted on the type that holds
-it, and completes; one that fits stays; a hostile or missing catalog changes nothing and
-rejects nothing."""
+with a step estimated not to fit it runs no step there (on a real GPU it would run out of
+memory): it moves to the type that holds it and is profiled there, and its later jobs are
+rewritten to that type and complete; one that fits stays; a hostile or missing catalog
+changes nothing and rejects nothing."""
 
 import json
 
@@ -13,6 +14,8 @@ from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.shim.table import read, table_path
+
+from slurm_synergy.shim.resubmit import read_chains
 
 from .conftest import finish, resubmitted, submitted_ids, synergy
 
@@ -30,11 +33,15 @@ def fitted(slurm, tmp_path_factory):
                    "fit-big,mobilenet,,32,1,1,local1g,2,3G,00:15:00,2\n"
                    "fit-small,resnet,8,16,1,1,local1g,2,3G,00:15:00,2\n")
     ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
-    finish(slurm, ids.values(), timeout=900)
-    again = {name: resubmitted(job) for name, job in ids.items()}
+    first = finish(slurm, ids.values(), timeout=900)
+    # fit-big moves to local4g unprofiled, is profiled there, and resubmits itself again.
+    moved = resubmitted(ids["fit-big"])
+    first.update(finish(slurm, [moved], timeout=900))
+    again = {"fit-big": resubmitted(moved), "fit-small": resubmitted(ids["fit-small"])}
     recs = finish(slurm, again.values(), timeout=900)
     specs = {s.name: s for s in load_jobs(csv)}
-    return csv, out, specs, {name: recs[job] for name, job in again.items()}
+    chain = {"first": first[ids["fit-big"]], "moved": first[moved]}
+    return csv, out, specs, {name: recs[job] for name, job in again.items()}, chain
 
 
 def alloc_tres(slurm, job: str) -> str:
@@ -43,11 +50,25 @@ def alloc_tres(slurm, job: str) -> str:
 
 
 def test_a_job_too_big_for_its_gpu_type_moves_to_one_that_holds_it(slurm, fitted):
-    _, _, specs, recs = fitted
+    _, out, specs, recs, chain = fitted
     big, small = recs["fit-big"], recs["fit-small"]
     assert big.state == "COMPLETED" and small.state == "COMPLETED"
     assert "gres/gpu:local4g=1" in alloc_tres(slurm, big.job_id)
     assert "gres/gpu:local1g=1" in alloc_tres(slurm, small.job_id)
+    # The first job ran no step on local1g: it moved, and the move was profiled.
+    first, moved = chain["first"], chain["moved"]
+    assert first.state == moved.state == "COMPLETED"
+    assert "gres/gpu:local1g=1" in alloc_tres(slurm, first.job_id)
+    assert "gres/gpu:local4g=1" in alloc_tres(slurm, moved.job_id)
+    log = (out / "logs" / f"fit-big-{first.job_id}.out").read_text()
+    assert "no step run on local1g" in log and "step 1:" not in log, log
+    assert f"resubmitted as job {moved.job_id} (moved from local1g to local4g)" in log
+    (link,) = [c for c in read_chains() if c.profiled_job == first.job_id]
+    assert link.decision == "moved from local1g to local4g"
+    marks = comment_format.marks(moved.comment)
+    assert marks.get("profile") == "1" and marks.get("from") == first.job_id
+    assert "offline_profiler: step 1:" in \
+        (out / "logs" / f"fit-big-{moved.job_id}.out").read_text()
     # The comment says what it asked and what it was given, types included.
     assert comment_format.asked(big.comment).gpu_type == "local1g"
     assert comment_format.decision(big.comment).gpu_type == "local4g"
@@ -62,20 +83,22 @@ def test_a_job_too_big_for_its_gpu_type_moves_to_one_that_holds_it(slurm, fitted
 
 
 def test_the_report_shows_gpu_memory_asked_estimated_and_the_type(slurm, fitted):
-    _, _, _, recs = fitted
-    big = recs["fit-big"]
-    proc = synergy("report", "--jobs", big.job_id, "--format", "json")
+    _, _, _, recs, chain = fitted
+    big, first = recs["fit-big"], chain["first"]
+    proc = synergy("report", "--jobs", f"{first.job_id},{big.job_id}", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    (job,) = [j for j in json.loads(proc.stdout)["jobs"] if j["raw_id"] == big.job_id]
-    assert (job["asked_gpu_type"], job["decided_gpu_type"], job["gpu_type"]) == (
-        "local1g", "local4g", "local4g")
-    assert job["gpu_mem_asked_mib"] == 1024 and 465 < job["gpu_mem_est_mib"] < 3258
+    jobs = {j["raw_id"]: j for j in json.loads(proc.stdout)["jobs"]}
+    asked, final = jobs[first.job_id], jobs[big.job_id]
+    assert (asked["asked_gpu_type"], asked["gpu_type"]) == ("local1g", "local1g")
+    assert asked["gpu_mem_asked_mib"] == 1024 and 465 < asked["gpu_mem_est_mib"] < 3258
+    assert (final["decided_gpu_type"], final["gpu_type"]) == ("local4g", "local4g")
+    assert final["gpu_mem_asked_mib"] == 1024     # the script asks local1g; the shim moves it
 
 
 @pytest.mark.parametrize("catalog", ["hostile", "missing"])
 def test_a_bad_catalog_changes_nothing_and_rejects_nothing(slurm, fitted, tmp_path,
                                                           monkeypatch, catalog):
-    csv, out, specs, _ = fitted
+    csv, out, specs, _, _ = fitted
     good = (paths.ETC / "policy.toml").read_text()
     policy = tmp_path / "policy.toml"
     if catalog == "hostile":

@@ -49,8 +49,8 @@ def main() -> int:
     costs: dict[str, list[float]] = {s.name: [] for s in specs}
     for _ in range(args.repeats):
         for spec in specs:
-            mem = estimate_gpu_memory(True, [*spec.script_argv(), *spec.args,
-                                             "--data", "unused"], spec.batch)
+            mem = estimate_gpu_memory([*spec.script_argv(), *spec.args, "--data", "unused"],
+                                      spec.batch)
             if not mem.method:
                 raise SystemExit(f"{spec.name}: {mem.reason}")
             costs[spec.name].append(mem.seconds)

@@ -9,7 +9,13 @@ job; the first epoch is the warm-up, the later ones are measured (the cache then
 what it can). Each job's samples/s is compared with the model's prediction for that
 memory (slurm_synergy/model/throughput.py); figures to bench/results/memory.json.
 
-    .venv/bin/python bench/bench_memory.py [--images 2048] [--rounds 2]
+A local disk reads faster than the pipeline eats, so no memory size would matter: with
+--storage-mb-s (cgroup v1's blkio controller, reads of the dataset's disk throttled) every
+job, the profiling one included, moves itself into a throttled blkio group first, and a
+miss in the page cache costs what it would on slow shared storage. Jobs run as root on
+the local cluster, which is what lets them move.
+
+    .venv/bin/python bench/bench_memory.py [--images 1024] [--rounds 2] [--storage-mb-s 4]
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from pathlib import Path
 
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import wait
-from slurm_synergy.model.throughput import predict
+from slurm_synergy.model.profile import FetchRates
+from slurm_synergy.model.throughput import cached_fraction, predict
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 
@@ -34,13 +41,25 @@ BATCH = 32
 TRAINER = ["--arch", "resnet", "--depth", "8", "--batch", str(BATCH), "--crop", "32"]
 
 
+BLKIO = Path("/sys/fs/cgroup/blkio/synergy-bench-memory")
+
+
+def throttle(data: Path, mb_s: float) -> str:
+    """A blkio group reading the dataset's disk at `mb_s`; the line a job runs to join it."""
+    dev = os.stat(data).st_dev
+    BLKIO.mkdir(exist_ok=True)
+    (BLKIO / "blkio.throttle.read_bps_device").write_text(
+        f"{os.major(dev)}:{os.minor(dev)} {int(mb_s * 2**20)}\n")
+    return f"echo $$ > {shlex.quote(str(BLKIO / 'cgroup.procs'))}\n"
+
+
 def sbatch(slurm: Slurm, folder: Path, name: str, mem_mb: int, command: list[str],
-           env: dict[str, str]) -> str:
+           env: dict[str, str], join: str = "") -> str:
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / f"{name}.sh"
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    script.write_text("#!/bin/bash\nset -e\n" + exports + " ".join(map(shlex.quote, command))
-                      + "\n")
+    script.write_text("#!/bin/bash\nset -e\n" + join + exports
+                      + " ".join(map(shlex.quote, command)) + "\n")
     return slurm.sbatch(script, [f"--job-name={name}", "--cpus-per-task=2", f"--mem={mem_mb}M",
                                  "--time=00:30:00", f"--output={folder}/{name}.log",
                                  f"--chdir={folder}"])
@@ -52,12 +71,25 @@ def drop_page_cache() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("1\n")
 
 
+def implied_hit_rate(fetch: FetchRates, measured: float) -> float | None:
+    """The page-cache hit rate x at which the model's F(x) equals a measured rate, where
+    fetching binds (DS-Analyzer's F(x) solved for x); None where the rate is over F(1)."""
+    cache, storage = (fetch.cache_mb_s / fetch.sample_mb, fetch.storage_mb_s / fetch.sample_mb)
+    if measured >= cache or storage >= cache:
+        return None
+    x = (1 / measured - 1 / storage) / (1 / cache - 1 / storage)
+    return round(min(1.0, max(0.0, x)), 3)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=2048)
+    parser.add_argument("--images", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each memory size")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--storage-mb-s", type=float, default=4.0,
+                        help="throttle reads of the dataset's disk to this, in MB/s "
+                        "(default %(default)s, a slow shared file system; 0: as it is)")
     args = parser.parse_args()
     cluster = LocalCluster()
     cluster.up(log=lambda line: print(line, file=sys.stderr))
@@ -67,17 +99,24 @@ def main() -> int:
         return 1
     slurm = Slurm()
     work = args.results / "memory-run"
-    data = work / "data"
+    data = work / f"data-{args.images}"     # a dataset per size: datagen refuses a mismatch
     py = sys.executable
     subprocess.run([py, "-m", "profiler.datagen", str(data), "--num-samples", str(args.images),
                     "--image-size", "512"], check=True)
+    try:
+        join = throttle(data, args.storage_mb_s) if args.storage_mb_s else ""
+    except OSError as e:
+        print(f"cannot throttle storage with cgroup v1's blkio controller ({BLKIO}: "
+              f"{e.strerror}); run as root on a cgroup v1 host, or pass --storage-mb-s 0",
+              file=sys.stderr)
+        return 1
     store = ProfileStore(work / "store")
     env = {"SYNERGY_PROFILES": str(store.root), "SYNERGY_DECISIONS": str(work / "t.tbl")}
     fp = "00000000000be7c4"
     job = sbatch(slurm, work / "profile", "mem-profile", 3072,
                  [py, "-m", "profiler.offline_profiler", "--fingerprint", fp, "--force",
                   "--job-name", "resnet8-memory", "builtin:train", *TRAINER, "--data",
-                  str(data)], env)
+                  str(data)], env, join)
     rec, = wait(slurm, [job], timeout_s=1800)
     if rec.state != "COMPLETED" or not store.has(fp):
         print(f"profiling job {job} ended {rec.state}; log: {work / 'profile'}", file=sys.stderr)
@@ -100,7 +139,7 @@ def main() -> int:
             job = sbatch(slurm, out, f"mem-{mem}", mem,
                          [py, "-m", "profiler.train", *TRAINER, "--data", str(data),
                           "--workers", "1", "--epochs", str(args.epochs),
-                          "--warmup", str(iters), "--output", str(out)], {})
+                          "--warmup", str(iters), "--output", str(out)], {}, join)
             rec, = wait(slurm, [job], timeout_s=1800)
             summary = json.loads((out / "summary.json").read_text()) \
                 if (out / "summary.json").exists() else None
@@ -112,7 +151,9 @@ def main() -> int:
             runs.append({"round": r + 1, "memory": label, "mem_mb": mem,
                          "measured": round(measured, 2), "predicted": round(predicted, 2),
                          "error": round(abs(predicted - measured) / measured, 4),
-                         "data_stall": round(summary["data_stall_fraction"], 4)})
+                         "data_stall": round(summary["data_stall_fraction"], 4),
+                         "cached_model": round(cached_fraction(model.fetch, footprint, mem), 3),
+                         "cached_implied": implied_hit_rate(model.fetch, measured)})
             print(f"{label} ({mem} MB): measured {measured:.1f}, predicted {predicted:.1f} "
                   f"samples/s", file=sys.stderr)
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -121,7 +162,9 @@ def main() -> int:
               "cache_mb_s": round(model.fetch.cache_mb_s, 1),
               "storage_mb_s": round(model.fetch.storage_mb_s, 1),
               "profile": {str(p.cores): round(p.samples_per_s, 2) for p in profile.train_points()},
-              "runs": runs}
+              "storage_throttle_mb_s": args.storage_mb_s or None, "runs": runs}
+    if args.storage_mb_s:
+        BLKIO.rmdir()
     (args.results / "memory.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     return 0

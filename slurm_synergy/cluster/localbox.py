@@ -38,6 +38,9 @@ MULTI_PARTITION = "multi"     # every node: jobs over several nodes or GPU types
 PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
 START_TIMEOUT_S = 60
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+HOSTS = Path("/etc/hosts")
+HOSTS_MARK = "# slurm-synergy local cluster"
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ class LocalCluster:
         _require_binaries()
         with locked(self.state / ".lock"):
             layout, mode, changed = self.render()
+            add_hosts([n.name for n in layout.nodes])
             # The slurmds of the configuration before this one: a changed layout stops them.
             slurmds = [d.name for d in self.slurmds]
             if changed and any(self._alive(name) for name in ["slurmctld", *slurmds]):
@@ -360,6 +364,22 @@ class LocalCluster:
             os.kill(pid, signal.SIGKILL)
         self.daemons[name].pidfile.unlink(missing_ok=True)
         return True
+
+
+def add_hosts(names: list[str], hosts: Path = HOSTS) -> None:
+    """The node names resolve, as on any cluster: a job's own hostname (torchrun's
+    rendezvous looks it up) and the other nodes' (a multi-node job's MASTER_ADDR). One
+    line in /etc/hosts, marked as ours and replaced when the nodes change."""
+    line = f"{LOOPBACK} {' '.join(names)} {HOSTS_MARK}"
+    try:
+        lines = hosts.read_text().splitlines()
+        kept = [x for x in lines if not x.endswith(HOSTS_MARK)]
+        if line not in lines or len(kept) != len(lines) - 1:
+            # Written in place: a container's /etc/hosts is a bind mount, not renamed over.
+            hosts.write_text("\n".join([*kept, line]) + "\n")
+    except OSError as e:
+        raise SynergyError(f"cannot name the local nodes in {hosts}: {e.strerror}; the "
+                           "local cluster needs root") from None
 
 
 def configured_nodes(conf: Path) -> dict[str, dict[str, str]]:

@@ -101,6 +101,7 @@ class Recorder:
         self.counts: dict[int, int] = {}    # batches per loader, by id
         self.primary: int | None = None     # the loader steps are counted on
         self.other_wait = 0.0   # waits outside the primary's __next__ in the current step
+        self.tracker: Any = None    # memory mode: PyTorch's memory tracker, while measuring
         self.rec.write(folder)
 
     # --- the clock ---------------------------------------------------------------------
@@ -128,7 +129,12 @@ class Recorder:
                 r.seconds = now - self.window_t
                 r.cpu_s = time.process_time() - self.window_cpu
         self.other_wait = 0.0
+        if self.tracker is not None:
+            self.tracker.reset_mod_stats()  # per-module stats hold one step; the peak, all
         if self.rec.batches == self.cfg.warmup and self.rec.steps == 0:
+            if self.cfg.mode == "memory" and self.tracker is None:
+                from slurm_synergy.probe import memory
+                self.tracker = memory.start()
             self.window_t, self.window_cpu = now, time.process_time()
         if self.cfg.mode == "watch":
             if now - self.last_write >= self.cfg.interval_s:
@@ -210,6 +216,10 @@ class Recorder:
         cleanly; a loader read from another thread just stops counting, and the
         supervisor ends the process once every record says measured."""
         self.done = True
+        if self.tracker is not None:
+            from slurm_synergy.probe import memory
+            self.rec.step_peak_mib, self.rec.step_peak_device = memory.stop(self.tracker)
+            self.tracker = None
         self.write("measured")
         if threading.current_thread() is threading.main_thread():
             raise ProbeStop()

@@ -17,7 +17,7 @@ from typing import Any
 
 from slurm_synergy.fileio import atomic_write_text
 
-MODES = ("train", "loader", "compute", "watch")
+MODES = ("train", "loader", "compute", "watch", "memory")
 ENV_DIR = "SYNERGY_PROBE_DIR"
 ENV_CONFIG = "SYNERGY_PROBE_CONFIG"
 
@@ -27,7 +27,8 @@ class ProbeConfig:
     """How every process of one run is probed; passed to them in the environment.
 
     mode: train (end to end), loader (the script's loader drained alone, no step run),
-    compute (the first batch replayed, no loader), watch (the real run, never stopped).
+    compute (the first batch replayed, no loader), watch (the real run, never stopped),
+    memory (as train, with PyTorch's memory tracker over the measured steps).
     """
 
     mode: str = "train"
@@ -68,6 +69,8 @@ class ProcessRecord:
     first_batch_s: float | None = None   # from the process's start to its first batch
     peak_rss_mb: float = 0.0
     peak_gpu_mem_mb: float | None = None
+    step_peak_mib: float | None = None   # memory mode: the tracker's peak over the steps
+    step_peak_device: str = ""           # ... on this device (cuda:0, cpu)
     dataset_len: int | None = None
     data_root: str = ""             # a folder the dataset reads from, when it says
 
@@ -109,6 +112,8 @@ class Measurement:
     peak_gpu_mem_mb: float | None
     dataset_len: int | None
     data_root: str
+    step_peak_mib: float | None = None  # memory mode: the highest rank's
+    step_peak_device: str = ""
 
 
 def measure(records: list[ProcessRecord], tree_rss_mb: float) -> Measurement | None:
@@ -119,6 +124,8 @@ def measure(records: list[ProcessRecord], tree_rss_mb: float) -> Measurement | N
     samples = sum(r.samples for r in ranks)
     gpu = [r.peak_gpu_mem_mb for r in ranks if r.peak_gpu_mem_mb is not None]
     lens = [r.dataset_len for r in ranks if r.dataset_len]
+    tracked = max((r for r in ranks if r.step_peak_mib is not None),
+                  key=lambda r: r.step_peak_mib or 0.0, default=None)
     return Measurement(
         processes=len(ranks),
         samples_per_s=sum(r.samples_per_s for r in ranks),
@@ -129,7 +136,9 @@ def measure(records: list[ProcessRecord], tree_rss_mb: float) -> Measurement | N
         peak_rss_mb=max(tree_rss_mb, sum(r.peak_rss_mb for r in ranks)),
         peak_gpu_mem_mb=max(gpu) if gpu else None,
         dataset_len=max(lens) if lens else None,
-        data_root=next((r.data_root for r in ranks if r.data_root), ""))
+        data_root=next((r.data_root for r in ranks if r.data_root), ""),
+        step_peak_mib=tracked.step_peak_mib if tracked else None,
+        step_peak_device=tracked.step_peak_device if tracked else "")
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,24 @@
-"""The workload's peak GPU memory, estimated before its steps run (profiler/gpumem.py
-does the estimating, in a process of its own: it imports torch, the profiler does not).
-A failed estimate is recorded with its reason and changes nothing."""
+"""The workload's peak GPU memory, estimated before its steps run: the built-in trainer's
+by profiler/gpumem.py in a process of its own (it imports torch, the profiler does not),
+a user's script by its own steps under the probe. A failed estimate is recorded with its
+reason and changes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 import time
 
 from slurm_synergy.model.profile import BatchPeak, GpuMemory
+from slurm_synergy.model.throughput import workers_for
+from slurm_synergy.profiling.errors import ProfilingError
+from slurm_synergy.profiling.steps import Runner, Step
 
 METHOD = "PyTorch fake tensors, memory tracker over 2 SGD steps"
+SCRIPT_STEPS = 2
+SCRIPT_METHOD = f"the script's own step on the CPU, memory tracker over {SCRIPT_STEPS} steps"
 TIMEOUT_S = 120.0
 
 
@@ -20,10 +27,8 @@ def nearby(batch: int) -> list[int]:
     return sorted({max(1, batch // 2), batch, batch * 2})
 
 
-def estimate_gpu_memory(builtin: bool, script_args: list[str], batch: int) -> GpuMemory:
-    if not builtin:
-        return GpuMemory("", batch, reason="estimated for the built-in trainer only; a "
-                         "script's own peak is measured where it runs on a GPU")
+def estimate_gpu_memory(script_args: list[str], batch: int) -> GpuMemory:
+    """The built-in trainer's workload, from its model built as fake tensors."""
     if batch < 1:
         return GpuMemory("", batch, reason="the job's batch size is unknown")
     argv = [sys.executable, "-m", "profiler.gpumem", "--json", "--batches",
@@ -44,3 +49,33 @@ def estimate_gpu_memory(builtin: bool, script_args: list[str], batch: int) -> Gp
         return GpuMemory("", batch, seconds=seconds, reason=f"the estimate's output is "
                          f"unreadable: {e}")
     return GpuMemory(METHOD, batch, peaks, seconds)
+
+
+def measure_script_memory(runner: Runner, cores: int, procs: int, batch: int) -> GpuMemory:
+    """A user's script, which the profiler cannot rebuild: its own steps, run by the
+    probe in memory mode on the CPU (the GPUs hidden, for on one too small the step would
+    fail) under the same memory tracker. A script that will not train on the CPU gives
+    no estimate, which changes nothing."""
+    if procs > 1:
+        return GpuMemory("", batch, reason="a torchrun job's step is not run on the CPU "
+                         "(its ranks need their GPUs); its peak is measured where it runs")
+    # One warm-up step (it makes the optimizer's state) and two tracked: on the CPU a big
+    # model's step is slow, and the estimate is held to TIMEOUT_S like the built-in one.
+    short = dataclasses.replace(runner, warmup=1, iterations=SCRIPT_STEPS,
+                                timeout_s=min(runner.timeout_s, TIMEOUT_S))
+    t0 = time.perf_counter()
+    try:
+        m, _ = short.run(Step("memory", cores, workers_for(cores, procs), gpus=0))
+    except ProfilingError as e:
+        return GpuMemory("", batch, seconds=round(time.perf_counter() - t0, 3),
+                         reason=f"the script's step did not run on the CPU: "
+                         f"{str(e).splitlines()[0]}")
+    finally:
+        runner.steps_run = short.steps_run      # the step folders keep counting
+    seconds = round(time.perf_counter() - t0, 3)
+    peak, steps = m.get("step_peak_mib"), m.get("steps") or 0
+    if peak is None or not steps:
+        return GpuMemory("", batch, seconds=seconds, reason="the tracker saw no step")
+    # The batch as the script took it, where the profiler was not told it.
+    taken = batch if batch > 0 else round(m.get("samples", 0) / steps)
+    return GpuMemory(SCRIPT_METHOD, taken, (BatchPeak(taken, float(peak)),), seconds)

@@ -18,7 +18,7 @@ from slurm_synergy.profiling.errors import PROG, Busy, UsageError
 from slurm_synergy.profiling.fetch import fetch_rates_for
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
 from slurm_synergy.profiling.gpu import open_gpus
-from slurm_synergy.profiling.gpumem import estimate_gpu_memory
+from slurm_synergy.profiling.gpumem import estimate_gpu_memory, measure_script_memory
 from slurm_synergy.profiling.gpuroom import MoveGpu, check_room, write_move
 from slurm_synergy.profiling.plan import Plan, plan_profiling
 from slurm_synergy.profiling.session import Session
@@ -82,8 +82,9 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
         f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), up to {args.max_iterations} "
         f"iterations or about {args.window:g}s per step, {launcher} steps; logs in {workdir}")
     # Before any step: a step that would not fit the GPU should be known not to.
-    gpu_memory = estimate_gpu_memory(args.script == BUILTIN_SCRIPT, plan.script_args,
-                                     plan.record_batch)
+    gpu_memory = (estimate_gpu_memory(plan.script_args, plan.record_batch)
+                  if args.script == BUILTIN_SCRIPT else
+                  measure_script_memory(runner, top, procs, plan.record_batch))
     log(f"{PROG}: GPU memory: " + (
         ", ".join(f"batch {p.batch} {p.peak_mib:.0f} MiB" for p in gpu_memory.peaks)
         + f" (estimated in {gpu_memory.seconds:.1f}s)" if gpu_memory.method

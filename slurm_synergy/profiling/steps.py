@@ -84,6 +84,8 @@ class Runner:
             # srun gives a step its GPUs; locally, hide the others from the script.
             visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
             env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[:gpus])
+        if gpus == 0:       # srun passes the job's CUDA_VISIBLE_DEVICES on to the step
+            env["CUDA_VISIBLE_DEVICES"] = ""
         t0 = time.perf_counter()
         with open(log, "w") as output:
             output.write("$ " + " ".join(argv) + "\n")
@@ -124,7 +126,8 @@ class StepFailed(ProfilingError):
 
 
 def _describe(step: Step) -> str:
-    what = {"train": "training", "loader": "input-only", "compute": "compute-only"}[step.measure]
+    what = {"train": "training", "loader": "input-only", "compute": "compute-only",
+            "memory": "memory-tracked"}[step.measure]
     return f"{what} {step.cores}-core"
 
 

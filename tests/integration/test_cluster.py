@@ -60,7 +60,8 @@ def test_three_nodes_two_gpu_types_and_a_job_over_two_nodes(box, slurm, tmp_path
     script = executable(tmp_path / "two.sh", f"""#!/bin/bash
 #SBATCH --partition=multi --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --mem=200M
 #SBATCH --gres=gpu:1 --time=5 --output={tmp_path}/%j.out
-srun bash -c 'echo "task $SLURM_PROCID on $(hostname) node=$SLURMD_NODENAME"; sleep 2'
+srun bash -c 'echo "task $SLURM_PROCID on $(hostname) node=$SLURMD_NODENAME \
+ resolves=$(getent hosts $(hostname) | cut -d" " -f1)"; sleep 2'
 """)
     job = slurm.run(["sbatch", "--parsable", str(script)]).strip()
     (rec,) = finish(slurm, [job]).values()
@@ -69,6 +70,8 @@ srun bash -c 'echo "task $SLURM_PROCID on $(hostname) node=$SLURMD_NODENAME"; sl
     # Each task ran on a node of its own, under that node's hostname.
     hosts = sorted(line.split(" on ")[1].split()[0] for line in out if line.startswith("task"))
     assert len(set(hosts)) == 2 and all(f"node={h}" in "\n".join(out) for h in hosts), out
+    # A job's hostname resolves, as torchrun's rendezvous needs it to.
+    assert all("resolves=127.0.0.1" in line for line in out if line.startswith("task")), out
     # Accounted per node: the allocation and the step over both, the batch step on one.
     rows = {r.split("|")[0]: r.split("|")[1:] for r in slurm.run(
         ["sacct", "-j", job, "--noheader", "--parsable2",

@@ -73,3 +73,16 @@ def test_the_rendered_configs_name_every_node_and_account_each_gpu_type(tmp_path
     box.conf.write_text(f"SlurmdPidFile={tmp_path}/run/slurmd.pid\nNodeName=vm CPUs=2\n")
     (old,) = LocalCluster(state=tmp_path).slurmds
     assert (old.name, old.pidfile) == ("slurmd@vm", tmp_path / "run" / "slurmd.pid")
+
+
+def test_the_node_names_resolve_through_one_marked_hosts_line(tmp_path):
+    from slurm_synergy.cluster.localbox import HOSTS_MARK, add_hosts
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
+    add_hosts(["node1", "node2", "node3"], hosts)
+    add_hosts(["node1", "node2", "node3"], hosts)        # idempotent
+    lines = hosts.read_text().splitlines()
+    assert lines == ["127.0.0.1 localhost", "::1 localhost ip6-localhost",
+                     f"127.0.0.1 node1 node2 node3 {HOSTS_MARK}"]
+    add_hosts(["node1"], hosts)                          # a layout that changed
+    assert hosts.read_text().splitlines()[2:] == [f"127.0.0.1 node1 {HOSTS_MARK}"]

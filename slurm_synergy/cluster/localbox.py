@@ -12,7 +12,6 @@ import os
 import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -38,9 +37,6 @@ MULTI_PARTITION = "multi"     # every node: jobs over several nodes or GPU types
 PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
 START_TIMEOUT_S = 60
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
-HOSTS = Path("/etc/hosts")
-HOSTS_MARK = "# slurm-synergy local cluster"
-LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,7 @@ class LocalCluster:
             del self.daemons[d.name]
         keys = {"SlurmdPidFile": str(self.state / "run" / "slurmd-%n.pid"),
                 "SlurmdLogFile": str(self.state / "log" / "slurmd-%n.log")}
-        for name, settings in configured_nodes(self.conf).items():
+        for name, settings in nodemod.configured_nodes(self.conf).items():
             files = {k: Path(settings.get(k, v).replace("%n", name)) for k, v in keys.items()}
             self.daemons[f"slurmd@{name}"] = Daemon(
                 f"slurmd@{name}", files["SlurmdPidFile"], files["SlurmdLogFile"],
@@ -101,7 +97,7 @@ class LocalCluster:
             if not node.gpus_real:
                 for dev in node.gpu_files:
                     Path(dev).parent.mkdir(exist_ok=True)
-                    make_fake_gpu(Path(dev))
+                    nodemod.make_fake_gpu(Path(dev))
         env = environment(paths.ETC)
         context = {
             "cluster_name": CLUSTER_NAME, "partition": PARTITION,
@@ -144,7 +140,7 @@ class LocalCluster:
         _require_binaries()
         with locked(self.state / ".lock"):
             layout, mode, changed = self.render()
-            add_hosts([n.name for n in layout.nodes])
+            nodemod.add_hosts([n.name for n in layout.nodes])
             # The slurmds of the configuration before this one: a changed layout stops them.
             slurmds = [d.name for d in self.slurmds]
             if changed and any(self._alive(name) for name in ["slurmctld", *slurmds]):
@@ -364,56 +360,6 @@ class LocalCluster:
             os.kill(pid, signal.SIGKILL)
         self.daemons[name].pidfile.unlink(missing_ok=True)
         return True
-
-
-def add_hosts(names: list[str], hosts: Path = HOSTS) -> None:
-    """The node names resolve, as on any cluster: a job's own hostname (torchrun's
-    rendezvous looks it up) and the other nodes' (a multi-node job's MASTER_ADDR). One
-    line in /etc/hosts, marked as ours and replaced when the nodes change."""
-    line = f"{LOOPBACK} {' '.join(names)} {HOSTS_MARK}"
-    try:
-        lines = hosts.read_text().splitlines()
-        kept = [x for x in lines if not x.endswith(HOSTS_MARK)]
-        if line not in lines or len(kept) != len(lines) - 1:
-            # Written in place: a container's /etc/hosts is a bind mount, not renamed over.
-            hosts.write_text("\n".join([*kept, line]) + "\n")
-    except OSError as e:
-        raise SynergyError(f"cannot name the local nodes in {hosts}: {e.strerror}; the "
-                           "local cluster needs root") from None
-
-
-def configured_nodes(conf: Path) -> dict[str, dict[str, str]]:
-    """Each node slurm.conf names, with its SlurmdPidFile and SlurmdLogFile; before the
-    first `up`, every node the box may have."""
-    try:
-        lines = conf.read_text().splitlines()
-    except OSError:
-        return {name: {} for name, _ in nodemod.FAKE_NODES}
-    settings = dict(line.split("=", 1) for line in lines
-                    if line.startswith(("SlurmdPidFile=", "SlurmdLogFile=")))
-    return {line.split()[0].split("=", 1)[1]: settings for line in lines
-            if line.startswith("NodeName=")}
-
-
-def make_fake_gpu(path: Path) -> None:
-    """A GPU without hardware, as Slurm's gres/gpu will take it.
-
-    Slurm refuses a plain file for gres File=, so this is a character device with
-    /dev/null's numbers: inert if anything opens it, and its name's index is what
-    Slurm puts in CUDA_VISIBLE_DEVICES.
-    """
-    null = os.stat("/dev/null").st_rdev
-    try:
-        if stat.S_ISCHR(path.lstat().st_mode) and path.lstat().st_rdev == null:
-            return
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    try:
-        os.mknod(path, stat.S_IFCHR | 0o644, null)
-    except PermissionError as exc:
-        raise SynergyError(f"cannot create the file-backed GPU {path}: {exc.strerror}; "
-                           "the local cluster needs root (mknod)") from exc
 
 
 def describe_mode(mode: str) -> str:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slurm_synergy.model.errors import SynergyError
 
 # Memory kept back for the OS, the daemons and MariaDB: the larger of 1 GiB and 10%.
 HEADROOM_MIN_MB = 1024
@@ -143,3 +146,58 @@ def detect(state: Path) -> Layout:
         files = tuple(str(state / "dev" / name / f"gpu{j}") for j in range(len(types)))
         nodes.append(NodeSpec(name, "127.0.0.1", SLURMD_PORTS[i], cpus, mem, len(types), False, files, types))
     return Layout(host, tuple(nodes))
+
+
+HOSTS = Path("/etc/hosts")
+HOSTS_MARK = "# slurm-synergy local cluster"
+LOOPBACK = "127.0.0.1"
+
+
+def add_hosts(names: list[str], hosts: Path = HOSTS) -> None:
+    """The node names resolve, as on any cluster: a job's own hostname (torchrun's
+    rendezvous looks it up) and the other nodes' (a multi-node job's MASTER_ADDR). One
+    line in /etc/hosts, marked as ours and replaced when the nodes change."""
+    line = f"{LOOPBACK} {' '.join(names)} {HOSTS_MARK}"
+    try:
+        lines = hosts.read_text().splitlines()
+        kept = [x for x in lines if not x.endswith(HOSTS_MARK)]
+        if line not in lines or len(kept) != len(lines) - 1:
+            # Written in place: a container's /etc/hosts is a bind mount, not renamed over.
+            hosts.write_text("\n".join([*kept, line]) + "\n")
+    except OSError as e:
+        raise SynergyError(f"cannot name the local nodes in {hosts}: {e.strerror}; the "
+                           "local cluster needs root") from None
+
+
+def configured_nodes(conf: Path) -> dict[str, dict[str, str]]:
+    """Each node slurm.conf names, with its SlurmdPidFile and SlurmdLogFile; before the
+    first `up`, every node the box may have."""
+    try:
+        lines = conf.read_text().splitlines()
+    except OSError:
+        return {name: {} for name, _ in FAKE_NODES}
+    settings = dict(line.split("=", 1) for line in lines
+                    if line.startswith(("SlurmdPidFile=", "SlurmdLogFile=")))
+    return {line.split()[0].split("=", 1)[1]: settings for line in lines
+            if line.startswith("NodeName=")}
+
+
+def make_fake_gpu(path: Path) -> None:
+    """A GPU without hardware, as Slurm's gres/gpu will take it.
+
+    Slurm refuses a plain file for gres File=, so this is a character device with
+    /dev/null's numbers: inert if anything opens it, and its name's index is what
+    Slurm puts in CUDA_VISIBLE_DEVICES.
+    """
+    null = os.stat("/dev/null").st_rdev
+    try:
+        if stat.S_ISCHR(path.lstat().st_mode) and path.lstat().st_rdev == null:
+            return
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o644, null)
+    except PermissionError as exc:
+        raise SynergyError(f"cannot create the file-backed GPU {path}: {exc.strerror}; "
+                           "the local cluster needs root (mknod)") from exc

@@ -52,7 +52,8 @@ def test_real_gpus_are_one_node_of_one_type(tmp_path, monkeypatch):
 
 def test_the_rendered_configs_name_every_node_and_account_each_gpu_type(tmp_path, monkeypatch):
     from slurm_synergy.cluster import node
-    from slurm_synergy.cluster.localbox import LocalCluster, configured_nodes
+    from slurm_synergy.cluster.localbox import LocalCluster
+    from slurm_synergy.cluster.node import configured_nodes
     monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
     box = LocalCluster(state=tmp_path)
     layout, _, _ = box.render()
@@ -76,7 +77,7 @@ def test_the_rendered_configs_name_every_node_and_account_each_gpu_type(tmp_path
 
 
 def test_the_node_names_resolve_through_one_marked_hosts_line(tmp_path):
-    from slurm_synergy.cluster.localbox import HOSTS_MARK, add_hosts
+    from slurm_synergy.cluster.node import HOSTS_MARK, add_hosts
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
     add_hosts(["node1", "node2", "node3"], hosts)

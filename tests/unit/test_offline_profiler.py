@@ -159,11 +159,12 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert p.profiling_s > 0 and p.batch == 16
     # The profiler's -b wins over the script's --batch; the step's workers replace the
     # script's, in the script's own spelling; its iteration limit is only a backstop.
-    argv = json.loads((tmp_path / "work" / "step01-train-2c" / "argv.json").read_text())
+    # Step 1 ran the script for its GPU memory; the sweep starts at step 2.
+    argv = json.loads((tmp_path / "work" / "step02-train-2c" / "argv.json").read_text())
     assert argv.count("--batch") == 1 and argv[argv.index("--batch") + 1] == "16"
     assert argv.count("--workers") == 1 and argv[argv.index("--workers") + 1] == "1"
     assert argv[argv.index("--max-iterations") + 1] == "9"      # 3 warm-up + 5 + 1
-    assert "step 4: compute only" in proc.stderr   # a line per step in a batch log
+    assert "step 5: compute only" in proc.stderr   # a line per step in a batch log
     # The compute-only step ran again after the repeats (the budget allowed it: these
     # steps take a second or two), so its noise is known too.
     compute = next(x for x in p.points if x.measure == "compute")

@@ -85,14 +85,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "(default %(default)s, Synergy's)")
     add("--repeats", type=int_at_least(1), default=2,
         help="runs of each swept core count, interleaved with the others' (default "
-        "%(default)s); up to --max-repeats where two counts fall within each other's "
-        "spread")
+        "%(default)s); up to --max-repeats where the decision's noise rule cannot yet "
+        "tell two counts apart")
     add("--max-repeats", type=int_at_least(1), default=4,
         help="most runs of one core count (default %(default)s)")
     add("--budget", type=float, default=72.0,
-        help="seconds of profiling after which no further optional step starts: a second "
-        "compute-only run, then extra repeats (default %(default)s, 2%% of a one-hour "
-        "job); the sweep, its --repeats and the components run regardless")
+        help="seconds of profiling an optional step must end within, at what its last "
+        "run took: extra repeats, then a second compute-only run (default %(default)s, "
+        "2%% of a one-hour job); the sweep, its --repeats and the components run "
+        "regardless")
     add("--step-timeout", type=float, default=600.0,
         help="seconds a step may run before it is stopped (default %(default)s)")
     add("--launcher", choices=("auto", "srun", "local"), default="auto",

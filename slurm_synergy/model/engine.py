@@ -24,6 +24,7 @@ from slurm_synergy.model.throughput import cached_fraction, fetch_rate, predict,
 from slurm_synergy.model.comment import decision_text
 from slurm_synergy.model.gpufit import fit_gpu_type
 from slurm_synergy.model.gpus import Catalog
+from slurm_synergy.model.noise import cheaper_within_noise
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.units import gpu_count, gpu_types
 
@@ -155,24 +156,6 @@ def smallest_within(rate: Callable[[int, float], float], cores: Sequence[int],
     return Pick(best_k, top, best, best, best_k)
 
 
-def _cheaper_within_noise(measured: dict[int, float], spreads: dict[int, float],
-                          cpus: int, best_k: int, best: float,
-                          tolerance: float) -> int | None:
-    """The fewest measured cores below `cpus` that the runs cannot place outside the
-    tolerance: at the top of its spread it reaches the tolerance line drawn from the
-    bottom of the best's. None when every smaller count is clearly slower, or has no
-    spread (a single run)."""
-    s_best = spreads.get(best_k)
-    if s_best is None:
-        return None
-    line = (1 - tolerance) * best * (1 - s_best)
-    for k in sorted(measured):
-        s = spreads.get(k)
-        if k < cpus and s is not None and measured[k] * (1 + s) >= line:
-            return k
-    return None
-
-
 def _round_mem(mb: float) -> int:
     return int(math.ceil(mb / MEM_STEP_MB) * MEM_STEP_MB)
 
@@ -237,9 +220,9 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     why.append(f"cores: the best within the cap is {best:.1f} samples/s at {best_k} "
                f"core(s); {cpus} core(s) give {chosen:.1f} ({chosen / best - 1:+.1%}), "
                f"within the {policy.tolerance:.0%} tolerance; samples/s by cores, measured "
-               f"(± half the range of its runs) unless marked: {curve}")
+               f"(± the spread of its runs) unless marked: {curve}")
     counted = {k: max(s, policy.min_spread) for k, s in spreads.items()}
-    cheaper = _cheaper_within_noise(measured, counted, cpus, best_k, best, policy.tolerance)
+    cheaper = cheaper_within_noise(measured, counted, cpus, best_k, best, policy.tolerance)
     if cheaper is not None:
         k = cheaper
         full = rate(k, cap_m)

@@ -14,6 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, Sequence
 
 from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.noise import spread_of
 
 PROFILE_VERSION = 1
 FINGERPRINT_RE = re.compile(r"^[0-9a-f]{16}$")
@@ -45,11 +46,10 @@ class Point:
 
     @property
     def spread(self) -> float | None:
-        """Half the range of the repeats over their median: how far apart two runs of this
-        point fell. None with fewer than two repeats (the noise is unknown)."""
-        if len(self.repeats) < 2 or self.samples_per_s <= 0:
-            return None
-        return (max(self.repeats) - min(self.repeats)) / 2 / self.samples_per_s
+        """How far apart the repeats lie (noise.spread_of: half the range of two, the
+        median absolute deviation of more, over their median). None with fewer than two
+        repeats (the noise is unknown)."""
+        return spread_of(self.repeats)
 
     @property
     def peak_spread(self) -> float | None:

@@ -9,11 +9,15 @@ import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from slurm_synergy import __version__
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.noise import unsettled
+from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
 from slurm_synergy.model.throughput import fit_components, workers_for
+from slurm_synergy.paths import policy_path
 from slurm_synergy.profiling.errors import PROG, Busy, UsageError
 from slurm_synergy.profiling.fetch import fetch_rates_for
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
@@ -121,16 +125,18 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
 
         def compute_again() -> None:
             # The compute-only step sets the training process's cost per sample, which
-            # every prediction of a compute-bound model rests on: the first thing the
-            # budget buys is a second run of it, apart from the first, so its noise is
-            # known too. (The input-only step is cheap to get wrong: where input binds,
-            # the end-to-end runs show it.)
-            if run.within_budget():
+            # every prediction of a compute-bound model rests on: once the measured
+            # counts are settled, the budget buys a second run of it, apart from the
+            # first, so its noise is known too. (The input-only step is cheap to get
+            # wrong: where input binds, the end-to-end runs show it.)
+            if run.fits(components[1].step_s):
                 components[1] = combine([components[1], run.component(compute)])
         # The repeats come after the components, so that other steps separate a count's
-        # first run from its second.
-        repeat_sweep(swept, run.rates, run.measure, run.within_budget, args.repeats,
-                     max(args.repeats, args.max_repeats), between=compute_again)
+        # first run from its second; extra ones go where the decision's noise rule
+        # cannot yet tell the counts apart.
+        repeat_sweep(swept, run.rates, run.measure, run.counts_fit, args.repeats,
+                     max(args.repeats, args.max_repeats), unclear=_noise_test(log),
+                     after=compute_again)
         train = run.train_points(swept)
         points.extend(train)
         if ngpus >= 2:
@@ -161,6 +167,19 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
     path = store.save(profile)
     log(f"{PROG}: {fp}: {summary_line(profile)}; {profile.profiling_s:.0f}s; saved {path}")
     return profile
+
+
+def _noise_test(log: Callable[[str], None]) -> Callable[[dict[int, Sequence[float]]], set[int]]:
+    """The decision's noise test under the site policy; under the defaults where the
+    policy cannot be read (it only aims the extra repeats, and the decision reads the
+    policy again)."""
+    try:
+        policy = load_policy(policy_path())
+    except SynergyError as e:
+        log(f"{PROG}: extra repeats aimed by the default policy: {e}")
+        policy = Policy()
+    return lambda runs: unsettled(runs, policy.tolerance, policy.min_spread,
+                                  policy.max_spread)
 
 
 def summary_line(profile: Profile) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
@@ -36,10 +36,14 @@ class Session:
     def spent_s(self) -> float:
         return time.perf_counter() - self.t0
 
-    def within_budget(self) -> bool:
-        """Whether one more run fits: it takes about as long as the runs so far did."""
-        spent = self.spent_s()
-        return spent + spent / max(1, self.runner.steps_run) <= self.budget_s
+    def fits(self, seconds: float) -> bool:
+        """Whether steps that took `seconds` last time still end within the budget."""
+        return self.spent_s() + seconds <= self.budget_s
+
+    def counts_fit(self, counts: Sequence[int]) -> bool:
+        """Whether one more run of each of `counts` fits, each taking as long as its
+        own last run did (a count's runs cost alike; counts differ by their start-up)."""
+        return self.fits(sum(self.runs[k][-1].step_s for k in counts))
 
     def measure(self, k: int) -> float:
         """A training run on k cores (the sweep's unit); its samples/s."""

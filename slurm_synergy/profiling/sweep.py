@@ -3,7 +3,6 @@ during the widest step, and the GPU power limits (Zeus's)."""
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -45,42 +44,32 @@ def core_sweep(top: int, measure: Callable[[int], float], plateau: float,
 
 
 def repeat_sweep(swept: Sequence[int], runs: Callable[[int], Sequence[float]],
-                 measure: Callable[[int], float], within_budget: Callable[[], bool],
+                 measure: Callable[[int], float], fits: Callable[[Sequence[int]], bool],
                  repeats: int, max_repeats: int,
-                 between: Callable[[], None] = lambda: None) -> None:
+                 unclear: Callable[[dict[int, Sequence[float]]], set[int]],
+                 after: Callable[[], None] = lambda: None) -> None:
     """Measure the swept core counts again, round-robin in the sweep's order, so that no
     count's runs are back to back and a change in the machine's load falls on all of them.
 
     First until each has `repeats` runs (budget or not: without them the noise is
-    unknown); then `between` (other measurements the budget ranks above more repeats);
-    then, while the budget lasts, only the counts whose range of runs overlaps a
-    neighbouring count's (they cannot yet be told apart), up to `max_repeats`."""
-    def centre(k: int) -> float:
-        return statistics.median(runs(k))
-
-    def half_range(k: int) -> float:
-        return (max(runs(k)) - min(runs(k))) / 2
-
+    unknown); then, a round at a time while `fits` says one more run of each fits the
+    budget, only the counts `unclear` names (those the decision's noise rule cannot yet
+    settle), up to `max_repeats`; then `after` (what the budget buys once the decision
+    is settled)."""
     while True:
         short = [k for k in swept if len(runs(k)) < repeats]
         if not short:
             break
         for k in short:
             measure(k)
-    between()
     while True:
-        ordered = sorted(swept)
-        unclear = set()
-        for a, b in zip(ordered, ordered[1:]):
-            if abs(centre(a) - centre(b)) <= half_range(a) + half_range(b):
-                unclear |= {a, b}
-        todo = [k for k in swept if k in unclear and len(runs(k)) < max_repeats]
-        if not todo:
-            return
+        todo = [k for k in swept if k in unclear({j: runs(j) for j in swept})
+                and len(runs(k)) < max_repeats]
+        if not todo or not fits(todo):
+            break
         for k in todo:
-            if not within_budget():
-                return
             measure(k)
+    after()
 
 
 def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.model.profile import Point, combine
+from slurm_synergy.model.noise import unsettled
+from slurm_synergy.model.policy import Policy
 from slurm_synergy.profiling.sweep import core_sweep, repeat_sweep
 from slurm_synergy.profiling.gpu import power_limits_to_try, visible_indices
 from slurm_synergy.profiles import ProfileStore
@@ -90,7 +92,8 @@ def test_core_sweep_halves_then_steps_down_by_the_gpu_count():
 
 
 def sweep_of(rates, budget=10, repeats=2, max_repeats=4):
-    """repeat_sweep over counts whose n-th run measures rates[k][n]; the order run."""
+    """repeat_sweep over counts whose n-th run measures rates[k][n], aimed by the
+    decision's noise test at the default policy; the order run ("c": the step after)."""
     runs = {k: [v[0]] for k, v in rates.items()}
     order = []
 
@@ -99,24 +102,35 @@ def sweep_of(rates, budget=10, repeats=2, max_repeats=4):
         runs[k].append(rates[k][len(runs[k])])
         return runs[k][-1]
 
-    def within_budget():
-        return len(order) < budget
-    repeat_sweep(list(rates), lambda k: runs[k], measure, within_budget, repeats, max_repeats)
+    policy = Policy()
+    repeat_sweep(list(rates), lambda k: runs[k], measure,
+                 lambda todo: len(order) + len(todo) <= budget, repeats, max_repeats,
+                 unclear=lambda r: unsettled(r, policy.tolerance, policy.min_spread,
+                                             policy.max_spread),
+                 after=lambda: order.append("c"))
     return order, runs
 
 
-def test_repeats_are_interleaved_and_added_only_where_counts_overlap():
+def test_repeats_are_interleaved_and_added_only_where_the_noise_rule_cannot_decide():
     # Clearly apart after two runs each: nothing more.
     order, runs = sweep_of({4: [100, 101, 99, 100], 2: [60, 61, 60, 60], 1: [30, 31, 30, 30]})
-    assert order == [4, 2, 1]
-    # 2 and 1 overlap (55-65 against 58-62): they run again, in turn, 4 does not.
-    order, runs = sweep_of({4: [100, 101, 99, 100], 2: [55, 65, 60, 61], 1: [58, 62, 59, 60]})
-    assert order == [4, 2, 1, 2, 1, 2, 1]
-    assert len(runs[2]) == len(runs[1]) == 4          # --max-repeats
-    # The budget stops the extra runs, never the first repeats.
-    order, _ = sweep_of({4: [100, 101, 99, 100], 2: [55, 65, 60, 61], 1: [58, 62, 59, 60]},
-                        budget=0)
-    assert order == [4, 2, 1]
+    assert order == [4, 2, 1, "c"]
+    # 2 cores are 8% below 4 by the medians, within the noise: 2 and 4 run again, in
+    # turn, up to --max-repeats; 1 core, clearly slower, does not.
+    order, runs = sweep_of({4: [100, 101, 99, 100], 2: [88, 96, 90, 92], 1: [50, 51, 50, 50]})
+    assert order == [4, 2, 1, 4, 2, 4, 2, "c"]
+    assert len(runs[4]) == len(runs[2]) == 4 and len(runs[1]) == 2
+    # Within the tolerance by the medians: the fewer cores win anyway, no more runs.
+    order, _ = sweep_of({2: [100, 101, 99, 100], 1: [97, 98, 97, 97]})
+    assert order == [2, 1, "c"]
+    # A count whose two runs lie too far apart runs again, and a third run settles it:
+    # one disturbed run no longer counts.
+    order, runs = sweep_of({2: [100, 101, 99, 100], 1: [50, 100, 52, 51]})
+    assert order == [2, 1, 2, 1, "c"] and runs[1] == [50, 100, 52]
+    # The budget stops the extra rounds (whole rounds only), never the first repeats.
+    order, _ = sweep_of({4: [100, 101, 99, 100], 2: [88, 96, 90, 92], 1: [50, 51, 50, 50]},
+                        budget=4)
+    assert order == [4, 2, 1, "c"]
 
 
 def test_combined_runs_keep_the_median_and_the_spread():

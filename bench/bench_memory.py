@@ -3,8 +3,9 @@ whose dataset the page cache cannot hold under the job's memory limit.
 
 Profiles resnet8 on a JPEG dataset of --images images (512 px) with enough memory to
 cache it, then trains the same workload as Slurm jobs of 2 cores with the profile's
-memory and with less: the footprint plus a quarter and a half of the dataset, where
-task/cgroup's limit takes the page cache with it. The page cache is dropped before each
+memory and with less: the footprint plus a quarter of the dataset, and the memory the
+page cache cannot take back plus half of it, where task/cgroup's limit takes the page
+cache with it. The page cache is dropped before each
 job; the first epoch is the warm-up, the later ones are measured (the cache then holds
 what it can). Each job's samples/s is compared with the model's prediction for that
 memory (slurm_synergy/model/throughput.py); figures to bench/results/memory.json.
@@ -126,10 +127,14 @@ def main() -> int:
     if model.fetch is None:
         print(f"the profile has no memory model: {profile.notes}", file=sys.stderr)
         return 1
-    footprint, dataset = model.footprint_mb, model.fetch.dataset_mb
+    footprint, resident, dataset = model.footprint_mb, model.resident_mb, model.fetch.dataset_mb
+    # The whole footprint (process tree's RSS) plus a quarter of the dataset: where the
+    # model's cache room, before it counted only what the cache cannot take back, said a
+    # quarter would be cached. The unreclaimable memory plus half the dataset: where it
+    # says so now (below the decisions' floor, which keeps the whole footprint).
     sizes = {"profile's memory": profile.allocation.mem_mb,
-             "footprint + 1/2 dataset": int(footprint + dataset / 2),
-             "footprint + 1/4 dataset": int(footprint + dataset / 4)}
+             "footprint + 1/4 dataset": int(footprint + dataset / 4),
+             "unreclaimable + 1/2 dataset": int(resident + dataset / 2)}
     iters = args.images // BATCH
     runs = []
     for r in range(args.rounds):
@@ -143,22 +148,25 @@ def main() -> int:
             rec, = wait(slurm, [job], timeout_s=1800)
             summary = json.loads((out / "summary.json").read_text()) \
                 if (out / "summary.json").exists() else None
+            predicted = predict(model, 2, mem)
             if rec.state != "COMPLETED" or summary is None:
                 print(f"job {job} ({label}) ended {rec.state}; log in {out}", file=sys.stderr)
-                return 1
-            predicted = predict(model, 2, mem)
+                runs.append({"round": r + 1, "memory": label, "mem_mb": mem,
+                             "ended": rec.state, "predicted": round(predicted, 2)})
+                continue
             measured = summary["samples_per_s"]
             runs.append({"round": r + 1, "memory": label, "mem_mb": mem,
                          "measured": round(measured, 2), "predicted": round(predicted, 2),
                          "error": round(abs(predicted - measured) / measured, 4),
                          "data_stall": round(summary["data_stall_fraction"], 4),
-                         "cached_model": round(cached_fraction(model.fetch, footprint, mem), 3),
+                         "cached_model": round(cached_fraction(model.fetch, resident, mem), 3),
                          "cached_implied": implied_hit_rate(model.fetch, measured)})
             print(f"{label} ({mem} MB): measured {measured:.1f}, predicted {predicted:.1f} "
                   f"samples/s", file=sys.stderr)
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "host": os.uname().nodename, "images": args.images, "epochs": args.epochs,
               "dataset_mb": round(dataset, 1), "footprint_mb": round(footprint, 1),
+              "unreclaimable_mb": None if model.anon_mb is None else round(model.anon_mb, 1),
               "cache_mb_s": round(model.fetch.cache_mb_s, 1),
               "storage_mb_s": round(model.fetch.storage_mb_s, 1),
               "profile": {str(p.cores): round(p.samples_per_s, 2) for p in profile.train_points()},

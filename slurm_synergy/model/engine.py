@@ -122,7 +122,7 @@ def speed(profile: Profile, measured: dict[int, float], cores: int, mem_mb: floa
     rate = measured.get(cores) or predict(profile.model, cores)
     fetch = profile.model.fetch
     if fetch is not None:
-        rate = min(rate, fetch_rate(fetch, cached_fraction(fetch, profile.model.footprint_mb,
+        rate = min(rate, fetch_rate(fetch, cached_fraction(fetch, profile.model.resident_mb,
                                                            mem_mb)))
     return rate
 
@@ -192,6 +192,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
         default=0.0))
     # The peak counted with its noise, so that the size does not flip between profiles.
     footprint = model.footprint_mb * (1 + peak_noise)
+    resident = model.resident_mb * (1 + peak_noise)    # what the page cache cannot take
     floor_m = max(policy.min_mem_mb, _round_mem(footprint * (1 + policy.mem_headroom)))
     if floor_m > cap_m:
         why.append(f"memory: the workload's peak {model.footprint_mb:.0f} MB +"
@@ -204,7 +205,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     measured = {p.cores: p.samples_per_s for p in profile.train_points()}
     spreads = {p.cores: p.spread for p in profile.train_points() if p.spread is not None}
     rates = {k: speed(profile, measured, k, cap_m) for k in range(1, cap_c + 1)}
-    mems = _memory_candidates(profile, footprint, floor_m, cap_m)
+    mems = _memory_candidates(profile, resident, floor_m, cap_m)
 
     def rate(k: int, m: float) -> float:
         return speed(profile, measured, k, m)
@@ -242,7 +243,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
         raise NoDecision(why)
     fetch = model.fetch
     on_model = [f"{k} cores" for k in sorted({cpus, best_k}) if k not in measured]
-    if fetch is not None and cached_fraction(fetch, footprint, mem_mb) < 1:
+    if fetch is not None and cached_fraction(fetch, resident, mem_mb) < 1:
         on_model.append(f"{mem_mb} MB (the page cache short of the dataset)")
     if on_model and err is not None and err > policy.max_model_error:
         why.append(f"no decision: the throughput model decides {' and '.join(on_model)}, and "
@@ -252,7 +253,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     if cpus > alloc.cores:
         why.append(f"note: {cpus} cores is beyond the {alloc.cores} the profiler measured; "
                    "the figure is the model's extrapolation")
-    why.append(_memory_note(profile, footprint, mem_mb, floor_m, policy, peak_noise))
+    why.append(_memory_note(profile, resident, mem_mb, floor_m, policy, peak_noise))
     procs = alloc.procs
     workers = workers_for(cpus, procs)
     why.append(f"workers: {workers} data-loader worker(s)"
@@ -305,20 +306,20 @@ def _gpu_type(profile: Profile, shape: NodeShape) -> str:
     return ""
 
 
-def _memory_candidates(profile: Profile, footprint: float, floor_m: int,
+def _memory_candidates(profile: Profile, resident: float, floor_m: int,
                        cap_m: int) -> list[int]:
     """Memory sizes worth trying: the floor, then quarters of the dataset in page cache."""
     sizes = {floor_m, cap_m}
     fetch = profile.model.fetch
     if fetch is not None and fetch.dataset_mb > 0:
         for quarter in (0.25, 0.5, 0.75, 1.0):
-            m = _round_mem(footprint + quarter * fetch.dataset_mb)
+            m = _round_mem(resident + quarter * fetch.dataset_mb)
             if floor_m <= m <= cap_m:
                 sizes.add(m)
     return sorted(sizes)
 
 
-def _memory_note(profile: Profile, footprint: float, mem_mb: int, floor_m: int,
+def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
                  policy: Policy, peak_noise: float) -> str:
     peaks = [m for p in profile.train_points() for m in p.peaks_mb]
     runs = (f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if len(peaks) > 1 else "")
@@ -328,8 +329,11 @@ def _memory_note(profile: Profile, footprint: float, mem_mb: int, floor_m: int,
             f"headroom, it needs {floor_m} MB)")
     fetch = profile.model.fetch
     if fetch is not None:
-        x = cached_fraction(fetch, footprint, mem_mb)
+        x = cached_fraction(fetch, resident, mem_mb)
         note += f"; page cache holds {x:.0%} of the {fetch.dataset_mb:.0f} MB dataset"
+        if profile.model.anon_mb is not None:
+            note += (f" (it competes with all but the job's {profile.model.anon_mb:.0f} MB "
+                     "of anonymous and shared memory)")
     else:
         note += "; the profile has no memory model (no dataset folder)"
     return note

@@ -11,7 +11,7 @@ import math
 import re
 import statistics
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.noise import spread_of
@@ -43,6 +43,10 @@ class Point:
     # samples_per_s is their median. Empty in profiles from before repeats.
     repeats: tuple[float, ...] = ()
     peaks_mb: tuple[float, ...] = ()     # each repeat's peak memory; peak_rss_mb the highest
+    # The peak of the part the page cache cannot take back: anonymous and shared memory,
+    # each page once, as the cgroup charges it (libraries' file pages it can). None where
+    # the kernel does not tell it apart, and in profiles from before it was measured.
+    anon_mb: float | None = None
 
     @property
     def spread(self) -> float | None:
@@ -73,7 +77,14 @@ def combine(runs: Sequence[Point]) -> Point:
                    peak_rss_mb=max(r.peak_rss_mb for r in runs),
                    step_s=sum(r.step_s for r in runs),
                    repeats=tuple(r.samples_per_s for r in runs),
-                   peaks_mb=tuple(r.peak_rss_mb for r in runs))
+                   peaks_mb=tuple(r.peak_rss_mb for r in runs),
+                   anon_mb=highest_known(r.anon_mb for r in runs))
+
+
+def highest_known(values: Iterable[float | None]) -> float | None:
+    """The highest of figures every run has; None if one lacks it."""
+    known = list(values)
+    return None if not known or None in known else max(v for v in known if v is not None)
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,15 @@ class ThroughputModel:
     footprint_mb: float          # host memory the job needs besides page cache
     fetch: FetchRates | None
     held_out: tuple[PointError, ...] = ()
+    # The footprint's part the page cache cannot take back (Point.anon_mb): what the
+    # dataset's pages compete with under a memory limit. None: the whole footprint.
+    anon_mb: float | None = None
+
+    @property
+    def resident_mb(self) -> float:
+        """The memory the page cache cannot have: the job's unreclaimable memory where
+        measured, else its whole footprint (less room for the dataset: the safe side)."""
+        return self.footprint_mb if self.anon_mb is None else self.anon_mb
 
     @property
     def mean_error(self) -> float | None:

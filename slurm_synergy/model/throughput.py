@@ -10,8 +10,9 @@ A job is as fast as its slowest stage (DS-Analyzer: speed = min(F, P, G)):
 p and h are CPU-seconds per sample of the input pipeline and of the training process;
 G is the device's rate (on a CPU-only node the device is the cores left to the trainer,
 t / h with t = k - W threads). F(x) = 1 / (x/C + (1-x)/S) with x the fraction of the
-dataset the page cache holds: the job's memory beyond its own footprint, over the
-dataset's size; C and S are the cache and storage read rates in samples/s.
+dataset the page cache holds: the job's memory beyond what the cache cannot take back
+(its anonymous and shared memory, as its cgroup charges them), over the dataset's size;
+C and S are the cache and storage read rates in samples/s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import math
 from dataclasses import replace
 from typing import Sequence
 
-from slurm_synergy.model.profile import FetchRates, Point, PointError, ThroughputModel
+from slurm_synergy.model.profile import (FetchRates, Point, PointError, ThroughputModel,
+                                         highest_known)
 
 
 def workers_for(cores: int, procs: int = 1) -> int:
@@ -66,7 +68,7 @@ def predict(model: ThroughputModel, cores: int, mem_mb: float | None = None,
     elif model.basis != "end-to-end" and h > 0:
         limits.append(max(1, cores - w) / h)
     if model.fetch is not None and mem_mb is not None:
-        x = cached_fraction(model.fetch, model.footprint_mb, mem_mb)
+        x = cached_fraction(model.fetch, model.resident_mb, mem_mb)
         limits.append(fetch_rate(model.fetch, x))
     return min(limits)
 
@@ -88,5 +90,5 @@ def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu
         basis="components", prep_core_s=p, host_core_s=h,
         device_rate=compute.samples_per_s if on_gpu else None,
         footprint_mb=max((pt.peak_rss_mb for pt in train), default=compute.peak_rss_mb),
-        fetch=fetch)
+        fetch=fetch, anon_mb=highest_known(pt.anon_mb for pt in train))
     return replace(model, held_out=_errors(model, train))

@@ -114,9 +114,13 @@ class Measurement:
     data_root: str
     step_peak_mib: float | None = None  # memory mode: the highest rank's
     step_peak_device: str = ""
+    # The tree's anonymous and shared memory, each page once (supervise.unreclaimable_kib);
+    # None where the kernel cannot tell it.
+    peak_anon_mb: float | None = None
 
 
-def measure(records: list[ProcessRecord], tree_rss_mb: float) -> Measurement | None:
+def measure(records: list[ProcessRecord], tree_rss_mb: float,
+            tree_anon_mb: float | None = None) -> Measurement | None:
     """None when no process completed a measured step."""
     ranks = [r for r in records if r.steps > 0 and r.seconds > 0]
     if not ranks:
@@ -138,7 +142,8 @@ def measure(records: list[ProcessRecord], tree_rss_mb: float) -> Measurement | N
         dataset_len=max(lens) if lens else None,
         data_root=next((r.data_root for r in ranks if r.data_root), ""),
         step_peak_mib=tracked.step_peak_mib if tracked else None,
-        step_peak_device=tracked.step_peak_device if tracked else "")
+        step_peak_device=tracked.step_peak_device if tracked else "",
+        peak_anon_mb=tree_anon_mb or None)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,23 @@ def script_name(argv: list[str]) -> str:
     return script or argv[0]
 
 
+def unreclaimable_kib(pid: int) -> int | None:
+    """A process's anonymous and shared memory with each page shared among processes
+    counted in proportion (smaps_rollup's Pss_Anon + Pss_Shmem): summed over a process
+    tree, every page once, as its cgroup charges it, and what the page cache cannot take
+    back (libraries' file pages can be). None where the kernel does not split Pss
+    (before Linux 5.9); OSError when the process is gone."""
+    fields: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
+        for line in fh:
+            name, _, rest = line.partition(":")
+            if name in ("Pss_Anon", "Pss_Shmem"):
+                fields[name] = int(rest.split()[0])
+    if len(fields) < 2:
+        return None
+    return fields["Pss_Anon"] + fields["Pss_Shmem"]
+
+
 @dataclass
 class _Tree:
     """The processes seen beneath the probe, and their memory."""
@@ -52,6 +69,8 @@ class _Tree:
     top: int
     seen: dict[int, tuple[int, str]] = field(default_factory=dict)   # pid: (ppid, cmdline)
     peak_rss_mb: float = 0.0
+    # The tree's unreclaimable memory at its peak; None where the kernel cannot tell it.
+    peak_anon_mb: float | None = 0.0
 
     def look(self) -> None:
         try:
@@ -59,16 +78,25 @@ class _Tree:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
-        rss = 0
+        rss, anon_kib, split = 0, 0, True
         for p in procs:
             try:
                 with p.oneshot():
                     rss += p.memory_info().rss
                     if p.pid not in self.seen:
                         self.seen[p.pid] = (p.ppid(), " ".join(" ".join(p.cmdline()).split()))
-            except psutil.Error:
+                kib = unreclaimable_kib(p.pid)
+            except (psutil.Error, OSError):
                 continue
+            if kib is None:
+                split = False
+            else:
+                anon_kib += kib
         self.peak_rss_mb = max(self.peak_rss_mb, rss / 2**20)
+        if not split:
+            self.peak_anon_mb = None
+        elif self.peak_anon_mb is not None:
+            self.peak_anon_mb = max(self.peak_anon_mb, anon_kib / 1024)
 
     def unprobed(self, probed: set[int]) -> list[str]:
         """Commands started beneath the script that ran without the hooks: not probed,
@@ -181,7 +209,7 @@ def _signal(proc: subprocess.Popen[bytes], sig: int, watch: bool) -> None:
 def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRecord],
           tree: _Tree, timed_out_after: float | None) -> ProbeResult:
     script = script_name(argv)
-    measurement = measure(records, tree.peak_rss_mb)
+    measurement = measure(records, tree.peak_rss_mb, tree.peak_anon_mb)
     unprobed = tree.unprobed({r.pid for r in records})
     took = max((r.batches for r in records), default=0)
     errors = [r.error for r in records if r.error]

@@ -164,6 +164,10 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert [(x.measure, x.cores, x.workers) for x in p.points] == [
         ("train", 2, 1), ("train", 1, 1), ("loader", 2, 1), ("compute", 1, 1)]
     assert all(x.samples_per_s > 0 and x.peak_rss_mb > 0 for x in p.points)
+    # What the page cache cannot take back is measured too, and is less than the
+    # processes' RSS (their libraries' file pages, and pages a worker shares with its
+    # parent, counted there once per process).
+    assert p.model.anon_mb is not None and 0 < p.model.anon_mb < p.model.footprint_mb
     # Each core count ran twice at least, the second time after the components.
     assert all(2 <= len(x.repeats) <= 4 for x in p.points if x.measure == "train")
     assert "2 cores, 1 worker(s) per process" in proc.stderr and ", run 2" in proc.stderr

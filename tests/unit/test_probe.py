@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.probe.hooks import batch_size
-from slurm_synergy.probe.supervise import script_name
+from slurm_synergy.probe.supervise import _Tree, script_name, unreclaimable_kib
 from slurm_synergy.model.options import declared_options, spelling, value_of, without
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,3 +276,34 @@ def test_watch_mode_leaves_sigterm_to_the_script_once(tmp_path):
     os.killpg(proc.pid, signal.SIGTERM)     # as Slurm signals every process of a step
     out, _ = proc.communicate(timeout=60)
     assert out == "checkpoint\n" and proc.returncode == 0
+
+
+COW_TREE = """\
+import os, sys, time
+block = bytearray(200 * 2**20)
+block[::4096] = b"x" * len(block[::4096])     # every page touched: 200 MB anonymous
+if os.fork() == 0:
+    time.sleep(60)                            # shares every page with its parent
+    os._exit(0)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_tree_counts_memory_as_its_cgroup_would_each_page_once():
+    # A parent and its fork share 200 MB copy-on-write, as a DataLoader worker shares its
+    # trainer's: their RSS adds up to 400 MB, the unreclaimable memory to 200 MB.
+    proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        tree = _Tree(proc.pid)
+        tree.look()
+        assert tree.peak_rss_mb > 390
+        assert tree.peak_anon_mb is not None and 195 < tree.peak_anon_mb < 240
+        assert unreclaimable_kib(proc.pid) is not None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with pytest.raises(OSError):
+        unreclaimable_kib(proc.pid)

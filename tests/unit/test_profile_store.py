@@ -13,7 +13,7 @@ FP = "0123456789abcdef"
 
 def make_profile(fp: str = FP) -> Profile:
     points = (Point("train", 2, 1, 4096, 100.0, 0.2, 0.01, 900.0, 12.0,
-                    repeats=(100.0, 96.0, 103.0)),
+                    repeats=(100.0, 96.0, 103.0), anon_mb=410.5),
               Point("train", 1, 1, 4096, 60.0, 0.5, 0.01, 850.0, 14.0),
               Point("loader", 1, 1, 4096, 80.0, 0.9, 0.002, 300.0, 8.0),
               Point("compute", 2, 0, 4096, 150.0, 0.0, 0.006, 700.0, 9.0))
@@ -53,8 +53,12 @@ def test_profiles_without_optional_fields_still_load(tmp_path):
     data = json.loads(make_profile().to_json())
     del data["notes"]
     del data["gpu"]["power_sweep"]
+    del data["points"][0]["anon_mb"]        # profiles from before it was measured
+    del data["model"]["anon_mb"]
     (tmp_path / f"{FP}.json").write_text(json.dumps(data))
-    assert ProfileStore(tmp_path).load(FP).notes == ()
+    loaded = ProfileStore(tmp_path).load(FP)
+    assert loaded.notes == () and loaded.points[0].anon_mb is None
+    assert loaded.model.resident_mb == loaded.model.footprint_mb
 
 
 def corrupt(data: dict, how: str) -> dict:

@@ -64,8 +64,20 @@ def test_memory_only_matters_when_it_binds():
     assert starved < half < 800.0
 
 
-def pt(measure, cores, workers, speed, h=0.0, rss=500.0):
-    return Point(measure, cores, workers, 4096, speed, 0.0, h, rss, 5.0)
+def test_the_dataset_competes_with_all_but_the_unreclaimable_memory():
+    # A footprint of 1000 MB (the tree's RSS) of which 400 MB are anonymous and shared:
+    # the libraries' file pages are the page cache's too, so at 1400 MB a fifth of the
+    # 2000 MB dataset is cached, not none of it.
+    f = FetchRates(1000.0, 10.0, 2000.0, 0.1, 10)
+    whole = model(p=0.001, h=0.001, g=800.0, fetch=f)
+    split = ThroughputModel("components", 0.001, 0.001, 800.0, 1000.0, f, anon_mb=400.0)
+    assert whole.resident_mb == 1000.0 and split.resident_mb == 400.0
+    assert predict(whole, 8, mem_mb=1400.0) == pytest.approx(fetch_rate(f, 0.2))
+    assert predict(split, 8, mem_mb=1400.0) == pytest.approx(fetch_rate(f, 0.5))
+
+
+def pt(measure, cores, workers, speed, h=0.0, rss=500.0, anon=None):
+    return Point(measure, cores, workers, 4096, speed, 0.0, h, rss, 5.0, anon_mb=anon)
 
 
 def test_fit_components_holds_out_every_training_point():
@@ -75,6 +87,9 @@ def test_fit_components_holds_out_every_training_point():
     m = fit_components(loader, compute, train, on_gpu=False, fetch=None)
     assert m.prep_core_s == pytest.approx(0.01) and m.host_core_s == 0.004
     assert m.device_rate is None and m.footprint_mb == 900.0
+    assert m.anon_mb is None                 # not measured: the whole footprint counts
+    split = [pt("train", 2, 1, 70.0, rss=900.0, anon=300.0), pt("train", 1, 1, 72.0, anon=350.0)]
+    assert fit_components(loader, compute, split, False, None).anon_mb == 350.0
     assert [(e.cores, e.measured) for e in m.held_out] == [(2, 70.0), (1, 72.0)]
     assert m.held_out[1].predicted == pytest.approx(1 / 0.014)
     assert m.mean_error == pytest.approx(sum(e.error for e in m.held_out) / 2)

@@ -55,14 +55,14 @@ def throttle(data: Path, mb_s: float) -> str:
 
 
 def sbatch(slurm: Slurm, folder: Path, name: str, mem_mb: int, command: list[str],
-           env: dict[str, str], join: str = "") -> str:
+           env: dict[str, str], join: str = "", minutes: int = 30) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / f"{name}.sh"
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     script.write_text("#!/bin/bash\nset -e\n" + join + exports
                       + " ".join(map(shlex.quote, command)) + "\n")
     return slurm.sbatch(script, [f"--job-name={name}", "--cpus-per-task=2", f"--mem={mem_mb}M",
-                                 "--time=00:30:00", f"--output={folder}/{name}.log",
+                                 f"--time={minutes}", f"--output={folder}/{name}.log",
                                  f"--chdir={folder}"])
 
 
@@ -87,6 +87,9 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each memory size")
+    parser.add_argument("--job-minutes", type=int, default=3,
+                        help="time limit of each training job: one that thrashes (its own "
+                        "code paged out and read back) ends TIMEOUT and is recorded so")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--storage-mb-s", type=float, default=4.0,
                         help="throttle reads of the dataset's disk to this, in MB/s "
@@ -144,7 +147,8 @@ def main() -> int:
             job = sbatch(slurm, out, f"mem-{mem}", mem,
                          [py, "-m", "profiler.train", *TRAINER, "--data", str(data),
                           "--workers", "1", "--epochs", str(args.epochs),
-                          "--warmup", str(iters), "--output", str(out)], {}, join)
+                          "--warmup", str(iters), "--output", str(out)], {}, join,
+                         minutes=args.job_minutes)
             rec, = wait(slurm, [job], timeout_s=1800)
             summary = json.loads((out / "summary.json").read_text()) \
                 if (out / "summary.json").exists() else None

@@ -16,7 +16,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.engine import Decision, NoDecision, decide
 from slurm_synergy.shim.install import apply, plan_text
-from slurm_synergy.model.policy import load_catalog, load_policy, site_catalog
+from slurm_synergy.model.policy import load_catalog, load_site
 from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.resubmit import NothingToGain, read_chains, resubmit
 from slurm_synergy.shim.table import node_shape, read, sync, table_path
@@ -59,10 +59,9 @@ def describe(d: Decision) -> str:
 def explain(fingerprint: str, partition: str | None = None) -> str:
     store = ProfileStore.default()
     profile = store.load(fingerprint)
-    policy = load_policy(policy_path())
+    policy, catalog = load_site(policy_path())
     try:
-        d = decide(profile, node_shape(Slurm(), partition), policy,
-                   site_catalog(policy_path()))
+        d = decide(profile, node_shape(Slurm(), partition), policy, catalog)
     except NoDecision as e:
         return "\n".join([f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
                           "decision: none; its jobs run as asked", f"policy: {policy_path()}",

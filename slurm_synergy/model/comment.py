@@ -21,8 +21,10 @@ PREFIX = "synergy:fp="
 # Marks a resubmission after profiling drops: the next decision is the shim's to make.
 PROFILING_MARKS = ("profile", "asked", "decision", "from")
 
-# GPUs as a count, and the gres type where the job names one (gres.conf's spelling).
-_GPUS = r"g(\d+)(?::([A-Za-z0-9_.-]{1,32}))?"
+# A gres type as the comment carries it (gres.conf's spelling).
+GRES_TYPE = r"[A-Za-z0-9_.-]{1,32}"
+# GPUs as a count, and the gres type where the job names one.
+_GPUS = r"g(\d+)(?::(" + GRES_TYPE + r"))?"
 _DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?)," + _GPUS + r",w(\d+)(?:,p(\d+))?$")
 _ASKED = re.compile(r"^c(\d+|-),m(\d+|-)," + _GPUS + "$")
 _TAG = re.compile(r"^[0-9a-f]{12}$")

@@ -83,10 +83,24 @@ def _read_toml(path: Path, error: type[SynergyError], missing: str) -> dict[str,
         raise error(f"site policy {path} cannot be read: {e}") from None
 
 
+_NO_POLICY = " (SYNERGY_POLICY names another)"
+
+
 def load_policy(path: Path) -> Policy:
     """The policy file (the site's is paths.policy_path()), checked knob by knob; a bad
     file is refused, naming the knob."""
-    data = _read_toml(path, SynergyError, " (SYNERGY_POLICY names another)")
+    return _policy_of(_read_toml(path, SynergyError, _NO_POLICY), path)
+
+
+def load_site(path: Path) -> tuple[Policy, Catalog]:
+    """The policy and its GPU catalog from one read of the file: the policy as
+    load_policy gives it (a fault raises), the catalog as site_catalog does (a fault is
+    carried along, never raised)."""
+    data = _read_toml(path, SynergyError, _NO_POLICY)
+    return _policy_of(data, path), _catalog_of(data, path)
+
+
+def _policy_of(data: dict[str, Any], path: Path) -> Policy:
     # The GPU catalog's tables are read on their own (load_catalog): a fault in them
     # must not take the rest of the policy down.
     unknown = sorted(set(data) - {f.name for f in fields(Policy)} - {CATALOG_KEY})
@@ -122,7 +136,15 @@ def site_catalog(path: Path) -> Catalog:
     """The catalog for decisions: never raises, since a fault in it must change nothing
     and reject nothing; the fault is carried along for `explain` to show."""
     try:
-        types = load_catalog(path)
+        data = _read_toml(path, CatalogError, ", so no GPU catalog")
+    except CatalogError as e:
+        return Catalog({}, f"the GPU catalog is not used: {e}", faulty=True)
+    return _catalog_of(data, path)
+
+
+def _catalog_of(data: dict[str, Any], path: Path) -> Catalog:
+    try:
+        types = parse_catalog(data.get(CATALOG_KEY, {}), str(path))
     except CatalogError as e:
         return Catalog({}, f"the GPU catalog is not used: {e}", faulty=True)
     return Catalog(types, "" if types else f"the site policy {path} has no GPU catalog")

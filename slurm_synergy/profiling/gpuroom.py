@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.model.comment import GRES_TYPE
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.gpufit import estimated_need, fit_need, needed_mib
-from slurm_synergy.model.policy import load_policy, site_catalog
+from slurm_synergy.model.policy import load_site
 from slurm_synergy.model.profile import GpuMemory
 from slurm_synergy.model.units import gpu_types
 from slurm_synergy.paths import policy_path
@@ -25,7 +26,7 @@ from slurm_synergy.shim.table import node_shape
 from slurm_synergy.slurm import Slurm
 
 MOVE_FILE = "gpu-move.json"     # in the profile's workdir, for `synergy plugin resubmit`
-GRES_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,32}")     # as the comment format spells them
+_GRES_TYPE = re.compile(GRES_TYPE)
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,7 @@ def check_room(estimate: GpuMemory, job_id: str, partition: str,
         if len(asked) != 1:
             return None, "the job names no one GPU type"
         (own,) = asked
-        policy = load_policy(policy_path())
-        catalog = site_catalog(policy_path())
+        policy, catalog = load_site(policy_path())
         if own not in catalog.types:
             return None, f"{own} is not in the GPU catalog ({catalog.problem or 'no entry'})"
         room = catalog.types[own].memory_mib
@@ -82,6 +82,6 @@ def read_move(path: Path) -> GpuMove:
         move = GpuMove(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as e:
         raise SynergyError(f"{path} is not a GPU move written by the profiler ({e})") from None
-    if not isinstance(move.gpu_type, str) or not GRES_TYPE.fullmatch(move.gpu_type):
+    if not isinstance(move.gpu_type, str) or not _GRES_TYPE.fullmatch(move.gpu_type):
         raise SynergyError(f"{path}: {move.gpu_type!r} is not a GPU type")
     return move

@@ -23,7 +23,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import locked
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling.gpuroom import read_move
+from slurm_synergy.profiling.gpuroom import GpuMove, read_move
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
 from slurm_synergy.model.policy import load_policy
@@ -83,54 +83,75 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
         raise SynergyError(f"the job's script {script} is gone; cannot resubmit")
     base = comment_format.without(comment, *comment_format.PROFILING_MARKS)
     mode = resolve_mode(mode, slurm)
-    exports = ["SYNERGY_PROFILE=0"]
-    options: list[str] = []
-    summary = ""
-    if gpu_move is not None:
-        move = read_move(gpu_move)
-        gpus = os.environ.get("SLURM_GPUS_ON_NODE", "")
-        if not gpus.isdigit():
-            raise SynergyError("SLURM_GPUS_ON_NODE does not say how many GPUs the job has")
-        # Nothing was measured: the new job is profiled, on GPUs that hold its step.
-        exports = ["SYNERGY_PROFILE=1"]
-        options = [f"--gres=gpu:{move.gpu_type}:{gpus}"]
-        summary = f"moved from {move.from_type} to {move.gpu_type}"
-        base = comment_format.with_marks(base, profile="1")
-    elif mode == "user":
-        options, more, summary = _user_mode(fp, base, script, slurm)
-        exports += more
-        base = comment_format.with_marks(base, decision=summary)
-    else:
-        try:
-            decided = fp in read_table(table_path())[1]
-        except SynergyError:
-            decided = False
-        if not decided:
-            raise NothingToGain(f"the decision table {table_path()} has no decision for "
-                                f"{fp} yet (its owner's next `synergy plugin sync` adds it)")
-    options += [f"--export=ALL,{','.join(exports)}", f"--comment={base} from={job_id}"]
+    how = _moved(read_move(gpu_move), base) if gpu_move is not None else \
+        _decided(fp, base, script, mode, slurm)
+    options = [*how.options, f"--export=ALL,{','.join(how.exports)}",
+               f"--comment={how.comment} from={job_id}"]
     if array_task:
         options.append(f"--array={array_task}")
     new_id = slurm.sbatch(script, options)
     # Submitted: from here on nothing may fail the job, or it would also train in place.
     try:
-        record(ChainLink(fp, job_name, job_id, new_id, mode, summary, time.time()))
+        record(ChainLink(fp, job_name, job_id, new_id, mode, how.summary, time.time()))
     except (OSError, SynergyError) as e:
         log(f"slurm-synergy: could not record the chain {job_id} -> {new_id}: {e}")
-    if gpu_move is not None:
-        log(f"slurm-synergy: job {job_id}'s step would not fit its GPU; resubmitted as job "
-            f"{new_id} ({summary}), to be profiled there")
-        return new_id
-    how = f"decision {summary}" if summary else "the cluster's shim applies the decision"
-    log(f"slurm-synergy: profiled in job {job_id}; resubmitted as job {new_id} ({how})")
+    log(how.said(job_id, new_id))
     return new_id
+
+
+@dataclass(frozen=True)
+class _Again:
+    """What a resubmission changes: sbatch options, exports, its comment, and the chain's
+    summary of why."""
+
+    options: list[str]
+    exports: list[str]
+    comment: str
+    summary: str
+    moved: bool = False
+
+    def said(self, job_id: str, new_id: str) -> str:
+        if self.moved:
+            return (f"slurm-synergy: job {job_id}'s step would not fit its GPU; resubmitted "
+                    f"as job {new_id} ({self.summary}), to be profiled there")
+        how = f"decision {self.summary}" if self.summary else \
+            "the cluster's shim applies the decision"
+        return f"slurm-synergy: profiled in job {job_id}; resubmitted as job {new_id} ({how})"
+
+
+def _moved(move: GpuMove, comment: str) -> _Again:
+    """Nothing was measured: the new job is profiled, on GPUs that hold its step."""
+    gpus = os.environ.get("SLURM_GPUS_ON_NODE", "")
+    if not gpus.isdigit():
+        raise SynergyError("SLURM_GPUS_ON_NODE does not say how many GPUs the job has")
+    return _Again([f"--gres=gpu:{move.gpu_type}:{gpus}"], ["SYNERGY_PROFILE=1"],
+                  comment_format.with_marks(comment, profile="1"),
+                  f"moved from {move.from_type} to {move.gpu_type}", moved=True)
+
+
+def _decided(fp: str, comment: str, script: Path, mode: str, slurm: Slurm) -> _Again:
+    """Profiled: the new job runs as decided, never profiled again. In user mode the
+    decision is applied here; under the shim, slurmctld applies it from its table."""
+    if mode == "user":
+        options, exports, summary = _user_mode(fp, comment, script, slurm)
+        return _Again(options, ["SYNERGY_PROFILE=0", *exports],
+                      comment_format.with_marks(comment, decision=summary), summary)
+    try:
+        decided = fp in read_table(table_path())[1]
+    except SynergyError:
+        decided = False
+    if not decided:
+        raise NothingToGain(f"the decision table {table_path()} has no decision for "
+                            f"{fp} yet (its owner's next `synergy plugin sync` adds it)")
+    return _Again([], ["SYNERGY_PROFILE=0"], comment, "")
 
 
 class NothingToGain(SynergyError):
     """A resubmission would run as this job did: the job trains in place instead."""
 
 
-_GRES_LINE = re.compile(r"^#SBATCH --gres=gpu:(?:([A-Za-z0-9_.-]+):)?\d+$", re.MULTILINE)
+_GRES_LINE = re.compile(r"^#SBATCH --gres=gpu:(?:(" + comment_format.GRES_TYPE + r"):)?\d+$",
+                        re.MULTILINE)
 
 
 def _user_mode(fp: str, comment: str, script: Path,

@@ -33,7 +33,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.engine import Decision, NodeShape, decide, shape_of
 from slurm_synergy.model.gpus import Catalog
-from slurm_synergy.model.policy import Policy, load_policy, site_catalog
+from slurm_synergy.model.policy import Policy, load_site, site_catalog
 from slurm_synergy.paths import policy_path
 
 TABLE_NAME = "synergy-decisions.tbl"
@@ -168,7 +168,8 @@ def sync(store: ProfileStore | None = None, policy: Policy | None = None,
          partition: str | None = None) -> str:
     """Compile the table from the profile store; returns a line saying what was written."""
     store = store or ProfileStore.default()
-    policy = policy or load_policy(policy_path())
+    policy, catalog = (policy, site_catalog(policy_path())) if policy else \
+        load_site(policy_path())
     path = path or table_path()
     slurm = slurm or Slurm()
     partition = partition or slurm.default_partition()
@@ -176,8 +177,7 @@ def sync(store: ProfileStore | None = None, policy: Policy | None = None,
     # One sync at a time: two profiles finishing together must not let the older
     # store's table land last.
     with locked(path.with_name(f".{path.name}.lock")):
-        decisions, skipped = compile_decisions(store, shape, policy,
-                                              site_catalog(policy_path()))
+        decisions, skipped = compile_decisions(store, shape, policy, catalog)
         write(path, render(decisions, policy, shape, partition))
     line = f"decision table {path}: {len(decisions)} decision(s) from {store.root}"
     if skipped:

@@ -24,7 +24,7 @@ from slurm_synergy.model.throughput import cached_fraction, fetch_rate, predict,
 from slurm_synergy.model.comment import decision_text
 from slurm_synergy.model.gpufit import fit_gpu_type
 from slurm_synergy.model.gpus import Catalog
-from slurm_synergy.model.noise import cheaper_within_noise
+from slurm_synergy.model.noise import cheaper_within_noise, counted
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.units import gpu_count, gpu_types
 
@@ -222,14 +222,14 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                f"core(s); {cpus} core(s) give {chosen:.1f} ({chosen / best - 1:+.1%}), "
                f"within the {policy.tolerance:.0%} tolerance; samples/s by cores, measured "
                f"(± the spread of its runs) unless marked: {curve}")
-    counted = {k: max(s, policy.min_spread) for k, s in spreads.items()}
-    cheaper = cheaper_within_noise(measured, counted, cpus, best_k, best, policy.tolerance)
+    floored = counted(spreads, policy.min_spread)
+    cheaper = cheaper_within_noise(measured, floored, cpus, best_k, best, policy.tolerance)
     if cheaper is not None:
         k = cheaper
         full = rate(k, cap_m)
         m = min(m for m in mems if rate(k, m) >= (1 - policy.tolerance) * full)
-        why.append(f"noise: {k} core(s) measured {measured[k]:.1f} ±{counted[k]:.0%} against "
-                   f"{best:.1f} ±{counted[best_k]:.0%} at {best_k} (spreads counted as at "
+        why.append(f"noise: {k} core(s) measured {measured[k]:.1f} ±{floored[k]:.0%} against "
+                   f"{best:.1f} ±{floored[best_k]:.0%} at {best_k} (spreads counted as at "
                    f"least the policy's ±{policy.min_spread:.0%}): the runs cannot tell "
                    f"whether {k} is within the {policy.tolerance:.0%} tolerance, and where "
                    f"they cannot, the fewer cores are kept (the same rule every time)")

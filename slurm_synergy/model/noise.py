@@ -24,6 +24,12 @@ def spread_of(runs: Sequence[float]) -> float | None:
     return statistics.median(abs(r - centre) for r in runs) / centre
 
 
+def counted(spreads: Mapping[int, float | None], min_spread: float) -> dict[int, float]:
+    """Each known spread as the decision counts it: at least `min_spread`, since runs a
+    minute apart agree more than profiles further apart do."""
+    return {k: max(s, min_spread) for k, s in spreads.items() if s is not None}
+
+
 def cannot_tell(rate: float, spread: float, best: float, best_spread: float,
                 tolerance: float) -> bool:
     """Whether a count measured `rate` ±spread may be within `tolerance` of `best`
@@ -62,11 +68,11 @@ def unsettled(runs: Mapping[int, Sequence[float]], tolerance: float, min_spread:
     out = {k for k, s in spreads.items() if s is not None and s > max_spread}
     best_k = max(sorted(centres), key=lambda k: centres[k])
     best = centres[best_k]
-    counted = {k: max(s, min_spread) for k, s in spreads.items() if s is not None}
-    if best_k not in counted:
+    floored = counted(spreads, min_spread)
+    if best_k not in floored:
         return out
     for k, c in centres.items():
-        if (k < best_k and k in counted and c < (1 - tolerance) * best
-                and cannot_tell(c, counted[k], best, counted[best_k], tolerance)):
+        if (k < best_k and k in floored and c < (1 - tolerance) * best
+                and cannot_tell(c, floored[k], best, floored[best_k], tolerance)):
             out |= {k, best_k}
     return out

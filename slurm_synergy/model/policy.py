@@ -138,7 +138,7 @@ def site_catalog(path: Path) -> Catalog:
     try:
         data = _read_toml(path, CatalogError, ", so no GPU catalog")
     except CatalogError as e:
-        return Catalog({}, f"the GPU catalog is not used: {e}", faulty=True)
+        return _unused(e)
     return _catalog_of(data, path)
 
 
@@ -146,5 +146,9 @@ def _catalog_of(data: dict[str, Any], path: Path) -> Catalog:
     try:
         types = parse_catalog(data.get(CATALOG_KEY, {}), str(path))
     except CatalogError as e:
-        return Catalog({}, f"the GPU catalog is not used: {e}", faulty=True)
+        return _unused(e)
     return Catalog(types, "" if types else f"the site policy {path} has no GPU catalog")
+
+
+def _unused(fault: CatalogError) -> Catalog:
+    return Catalog({}, f"the GPU catalog is not used: {fault}", faulty=True)

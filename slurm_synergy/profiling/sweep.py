@@ -63,8 +63,8 @@ def repeat_sweep(swept: Sequence[int], runs: Callable[[int], Sequence[float]],
         for k in short:
             measure(k)
     while True:
-        todo = [k for k in swept if k in unclear({j: runs(j) for j in swept})
-                and len(runs(k)) < max_repeats]
+        open_counts = unclear({k: runs(k) for k in swept})
+        todo = [k for k in swept if k in open_counts and len(runs(k)) < max_repeats]
         if not todo or not fits(todo):
             break
         for k in todo:

@@ -40,14 +40,16 @@ from slurm_synergy.shim.table import node_shape  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 
-def profile_round(csv: Path, work: Path) -> list[Profile]:
-    """The suite profiled once from scratch; SystemExit naming what failed."""
+def profile_round(csv: Path, work: Path, steps: str = "warm") -> list[Profile]:
+    """The suite profiled once from scratch, its steps forked from a warm interpreter
+    or each a new process (`steps`); SystemExit naming what failed."""
     shutil.rmtree(work, ignore_errors=True)
     store = ProfileStore(work / "store")
     # The profiles' decisions go to a table of the bench's own, not the cluster's.
     env = dict(os.environ, SYNERGY_PROFILES=str(store.root), SYNERGY_HOME=str(work / "home"),
                SYNERGY_DATA=str(work.parent / "data"),
-               SYNERGY_DECISIONS=str(work / "decisions.tbl"))
+               SYNERGY_DECISIONS=str(work / "decisions.tbl"),
+               SYNERGY_FRESH_STEPS="1" if steps == "fresh" else "0")
     proc = subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "submit", str(csv),
                            "--out", str(work / "jobs"), "--profile-only", "--sequential"],
                           env=env, capture_output=True, text=True, cwd=ROOT)
@@ -127,12 +129,37 @@ def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def cost_markdown(names: list[str], rounds: dict[str, list[list[dict]]],
+                  modes: list[str]) -> str:
+    """Each workload's cost per round under each way of starting steps, and the ratio,
+    from profiles run side by side."""
+    a, b = modes[0], modes[1]
+    lines = [f"| workload | {a} steps (s) | {b} steps (s) | {a}/{b} |", "|---|---|---|---|"]
+    ratios = []
+    for i, name in enumerate(names):
+        ca = [res[i]["profiling_s"] for res in rounds[a]]
+        cb = [res[i]["profiling_s"] for res in rounds[b]]
+        ratio = [x / y for x, y in zip(ca, cb)]
+        ratios += ratio
+        lines.append(f"| {name} | {', '.join(f'{c:.0f}' for c in ca)} | "
+                     f"{', '.join(f'{c:.0f}' for c in cb)} | "
+                     f"{', '.join(f'{q:.2f}' for q in ratio)} |")
+    lines.append(f"\n{a}/{b} cost: {min(ratios):.2f}-{max(ratios):.2f}, median "
+                 f"{sorted(ratios)[len(ratios) // 2]:.2f}.")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=ROOT / "jobs_csv" / "profile_suite.csv")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--rounds", type=int, default=3,
                         help="times to profile the suite from scratch (default %(default)s)")
+    parser.add_argument("--steps", default="warm",
+                        help="how the profiles' steps start, comma-separated to compare: "
+                        "warm (forks of one interpreter), fresh (a new process each); with "
+                        "both, each round profiles the suite both ways, in alternating order "
+                        "(default %(default)s)")
     parser.add_argument("--decide-only", action="store_true",
                         help="decide again from the rounds' kept profile stores (after a "
                         "change of policy or engine), profiling nothing")
@@ -143,34 +170,43 @@ def main() -> int:
     policy = load_policy(policy_path())
     catalog = site_catalog(policy_path())
     names = [s.name for s in load_jobs(args.csv)]
+    modes = args.steps.split(",")
+    if not modes or any(m not in ("warm", "fresh") for m in modes):
+        parser.error(f"--steps {args.steps}: warm, fresh or both")
     first: list[Profile] = []
-    rounds: list[list[dict]] = []
+    rounds: dict[str, list[list[dict]]] = {m: [] for m in modes}
     for r in range(1, args.rounds + 1):
-        work = args.results / "profiles-run" / f"round{r}"
-        if args.decide_only:
-            store = ProfileStore(work / "store")
-            profiles = [store.load(spec.fingerprint) for spec in load_jobs(args.csv)]
-        else:
-            profiles = profile_round(args.csv, work)
-        first = first or profiles
-        results = []
-        for p in profiles:
-            try:
-                d: Decision | NoDecision = decide(p, shape, policy, catalog)
-            except NoDecision as e:
-                d = e
-            results.append(figures(p, d))
-        rounds.append(results)
-        print(f"round {r}: " + ", ".join(f"{n} {f['decision']}" for n, f in zip(names, results)),
-              file=sys.stderr)
+        for mode in modes if r % 2 else modes[::-1]:
+            work = args.results / "profiles-run" / f"round{r}" / mode
+            if args.decide_only:
+                store = ProfileStore(work / "store")
+                profiles = [store.load(spec.fingerprint) for spec in load_jobs(args.csv)]
+            else:
+                profiles = profile_round(args.csv, work, mode)
+            if mode == modes[0]:
+                first = first or profiles
+            results = []
+            for p in profiles:
+                try:
+                    d: Decision | NoDecision = decide(p, shape, policy, catalog)
+                except NoDecision as e:
+                    d = e
+                results.append(figures(p, d))
+            rounds[mode].append(results)
+            print(f"round {r} ({mode} steps): " + ", ".join(
+                f"{n} {f['decision']} {f['profiling_s']:.0f}s" for n, f in zip(names, results)),
+                file=sys.stderr)
     png = plot(first, args.results / "profiles.png")
-    table = stability_markdown(names, rounds)
+    table = "\n\n".join((f"{m} steps:\n\n" if len(modes) > 1 else "")
+                         + stability_markdown(names, rounds[m]) for m in modes)
+    if len(modes) > 1:
+        table += "\n\n" + cost_markdown(names, rounds, modes)
     (args.results / "profiles.md").write_text(markdown(first) + "\n\n" + table + "\n")
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "host": platform.node(), "cpus": os.cpu_count(), "csv": str(args.csv),
               "node": shape.describe(), "policy": str(policy_path()),
-              "rounds": [{"profiles": [{"workload": n, **f} for n, f in zip(names, results)]}
-                         for results in rounds]}
+              "steps": {m: [{"profiles": [{"workload": n, **f} for n, f in zip(names, res)]}
+                            for res in rounds[m]] for m in modes}}
     (args.results / "profiles.json").write_text(json.dumps(report, indent=2) + "\n")
     print(table)
     print(f"written: {args.results / 'profiles.json'}, {args.results / 'profiles.md'}, {png}")

@@ -25,6 +25,7 @@ Nothing reaches the profile store unless every step succeeded.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -99,6 +100,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add("--launcher", choices=("auto", "srun", "local"), default="auto",
         help="srun steps (inside an allocation; auto picks it there) or local processes "
         "pinned to k cores (a workstation; not enforced by Slurm)")
+    add("--fresh-steps", action="store_true",
+        default=os.environ.get("SYNERGY_FRESH_STEPS") == "1",
+        help="start every step as a new process, as the job starts its script (default: "
+        "a Python script's steps fork one interpreter that has imported torch, which "
+        "saves its start-up at every step; SYNERGY_FRESH_STEPS=1 sets this for jobs)")
     add("--power-sweep", choices=("auto", "off"), default="auto",
         help="sweep GPU power limits where the node allows setting them")
     add("--force", action="store_true", help="profile again even if a profile exists")

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from slurm_synergy.model.profile import Profile
+from slurm_synergy.model.profile import Profile, memory_points
 from slurm_synergy.model.throughput import cached_fraction, fetch_rate, predict, workers_for
 from slurm_synergy.model.comment import decision_text
 from slurm_synergy.model.gpufit import fit_gpu_type
@@ -188,7 +188,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                    f"share: at most a whole node")
 
     peak_noise = max(policy.min_mem_spread, max(
-        (s for s in (p.peak_spread for p in profile.train_points()) if s is not None),
+        (s for s in (p.peak_spread for p in memory_points(profile)) if s is not None),
         default=0.0))
     # The peak counted with its noise, so that the size does not flip between profiles.
     footprint = model.footprint_mb * (1 + peak_noise)
@@ -321,7 +321,7 @@ def _memory_candidates(profile: Profile, resident: float, floor_m: int,
 
 def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
                  policy: Policy, peak_noise: float) -> str:
-    peaks = [m for p in profile.train_points() for m in p.peaks_mb]
+    peaks = [m for p in memory_points(profile) for m in p.peaks_mb]
     runs = (f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if len(peaks) > 1 else "")
     note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB{runs}; "
             f"counted +{peak_noise:.0%} for the noise between runs, at least the policy's "

@@ -47,6 +47,10 @@ class Point:
     # each page once, as the cgroup charges it (libraries' file pages it can). None where
     # the kernel does not tell it apart, and in profiles from before it was measured.
     anon_mb: float | None = None
+    # A fork of the profiler's warm interpreter (profiling/steps.py), not the script
+    # started anew: a fork maps fewer of the libraries' pages and shares the rest, so its
+    # memory is not the job's and only its rates count. Combined: all its runs were.
+    forked: bool = False
 
     @property
     def spread(self) -> float | None:
@@ -65,20 +69,30 @@ class Point:
 
 def combine(runs: Sequence[Point]) -> Point:
     """Repeats of one point, in the order they ran, as one point: rates and shares are
-    their medians (robust to one disturbed run), the memory peak the highest, the wall
-    time the sum (what the point cost to profile)."""
+    their medians (robust to one disturbed run), the memory peak the highest of the runs
+    that started the script anew (all runs' where none did), the wall time the sum (what
+    the point cost to profile)."""
     if not runs:
         raise ValueError("no runs to combine")
+    mem = [r for r in runs if not r.forked] or list(runs)
     def median(name: str) -> float:
         return statistics.median(getattr(r, name) for r in runs)
     return replace(runs[0], samples_per_s=median("samples_per_s"),
                    data_stall_fraction=median("data_stall_fraction"),
                    host_cpu_s_per_sample=median("host_cpu_s_per_sample"),
-                   peak_rss_mb=max(r.peak_rss_mb for r in runs),
+                   peak_rss_mb=max(r.peak_rss_mb for r in mem),
                    step_s=sum(r.step_s for r in runs),
                    repeats=tuple(r.samples_per_s for r in runs),
-                   peaks_mb=tuple(r.peak_rss_mb for r in runs),
-                   anon_mb=highest_known(r.anon_mb for r in runs))
+                   peaks_mb=tuple(r.peak_rss_mb for r in mem),
+                   anon_mb=highest_known(r.anon_mb for r in mem),
+                   forked=all(r.forked for r in runs))
+
+
+def memory_points(profile: Profile) -> list[Point]:
+    """The swept points whose memory is the job's: those with a run that started the
+    script anew (all of them in profiles from before forked runs)."""
+    points = profile.train_points()
+    return [p for p in points if not p.forked] or points
 
 
 def highest_known(values: Iterable[float | None]) -> float | None:

@@ -86,9 +86,11 @@ def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu
     # The input-only step ran its workers flat out, each on a core of its own.
     p = max(1, min(loader.workers, loader.cores)) / loader.samples_per_s
     h = compute.host_cpu_s_per_sample
+    # Memory as the job will hold it: from the runs that started the script anew.
+    held = [pt for pt in train if not pt.forked] or list(train)
     model = ThroughputModel(
         basis="components", prep_core_s=p, host_core_s=h,
         device_rate=compute.samples_per_s if on_gpu else None,
-        footprint_mb=max((pt.peak_rss_mb for pt in train), default=compute.peak_rss_mb),
-        fetch=fetch, anon_mb=highest_known(pt.anon_mb for pt in train))
+        footprint_mb=max((pt.peak_rss_mb for pt in held), default=compute.peak_rss_mb),
+        fetch=fetch, anon_mb=highest_known(pt.anon_mb for pt in held))
     return replace(model, held_out=_errors(model, train))

@@ -11,7 +11,7 @@ from typing import NoReturn, Sequence
 
 from slurm_synergy.argtypes import int_at_least, positive_float
 from slurm_synergy.probe.records import MODES, ProbeConfig
-from slurm_synergy.probe.supervise import run
+from slurm_synergy.probe.supervise import Start, run
 
 PROG = "probe"
 USAGE_EXIT = 2
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, start: Start | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -70,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          iterations=args.iterations, interval_s=args.interval,
                          sync_cuda=not args.no_sync)
     try:
-        result = run(config, command, args.out.resolve(), args.time_limit)
+        result = run(config, command, args.out.resolve(), args.time_limit,
+                     *([start] if start else []))
     except OSError as e:
         print(f"{PROG}: error: {command[0]}: {e}", file=sys.stderr)
         return USAGE_EXIT if args.mode != "watch" else 127

@@ -91,7 +91,8 @@ class Recorder:
         self.folder = folder
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", ""))
         self.rec = ProcessRecord(pid=os.getpid(), rank=int(rank) if rank.isdigit() else None,
-                                 argv=list(sys.argv), workers_set=config.workers)
+                                 argv=list(sys.argv), workers_set=config.workers,
+                                 cpus=len(os.sched_getaffinity(0)))
         self.t_start = time.perf_counter()
         self.window_t = self.window_cpu = 0.0
         self.pending: tuple[float, int | None] | None = None   # (wait, samples) of a batch

@@ -73,6 +73,7 @@ class ProcessRecord:
     step_peak_device: str = ""           # ... on this device (cuda:0, cpu)
     dataset_len: int | None = None
     data_root: str = ""             # a folder the dataset reads from, when it says
+    cpus: int = 0                   # CPUs it could run on when it started (its affinity)
 
     @property
     def samples_per_s(self) -> float:

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Protocol
 
 import psutil
 
@@ -34,6 +35,13 @@ def command_for(argv: list[str]) -> list[str]:
     if argv[0].endswith(".py"):
         return [sys.executable, *argv]
     return list(argv)
+
+
+def runs_warm(command: list[str]) -> bool:
+    """Whether the script `command` starts can run as a fork of a warm interpreter
+    (probe/warm.py): this Python on a .py file or a module, with no flags of its own."""
+    return len(command) >= 2 and command[0] == sys.executable and (
+        command[1].endswith(".py") or (command[1] == "-m" and len(command) >= 3))
 
 
 def script_name(argv: list[str]) -> str:
@@ -111,7 +119,7 @@ class _Tree:
         return out[:5]
 
 
-def _kill(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+def _kill(proc: Started, grace: float = 5.0) -> None:
     """End the command and everything beneath it. By the tree, not the process group:
     torchrun puts each rank in a session of its own."""
     try:
@@ -130,13 +138,32 @@ def _kill(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         proc.wait(timeout=grace)
 
 
+class Started(Protocol):
+    """The script's process as the supervisor sees it (a Popen, or a warm fork)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+Start = Callable[[list[str], dict[str, str], bool], Started]
+
+
+def _popen(command: list[str], env: dict[str, str], new_session: bool) -> Started:
+    return subprocess.Popen(command, env=env, start_new_session=new_session)
+
+
 def _all_measured(records: list[ProcessRecord]) -> bool:
     iterating = [r for r in records if r.batches]
     return bool(iterating) and all(r.state == "measured" for r in iterating)
 
 
-def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) -> ProbeResult:
-    """Run `argv` probed; write the result to `out` and return it."""
+def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
+        start: Start = _popen) -> ProbeResult:
+    """Run `argv` probed; write the result to `out` and return it. `start` starts the
+    script (a new process; a profile's warm steps fork it instead, probe/warm.py)."""
     folder = probe_dir_of(out)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -149,7 +176,7 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) ->
     # limit) reaches every process of the step already, so only the signals Slurm sends
     # the batch shell alone (--signal=B:USR1@T) are passed on; passing SIGTERM on too
     # would make a script's handler (a checkpoint) run twice.
-    proc = subprocess.Popen(command_for(argv), env=env, start_new_session=not watch)
+    proc = start(command_for(argv), env, not watch)
     forwarded = WATCH_FORWARDED if watch else FORWARDED
     forward = {sig: signal.signal(sig, lambda s, _f: _signal(proc, s, watch))
                for sig in forwarded}
@@ -198,7 +225,7 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float) ->
     return result
 
 
-def _signal(proc: subprocess.Popen[bytes], sig: int, watch: bool) -> None:
+def _signal(proc: Started, sig: int, watch: bool) -> None:
     with contextlib.suppress(ProcessLookupError):
         if watch:
             os.kill(proc.pid, sig)

@@ -64,27 +64,37 @@ def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Pr
 
 
 def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -> Profile:
-    fp, store, limits, top, mem_mb = (plan.fingerprint, plan.store, plan.limits, plan.top,
-                                      plan.mem_mb)
-    launcher, ngpus, procs = plan.launcher, plan.gpus, plan.procs
-    workdir = (args.workdir or Path.cwd() / f"synergy-profile-{fp}").resolve()
+    workdir = (args.workdir or Path.cwd() / f"synergy-profile-{plan.fingerprint}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-
     runner = Runner(command=plan.command, script_args=plan.script_args,
                     workers_option=plan.workers_option,
-                    iterations_option=plan.iterations_option, procs=procs,
+                    iterations_option=plan.iterations_option, procs=plan.procs,
                     # The first step's rate sets the later steps' window; it measures
                     # no more than FIRST_ITERATIONS, since a slow workload's 20 would
                     # cost more than the window saves.
                     iterations=min(args.max_iterations, FIRST_ITERATIONS), warmup=args.warmup,
-                    first_batch_s=args.first_batch_timeout, mem_mb=mem_mb,
-                    gpus=ngpus, launcher=launcher, workdir=workdir,
-                    timeout_s=args.step_timeout, name=f"profile-{fp}", slurm=Slurm())
+                    first_batch_s=args.first_batch_timeout, mem_mb=plan.mem_mb,
+                    gpus=plan.gpus, launcher=plan.launcher, workdir=workdir,
+                    timeout_s=args.step_timeout, name=f"profile-{plan.fingerprint}",
+                    slurm=Slurm(), warm_cores=0 if args.fresh_steps else plan.top)
+    try:
+        return _measure(args, plan, runner, log)
+    finally:
+        runner.close()
+
+
+def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
+             log: Callable[[str], None]) -> Profile:
+    fp, store, limits, top, mem_mb = (plan.fingerprint, plan.store, plan.limits, plan.top,
+                                      plan.mem_mb)
+    launcher, ngpus, procs = plan.launcher, plan.gpus, plan.procs
+    workdir = runner.workdir
     started, t0 = _now(), time.perf_counter()
     where = f"job {limits.job_id}" if limits.job_id else socket.gethostname()
     log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
         f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), up to {args.max_iterations} "
         f"iterations or about {args.window:g}s per step, {launcher} steps; logs in {workdir}")
+    runner.start()      # its imports overlap the GPU memory estimate
     # Before any step: a step that would not fit the GPU should be known not to.
     gpu_memory = (estimate_gpu_memory(plan.script_args, plan.record_batch)
                   if args.script == BUILTIN_SCRIPT else
@@ -163,7 +173,8 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
                               limits.job_id, procs),
         points=tuple(points + components), model=model, gpu=readings, started=started,
         finished=_now(), profiling_s=round(run.spent_s(), 2),
-        profiler_version=__version__, notes=tuple(notes), gpu_memory=gpu_memory)
+        profiler_version=__version__, gpu_memory=gpu_memory,
+        notes=tuple(notes) + ((runner.note,) if runner.note else ()))
     path = store.save(profile)
     log(f"{PROG}: {fp}: {summary_line(profile)}; {profile.profiling_s:.0f}s; saved {path}")
     return profile

@@ -49,11 +49,13 @@ class Session:
         """A training run on k cores (the sweep's unit); its samples/s."""
         step = Step("train", k, workers_for(k, self.procs))
         self.bar.set_postfix_str(f"{k} cores")
+        # The first run starts the script as the job will: its memory is the job's.
+        fresh = not self.measured
         if k == self.top and self.gpus and self.sampler is None:
             with Sampler(self.gpus) as self.sampler:
-                m, wall = self.runner.run(step)
+                m, wall = self.runner.run(step, fresh)
         else:
-            m, wall = self.runner.run(step)
+            m, wall = self.runner.run(step, fresh)
         if not self.measured:
             # The first run sets the window of every later one, so those measure alike.
             self.runner.iterations = window_iterations(m, self.window_s, self.max_iterations)

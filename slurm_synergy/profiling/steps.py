@@ -3,18 +3,23 @@ locally), stopped cleanly, its measurement turned into a profile point."""
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
+
+import psutil
 
 from slurm_synergy.model.profile import Point
 from slurm_synergy.probe.records import read_result
+from slurm_synergy.probe.supervise import command_for, runs_warm
 from slurm_synergy.profiling.errors import ProfilingError
 from slurm_synergy.slurm import Slurm
 
@@ -44,7 +49,12 @@ class Runner:
     timeout_s: float
     name: str
     slurm: Slurm
+    # Cores of the warm interpreter the steps fork from (probe/warm.py), the most any
+    # step asks for; 0: every step a new process, as a job starts its script.
+    warm_cores: int = 0
     steps_run: int = 0
+    note: str = ""              # why the steps started anew, if a warm start was refused
+    _warm: _Warm | None = field(default=None, repr=False)
 
     def argv(self, step: Step, out: Path) -> list[str]:
         """The probe, then the script with the step's values for the options it declares
@@ -54,14 +64,15 @@ class Runner:
             script += [self.workers_option, str(step.workers)]
         if self.iterations_option:      # a backstop only: the probe ends the run first
             script += [self.iterations_option, str(self.warmup + self.iterations + 1)]
-        return [sys.executable, "-m", "slurm_synergy.probe", "--mode", step.measure,
+        return [sys.executable, "-m", PROBE, "--mode", step.measure,
                 "--workers", str(step.workers), "--warmup", str(self.warmup),
                 "--iterations", str(self.iterations), "--time-limit",
                 f"{self.first_batch_s:g}", "--out", str(out), "--", *script]
 
-    def run(self, step: Step) -> tuple[dict[str, Any], float]:
-        """Run one step; the probe's measurement and the wall time. ProfilingError if the
-        step fails or measures nothing."""
+    def run(self, step: Step, fresh: bool = False) -> tuple[dict[str, Any], float]:
+        """Run one step: its script a fork of the warm interpreter, unless `fresh` or
+        none can start; the probe's measurement, with "forked" set where the script was
+        one, and the wall time. ProfilingError if the step fails or measures nothing."""
         self.steps_run += 1
         folder = self.workdir / f"step{self.steps_run:02d}-{step.measure}-{step.cores}c"
         if folder.exists():
@@ -69,38 +80,14 @@ class Runner:
         folder.mkdir(parents=True)
         out = folder / "probe.json"
         argv = self.argv(step, out)
-        # Every step keeps the job's GPUs, the input-only one too: a script that moves its
-        # model to CUDA before its loop would fail without one.
-        gpus = self.gpus if step.gpus is None else step.gpus
-        preexec: Callable[[], None] | None = None
-        if self.launcher == "srun":
-            argv = self.slurm.step_argv(argv, step.cores, self.mem_mb, gpus, self.name)
-        else:
-            allowed = sorted(os.sched_getaffinity(0))[:step.cores]
-            preexec = lambda: os.sched_setaffinity(0, allowed)  # noqa: E731
         log = folder / "step.log"
-        env = dict(self.slurm.env(), SYNERGY_OUTPUT=str(folder))
-        if self.launcher != "srun" and gpus != self.gpus:
-            # srun gives a step its GPUs; locally, hide the others from the script.
-            visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[:gpus])
-        if gpus == 0:       # srun passes the job's CUDA_VISIBLE_DEVICES on to the step
-            env["CUDA_VISIBLE_DEVICES"] = ""
         t0 = time.perf_counter()
-        with open(log, "w") as output:
-            output.write("$ " + " ".join(argv) + "\n")
-            output.flush()
-            proc = subprocess.Popen(argv, cwd=folder, stdout=output, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True, preexec_fn=preexec)
-            try:
-                rc = proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                _stop(proc)
-                raise ProfilingError(
-                    f"the {_describe(step)} step ran past its {self.timeout_s:.0f}s limit and "
-                    f"was stopped: {self.warmup + self.iterations} iterations took longer "
-                    f"than that (--step-timeout, --max-iterations). Log: {log}") from None
+        # While the warm interpreter runs, it holds the profile's cores and memory (an
+        # srun step), so a fresh step starts its script anew from inside it too.
+        warm = self._warm_ready()
+        rc = self._run_warm(step, argv, folder, log, fork=not fresh) if warm else \
+            self._run_new(step, argv, folder, log)
+        forked = warm and not fresh
         wall = time.perf_counter() - t0
         try:
             result = read_result(out)
@@ -114,7 +101,189 @@ class Runner:
                 f" (log: {log})"
             raise ProfilingError(f"the {_describe(step)} step measured nothing: "
                                  f"{result['reason']}{tail}")
-        return result["measurement"], wall
+        return dict(result["measurement"], forked=forked), wall
+
+    def start(self) -> None:
+        """Start the warm interpreter where the steps can fork from it: its imports then
+        overlap what the profile does before its first step."""
+        if self._warm is None and self.warm_cores and self.procs == 1 and \
+                runs_warm(command_for([*self.command, *self.script_args])):
+            self._warm = _Warm(self, self.workdir / "warm.log")
+
+    def close(self) -> None:
+        """End the warm interpreter, if one was started."""
+        if self._warm is not None:
+            self._warm.close()
+            self._warm = None
+
+    def _warm_ready(self) -> bool:
+        """Whether the warm interpreter is up (started now if it was not): where it
+        cannot start, every step from then on is a new process, and the note says why."""
+        self.start()
+        if self._warm is None:
+            return False
+        try:
+            self._warm.wait_ready()
+        except NotWarm as e:
+            self._warm, self.warm_cores = None, 0
+            self.note = f"every step started anew: {e}"
+            return False
+        return True
+
+    def _run_warm(self, step: Step, argv: list[str], folder: Path, log: Path,
+                  fork: bool) -> int:
+        assert self._warm is not None
+        with open(log, "w") as output:
+            how = "a fork of" if fork else "started anew from"
+            output.write(f"$ (the script {how} the warm interpreter) {' '.join(argv)}\n")
+        request = {"argv": argv[argv.index(PROBE) + 1:], "cores": step.cores, "fork": fork,
+                   "cwd": str(folder), "log": str(log), "gpus": step.gpus,
+                   "env": {"SYNERGY_OUTPUT": str(folder),
+                           "SLURM_CPUS_PER_TASK": str(step.cores)}}
+        rc = self._warm.step(request, self.timeout_s)
+        if rc is None:
+            self._warm.kill()
+            self._warm = None
+            raise self._timed_out(step, log)
+        return rc
+
+    def _run_new(self, step: Step, argv: list[str], folder: Path, log: Path) -> int:
+        # Every step keeps the job's GPUs, the input-only one too: a script that moves its
+        # model to CUDA before its loop would fail without one.
+        gpus = self.gpus if step.gpus is None else step.gpus
+        preexec: Callable[[], None] | None = None
+        if self.launcher == "srun":
+            argv = self.slurm.step_argv(argv, step.cores, self.mem_mb, gpus, self.name)
+        else:
+            allowed = sorted(os.sched_getaffinity(0))[:step.cores]
+            preexec = lambda: os.sched_setaffinity(0, allowed)  # noqa: E731
+        env = dict(self.slurm.env(), SYNERGY_OUTPUT=str(folder))
+        if self.launcher != "srun" and gpus != self.gpus:
+            # srun gives a step its GPUs; locally, hide the others from the script.
+            visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[:gpus])
+        if gpus == 0:       # srun passes the job's CUDA_VISIBLE_DEVICES on to the step
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        with open(log, "w") as output:
+            output.write("$ " + " ".join(argv) + "\n")
+            output.flush()
+            proc = subprocess.Popen(argv, cwd=folder, stdout=output, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True, preexec_fn=preexec)
+            try:
+                return proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                raise self._timed_out(step, log) from None
+
+    def _timed_out(self, step: Step, log: Path) -> ProfilingError:
+        return ProfilingError(
+            f"the {_describe(step)} step ran past its {self.timeout_s:.0f}s limit and was "
+            f"stopped: {self.warmup + self.iterations} iterations took longer than that "
+            f"(--step-timeout, --max-iterations). Log: {log}")
+
+
+PROBE = "slurm_synergy.probe"
+WARM = "slurm_synergy.probe.warm"
+WARM_START_S = 300.0    # to import torch, on a node busy enough to be slow at it
+
+
+class NotWarm(Exception):
+    """The warm interpreter could not start, or should not be forked."""
+
+
+class _Warm:
+    """The warm interpreter a profile's steps fork from: started at its first step, as
+    one srun step holding the most cores any step asks for (each step then runs on the
+    first k of them), or as one local process pinned to them."""
+
+    def __init__(self, runner: Runner, log: Path) -> None:
+        self.log = log
+        argv = [sys.executable, "-m", WARM]
+        preexec: Callable[[], None] | None = None
+        if runner.launcher == "srun":
+            argv = runner.slurm.step_argv(argv, runner.warm_cores, runner.mem_mb,
+                                          runner.gpus, runner.name)
+        else:
+            allowed = sorted(os.sched_getaffinity(0))[:runner.warm_cores]
+            preexec = lambda: os.sched_setaffinity(0, allowed)  # noqa: E731
+        with open(log, "a") as errors:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=errors, env=runner.slurm.env(), text=True,
+                                         start_new_session=True, preexec_fn=preexec,
+                                         cwd=runner.workdir)
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Until it has imported what the steps need; NotWarm if it will not serve."""
+        if self.ready:
+            return
+        hello = self._line(WARM_START_S)
+        if hello is None or not hello.get("ready"):
+            self.kill()
+            raise NotWarm(hello["why"] if hello and hello.get("why") else
+                          f"the warm interpreter did not start (see {self.log})")
+        self.ready = True
+
+    def step(self, request: dict[str, Any], timeout_s: float) -> int | None:
+        """Run one step; the probe's exit status, or None if it ran past `timeout_s`."""
+        stdin, _ = self._pipes()
+        try:
+            stdin.write(json.dumps(request) + "\n")
+            stdin.flush()
+        except BrokenPipeError:
+            raise self._ended() from None
+        reply = self._line(timeout_s)
+        if reply is None:
+            return None
+        if "rc" not in reply:
+            raise self._ended()
+        return int(reply["rc"])
+
+    def _line(self, timeout_s: float) -> dict[str, Any] | None:
+        """The interpreter's next message; None if none came in `timeout_s`, {} if it
+        ended or wrote something else."""
+        _, stdout = self._pipes()
+        ready, _, _ = select.select([stdout], [], [], timeout_s)
+        if not ready:
+            return None
+        try:
+            message = json.loads(stdout.readline() or "{}")
+        except ValueError:
+            return {}
+        return message if isinstance(message, dict) else {}
+
+    def close(self) -> None:
+        stdin, _ = self._pipes()
+        try:
+            stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+    def kill(self) -> None:
+        """The interpreter and every step beneath it (each in a session of its own)."""
+        try:
+            procs = [psutil.Process(self.proc.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            procs = []
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        _stop(self.proc)
+
+    def _pipes(self) -> tuple[IO[str], IO[str]]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        return self.proc.stdin, self.proc.stdout
+
+    def _ended(self) -> ProfilingError:
+        self.kill()
+        return ProfilingError(f"the warm interpreter the steps fork from ended "
+                              f"unexpectedly; see {self.log} (--fresh-steps starts every "
+                              "step anew)")
 
 
 class StepFailed(ProfilingError):
@@ -139,7 +308,7 @@ def _tail(path: Path, lines: int = 8) -> str:
     return "\n".join("  " + line for line in text[-lines:])
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM the step's process group (srun passes it on to the step), then SIGKILL."""
     for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
@@ -180,4 +349,4 @@ def to_point(step: Step, measured: dict[str, Any], wall: float, mem_mb: int,
                  data_stall_fraction=num("data_wait_share"),
                  host_cpu_s_per_sample=num("cpu_s_per_sample"),
                  peak_rss_mb=num("peak_rss_mb"), step_s=wall, gpus=step.gpus,
-                 anon_mb=num("peak_anon_mb") or None)
+                 anon_mb=num("peak_anon_mb") or None, forked=measured.get("forked") is True)

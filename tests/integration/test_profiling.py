@@ -1,6 +1,7 @@
 """Profiling inside real Slurm allocations: srun steps confined by Slurm's cgroups, the
 profile store, and the bad cases (a crash mid-sweep, a hang, an allocation too small)."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -51,18 +52,29 @@ def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profile
     assert profile.model.basis == "components" and len(profile.model.held_out) == 2
     assert profile.model.fetch is not None and profile.model.fetch.dataset_mb > 0
     assert not profile.gpu.available and profile.gpu.reason
-    # Slurm itself ran each step on the cores asked for: accounting says so.
+    # One srun step, the warm interpreter, held the allocation's cores for every step;
+    # accounting says so.
     steps = [r for r in slurm.sacct([job], STEP_FIELDS, allocations_only=False)
              if r["JobName"] == f"profile-{spec.fingerprint}"]
-    # The sweep, the two components, then the sweep's counts again in the same order.
-    assert [s["AllocCPUS"] for s in steps][:6] == ["2", "1", "2", "1", "2", "1"]
-    assert {s["State"] for s in steps} == {"COMPLETED"}
-    # Every run of every count is a step of its own, and each count ran twice at least;
-    # the compute-only step ran once, or twice where the budget allowed.
+    assert [(s["AllocCPUS"], s["State"]) for s in steps] == [("2", "COMPLETED")]
+    # Each step's script ran on the cores asked for: the sweep, the two components, then
+    # the sweep's counts again in the same order; the first started anew, the rest forks.
+    folders = sorted((out / spec.name / "profile").glob("step*"))
+    cpus = [json.loads((f / "probe.json").read_text())["processes"][0]["cpus"]
+            for f in folders]
+    assert cpus[:6] == [2, 1, 2, 1, 2, 1]
+    assert [int(f.name.split("-")[-1].rstrip("c")) for f in folders] == cpus
+    heads = [(f / "step.log").read_text().splitlines()[0] for f in folders]
+    assert "started anew from the warm interpreter" in heads[0]
+    assert all("a fork of the warm interpreter" in h for h in heads[1:])
+    # Each count ran twice at least; the compute-only step ran once, or twice where the
+    # budget allowed; only the run started anew gave the memory.
     runs = [len(p.repeats) for p in profile.train_points()]
     compute = next(p for p in profile.points if p.measure == "compute")
     assert min(runs) >= 2 and len(compute.repeats) in (0, 2)
-    assert len(steps) == 1 + max(1, len(compute.repeats)) + sum(runs)
+    assert len(folders) == 1 + max(1, len(compute.repeats)) + sum(runs)
+    by_cores = {p.cores: p for p in profile.train_points()}
+    assert not by_cores[2].forked and len(by_cores[2].peaks_mb) == 1 and by_cores[1].forked
     # The resubmitted job then trained.
     assert (out / spec.name / "summary.json").exists()
 

@@ -49,8 +49,10 @@ class Session:
         """A training run on k cores (the sweep's unit); its samples/s."""
         step = Step("train", k, workers_for(k, self.procs))
         self.bar.set_postfix_str(f"{k} cores")
-        # The first run starts the script as the job will: its memory is the job's.
-        fresh = not self.measured
+        # Each count's first run starts the script as the job will: its memory is the
+        # job's, and the footprint is the highest of several such runs (one alone put
+        # a workload 2% either side of a rounding step from one profile to the next).
+        fresh = k not in self.runs
         if k == self.top and self.gpus and self.sampler is None:
             with Sampler(self.gpus) as self.sampler:
                 m, wall = self.runner.run(step, fresh)

@@ -58,23 +58,23 @@ def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profile
              if r["JobName"] == f"profile-{spec.fingerprint}"]
     assert [(s["AllocCPUS"], s["State"]) for s in steps] == [("2", "COMPLETED")]
     # Each step's script ran on the cores asked for: the sweep, the two components, then
-    # the sweep's counts again in the same order; the first started anew, the rest forks.
+    # the sweep's counts again in the same order; each count's first run started anew,
+    # the rest were forks.
     folders = sorted((out / spec.name / "profile").glob("step*"))
     cpus = [json.loads((f / "probe.json").read_text())["processes"][0]["cpus"]
             for f in folders]
     assert cpus[:6] == [2, 1, 2, 1, 2, 1]
     assert [int(f.name.split("-")[-1].rstrip("c")) for f in folders] == cpus
     heads = [(f / "step.log").read_text().splitlines()[0] for f in folders]
-    assert "started anew from the warm interpreter" in heads[0]
-    assert all("a fork of the warm interpreter" in h for h in heads[1:])
+    assert all("started anew from the warm interpreter" in h for h in heads[:2])
+    assert all("a fork of the warm interpreter" in h for h in heads[2:])
     # Each count ran twice at least; the compute-only step ran once, or twice where the
-    # budget allowed; only the run started anew gave the memory.
+    # budget allowed; only the runs started anew gave the memory.
     runs = [len(p.repeats) for p in profile.train_points()]
     compute = next(p for p in profile.points if p.measure == "compute")
     assert min(runs) >= 2 and len(compute.repeats) in (0, 2)
     assert len(folders) == 1 + max(1, len(compute.repeats)) + sum(runs)
-    by_cores = {p.cores: p for p in profile.train_points()}
-    assert not by_cores[2].forked and len(by_cores[2].peaks_mb) == 1 and by_cores[1].forked
+    assert all(not p.forked and len(p.peaks_mb) == 1 for p in profile.train_points())
     # The resubmitted job then trained.
     assert (out / spec.name / "summary.json").exists()
 

@@ -74,7 +74,7 @@ def combine(runs: Sequence[Point]) -> Point:
     the point cost to profile)."""
     if not runs:
         raise ValueError("no runs to combine")
-    mem = [r for r in runs if not r.forked] or list(runs)
+    mem = started_anew(runs)
     def median(name: str) -> float:
         return statistics.median(getattr(r, name) for r in runs)
     return replace(runs[0], samples_per_s=median("samples_per_s"),
@@ -88,11 +88,15 @@ def combine(runs: Sequence[Point]) -> Point:
                    forked=all(r.forked for r in runs))
 
 
+def started_anew(points: Sequence[Point]) -> list[Point]:
+    """The points (or runs) whose memory is the job's: those that started the script
+    anew; all of them where none did (profiles from before forked runs)."""
+    return [p for p in points if not p.forked] or list(points)
+
+
 def memory_points(profile: Profile) -> list[Point]:
-    """The swept points whose memory is the job's: those with a run that started the
-    script anew (all of them in profiles from before forked runs)."""
-    points = profile.train_points()
-    return [p for p in points if not p.forked] or points
+    """The swept points whose memory is the job's (started_anew)."""
+    return started_anew(profile.train_points())
 
 
 def highest_known(values: Iterable[float | None]) -> float | None:

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from slurm_synergy.model.profile import (FetchRates, Point, PointError, ThroughputModel,
-                                         highest_known)
+                                         highest_known, started_anew)
 
 
 def workers_for(cores: int, procs: int = 1) -> int:
@@ -87,7 +87,7 @@ def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu
     p = max(1, min(loader.workers, loader.cores)) / loader.samples_per_s
     h = compute.host_cpu_s_per_sample
     # Memory as the job will hold it: from the runs that started the script anew.
-    held = [pt for pt in train if not pt.forked] or list(train)
+    held = started_anew(train)
     model = ThroughputModel(
         basis="components", prep_core_s=p, host_core_s=h,
         device_rate=compute.samples_per_s if on_gpu else None,

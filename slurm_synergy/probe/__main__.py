@@ -70,8 +70,7 @@ def main(argv: Sequence[str] | None = None, start: Start | None = None) -> int:
                          iterations=args.iterations, interval_s=args.interval,
                          sync_cuda=not args.no_sync)
     try:
-        result = run(config, command, args.out.resolve(), args.time_limit,
-                     *([start] if start else []))
+        result = run(config, command, args.out.resolve(), args.time_limit, start)
     except OSError as e:
         print(f"{PROG}: error: {command[0]}: {e}", file=sys.stderr)
         return USAGE_EXIT if args.mode != "watch" else 127

@@ -161,7 +161,7 @@ def _all_measured(records: list[ProcessRecord]) -> bool:
 
 
 def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
-        start: Start = _popen) -> ProbeResult:
+        start: Start | None = None) -> ProbeResult:
     """Run `argv` probed; write the result to `out` and return it. `start` starts the
     script (a new process; a profile's warm steps fork it instead, probe/warm.py)."""
     folder = probe_dir_of(out)
@@ -176,7 +176,7 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
     # limit) reaches every process of the step already, so only the signals Slurm sends
     # the batch shell alone (--signal=B:USR1@T) are passed on; passing SIGTERM on too
     # would make a script's handler (a checkpoint) run twice.
-    proc = start(command_for(argv), env, not watch)
+    proc = (start or _popen)(command_for(argv), env, not watch)
     forwarded = WATCH_FORWARDED if watch else FORWARDED
     forward = {sig: signal.signal(sig, lambda s, _f: _signal(proc, s, watch))
                for sig in forwarded}

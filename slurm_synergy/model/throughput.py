@@ -17,7 +17,7 @@ C and S are the cache and storage read rates in samples/s.
 p and h are measured alone (the components); running together they cost more (the
 workers and the trainer share caches and cores), by a factor the end-to-end runs tell,
 each run checked against the factor the others give. Not modelled: the loader's refill
-at each epoch's start (a new worker and its first batch, which nothing hides), a few
+at each epoch's start (a new worker and its first batch, which nothing hides): much of
 the time of a job whose epoch is a few batches (alexnet on 2 cores waited 9% of its
 steps with 8 batches an epoch, 1.5% with 64) and nothing of a real dataset's thousands.
 """

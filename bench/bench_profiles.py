@@ -22,6 +22,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.engine import Decision, NoDecision, decide  # noqa: E402
 from slurm_synergy.model.policy import load_policy, site_catalog  # noqa: E402
 from slurm_synergy.model.profile import Profile  # noqa: E402
+from slurm_synergy.model.throughput import fit_components  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot  # noqa: E402
 from slurm_synergy.profiles import ProfileStore  # noqa: E402
@@ -88,11 +90,14 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
                    for pt in p.train_points()},
         "compute_only": {"runs": [round(r, 2) for r in compute.repeats or
                                   (compute.samples_per_s,)],
-                         "spread": None if compute.spread is None else round(compute.spread, 4)},
+                         "spread": None if compute.spread is None else round(compute.spread, 4),
+                         "cpu_ms": round(compute.host_cpu_s_per_sample * 1e3, 3)},
+        # The trainer's CPU time per sample in each count's runs, against compute-only's:
+        # above it where the loader's worker shares the trainer's core and caches.
+        "trainer_cpu_ms": {str(pt.cores): round(pt.host_cpu_s_per_sample * 1e3, 3)
+                           for pt in p.train_points()},
         "prep_core_ms": round(p.model.prep_core_s * 1e3, 3),
         "host_core_ms": round(p.model.host_core_s * 1e3, 3),
-        "interference": round(p.model.interference, 4),
-        "scaled_by": list(p.model.scaled_by),
         "held_out": [{"cores": e.cores, "measured": round(e.measured, 2),
                       "predicted": round(e.predicted, 2), "error": round(e.error, 4),
                       "noise": round(error_noise(p, e.cores), 4)}
@@ -107,40 +112,55 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
 
 
 def error_noise(p: Profile, cores: int) -> float:
-    """The error the runs' spread alone allows a held-out point: its prediction is the
-    other runs' rate carried over by the components' shape, so its own spread and the
-    widest of theirs add up."""
+    """The error the runs' spread alone allows a held-out point: its own runs' spread and
+    that of the compute-only runs its prediction rests on, added (the input-only step
+    runs once, so its noise is unknown and not counted)."""
     spread = {pt.cores: pt.spread or 0.0 for pt in p.train_points()}
-    return spread.get(cores, 0.0) + max((v for k, v in spread.items() if k != cores),
-                                        default=0.0)
+    compute = next(pt for pt in p.points if pt.measure == "compute")
+    return spread.get(cores, 0.0) + (compute.spread or 0.0)
+
+
+def refitted(p: Profile) -> Profile:
+    """The profile's model fitted again from its kept points by this checkout's fit, so
+    that a change of the model is measured on profiles already taken."""
+    loader = next(pt for pt in p.points if pt.measure == "loader")
+    compute = next(pt for pt in p.points if pt.measure == "compute")
+    model = fit_components(loader, compute, p.train_points(),
+                           on_gpu=p.model.device_rate is not None, fetch=p.model.fetch)
+    return replace(p, model=model)
 
 
 def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
     lines = ["| workload | round | samples/s by cores (median ±spread of runs) | compute-only "
-             "runs | model error, held out (runs' spread) | decision | cost |",
-             "|---|---|---|---|---|---|---|"]
+             "runs | trainer CPU ms/sample by cores (compute-only) | model error, held out "
+             "(± the runs' spread) | decision | cost |",
+             "|---|---|---|---|---|---|---|---|"]
+    def by_cores(d: dict) -> list[tuple[str, float]]:
+        return sorted(d.items(), key=lambda x: int(x[0]))
     for i, name in enumerate(names):
         for r, results in enumerate(rounds, 1):
             f = results[i]
             pts = "  ".join(f"{k}c {v:.1f}" + (f" ±{f['spread'][k]:.1%}"
                                                if f["spread"][k] is not None else "")
-                            for k, v in sorted(f["samples_per_s"].items(), key=lambda x: int(x[0])))
-            err = "-" if f["mean_error"] is None else (
-                f"{f['mean_error']:.1%}" + (f" (±{f['mean_noise']:.1%})"
-                                            if f.get("mean_noise") is not None else ""))
+                            for k, v in by_cores(f["samples_per_s"]))
+            err = ", ".join(f"{e['cores']}c {e['error']:.1%} (±{e['noise']:.1%})"
+                            for e in sorted(f["held_out"], key=lambda e: e["cores"])) or "-"
             comp = f.get("compute_only", {})
             comp_text = ", ".join(f"{v:.1f}" for v in comp.get("runs", [])) + (
                 f" (±{comp['spread']:.1%})" if comp.get("spread") is not None else "")
+            cpu = ", ".join(f"{k}c {v:.2f}" for k, v in by_cores(f.get("trainer_cpu_ms", {})))
+            cpu += f" ({comp['cpu_ms']:.2f})" if "cpu_ms" in comp else ""
             lines.append(f"| {name if r == 1 else ''} | {r} | {pts} | {comp_text or '-'} | "
-                         f"{err} | {f['decision']} | "
+                         f"{cpu or '-'} | {err} | {f['decision']} | "
                          f"{f['profiling_s']:.0f}s ({f['share_of_1h_job']:.1%} of 1 h) |")
-    errors = [(f["mean_error"], f.get("mean_noise") or 0.0) for results in rounds
-              for f in results if f["mean_error"] is not None]
-    if errors:
+    held = [e for results in rounds for f in results for e in f["held_out"]]
+    if held:
+        errs = sorted(e["error"] for e in held)
         lines.append("")
-        lines.append(f"Held-out model error at or under 5%: {sum(e <= 0.05 for e, _ in errors)} "
-                     f"of {len(errors)} profiles; at or under 5% or the runs' spread: "
-                     f"{sum(e <= max(0.05, n) for e, n in errors)} of {len(errors)}.")
+        lines.append(f"Held-out points: {len(held)}; error {errs[0]:.1%}-{errs[-1]:.1%}, "
+                     f"median {errs[len(errs) // 2]:.1%}; at or under 5%: "
+                     f"{sum(e['error'] <= 0.05 for e in held)}; at or under 5% or the runs' "
+                     f"spread: {sum(e['error'] <= max(0.05, e['noise']) for e in held)}.")
     lines.append("")
     for what, key in (("decision (cores and memory)", decided),
                       ("cores", lambda text: decided(text).split(" ")[0])):
@@ -184,8 +204,9 @@ def main() -> int:
                         "both, each round profiles the suite both ways, in alternating order "
                         "(default %(default)s)")
     parser.add_argument("--decide-only", action="store_true",
-                        help="decide again from the rounds' kept profile stores (after a "
-                        "change of policy or engine), profiling nothing")
+                        help="fit the model and decide again from the rounds' kept "
+                        "profile stores (after a change of model, policy or engine), "
+                        "profiling nothing")
     args = parser.parse_args()
     if not os.environ.get("SLURM_CONF"):
         LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
@@ -203,7 +224,8 @@ def main() -> int:
             work = args.results / "profiles-run" / f"round{r}" / mode
             if args.decide_only:
                 store = ProfileStore(work / "store")
-                profiles = [store.load(spec.fingerprint) for spec in load_jobs(args.csv)]
+                profiles = [refitted(store.load(spec.fingerprint))
+                            for spec in load_jobs(args.csv)]
             else:
                 profiles = profile_round(args.csv, work, mode)
             if mode == modes[0]:

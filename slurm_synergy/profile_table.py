@@ -40,7 +40,6 @@ def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
             if train else "-",
             "p core-ms": f"{m.prep_core_s * 1e3:.2f}",
             "h core-ms": f"{m.host_core_s * 1e3:.2f}",
-            "together": f"{m.interference - 1:+.0%}" if m.scaled_by else "-",
             "model err (held out)": f"{_pct(m.mean_error)} mean, {_pct(m.max_error)} max"
             if m.held_out else "- (too few points)",
             "dataset MB": f"{m.fetch.dataset_mb:.0f}" if m.fetch else "-",

@@ -169,9 +169,6 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     why.append(f"profile: {profile.job_name or profile.fingerprint}, measured in job "
                f"{alloc.job_id or '-'} on {alloc.node} with up to {alloc.cores} cores, "
                f"{alloc.mem_mb} MB, {alloc.gpus} GPU(s); model fitted to {model.basis}"
-               + (f", its CPU costs {model.interference - 1:+.0%} running together (as "
-                  f"the runs at {', '.join(map(str, model.scaled_by))} cores tell)"
-                  if model.scaled_by else "")
                + (f", held-out error {err:.1%}" if err is not None else ""))
 
     gpus, gpu_note = _gpus(profile, policy.gpu_threshold)

@@ -160,9 +160,8 @@ class ThroughputModel:
     """speed = min(F(x), cores/(p+h), workers/p, G): see slurm_synergy/model/throughput.py.
 
     `basis` says what the parameters were fitted to: "components" (input-only and
-    compute-only steps, their CPU costs scaled by what the end-to-end runs tell; each run
-    is held out in turn) or "end-to-end" (profiles from before the components; errors
-    are then leave-one-out).
+    compute-only steps, so every end-to-end point is held out) or "end-to-end" (the
+    script could not run the components; errors are then leave-one-out).
     """
 
     basis: str
@@ -175,13 +174,6 @@ class ThroughputModel:
     # The footprint's part the page cache cannot take back (Point.anon_mb): what the
     # dataset's pages compete with under a memory limit. None: the whole footprint.
     anon_mb: float | None = None
-    # What running together costs: the CPU time per sample of the input pipeline and the
-    # trainer when they share the job's cores, over their cost measured alone in the
-    # components (cache and core sharing the components never see). The median of what
-    # the end-to-end runs at `scaled_by` cores tell; 1.0 and () where none could (the
-    # device bound them), and in profiles from before it was measured.
-    interference: float = 1.0
-    scaled_by: tuple[int, ...] = ()
 
     @property
     def resident_mb(self) -> float:

@@ -80,46 +80,21 @@ def pt(measure, cores, workers, speed, h=0.0, rss=500.0, anon=None):
     return Point(measure, cores, workers, 4096, speed, 0.0, h, rss, 5.0, anon_mb=anon)
 
 
-def test_fit_components_scales_by_the_runs_and_holds_each_out_in_turn():
+def test_fit_components_holds_out_every_training_point():
     loader = pt("loader", 2, 1, 100.0)                   # one worker: p = 0.01
     compute = pt("compute", 1, 0, 250.0, h=0.004)        # h = 0.004
-    # Alone, 2 cores would give 1/p = 100 and 1 core 1/(p + h) = 71.4; together they
-    # gave 90 and 65: each run's CPU costs 1/0.9 and 1.099 times what they cost alone.
-    train = [pt("train", 2, 1, 90.0, rss=900.0), pt("train", 1, 1, 65.0)]
+    train = [pt("train", 2, 1, 70.0, rss=900.0), pt("train", 1, 1, 72.0)]
     m = fit_components(loader, compute, train, on_gpu=False, fetch=None)
     assert m.prep_core_s == pytest.approx(0.01) and m.host_core_s == 0.004
     assert m.device_rate is None and m.footprint_mb == 900.0
     assert m.anon_mb is None                 # not measured: the whole footprint counts
-    split = [pt("train", 2, 1, 90.0, rss=900.0, anon=300.0), pt("train", 1, 1, 65.0, anon=350.0)]
+    split = [pt("train", 2, 1, 70.0, rss=900.0, anon=300.0), pt("train", 1, 1, 72.0, anon=350.0)]
     assert fit_components(loader, compute, split, False, None).anon_mb == 350.0
-    two, one = 100 / 90, (1 / 0.014) / 65
-    assert m.interference == pytest.approx((two + one) / 2) and m.scaled_by == (1, 2)
-    # Each run is predicted by the factor the other tells: points the fit never saw.
-    assert [(e.cores, e.measured) for e in m.held_out] == [(2, 90.0), (1, 65.0)]
-    assert m.held_out[0].predicted == pytest.approx(100 / one)
-    assert m.held_out[1].predicted == pytest.approx(1 / (0.014 * two))
+    assert [(e.cores, e.measured) for e in m.held_out] == [(2, 70.0), (1, 72.0)]
+    assert m.held_out[1].predicted == pytest.approx(1 / 0.014)
     assert m.mean_error == pytest.approx(sum(e.error for e in m.held_out) / 2)
-    # Alone (no other run to tell a factor), a run is predicted by the components.
-    lone = fit_components(loader, compute, train[:1], False, None)
-    assert lone.interference == pytest.approx(two)
-    assert lone.held_out[0].predicted == pytest.approx(100.0)
     on_gpu = fit_components(loader, compute, train, on_gpu=True, fetch=None)
     assert on_gpu.device_rate == 250.0
-
-
-def test_a_fed_device_says_nothing_of_the_cpu_costs():
-    loader = pt("loader", 2, 1, 1000.0)                  # p = 0.001: cores to spare
-    compute = pt("compute", 1, 0, 250.0, h=0.0005)       # the GPU: 250 samples/s
-    fed = [pt("train", 4, 3, 240.0), pt("train", 2, 1, 245.0)]
-    m = fit_components(loader, compute, fed, on_gpu=True, fetch=None)
-    assert m.interference == 1.0 and m.scaled_by == ()   # within 5% of G: not scaled
-    # A run clearly below the device: the cores bind after all, and cost more.
-    starved = fit_components(loader, compute, [pt("train", 4, 3, 200.0)], True, None)
-    assert starved.interference == pytest.approx(min(4 / 0.0015, 3 / 0.001) / 200.0)
-    assert predict(starved, 4) == pytest.approx(200.0)
-    # Faster than the device can go is noise, never a reason to make the cores cheaper.
-    fast = fit_components(loader, compute, [pt("train", 4, 3, 260.0)], True, None)
-    assert fast.interference == 1.0
 
 
 def test_predict_refuses_zero_cores():

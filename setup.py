@@ -6,7 +6,7 @@ slurm_synergy/<folder>, so that an install outside a checkout finds them too
 from setuptools import find_packages, setup
 
 SHIPPED = {"templates": ["*.j2"], "etc": ["*.j2", "*.lua", "*.toml", "simulate/*.toml"],
-           "data": ["synergy/*.csv", "synergy/*.md"], "jobs_csv": ["*.csv"]}
+           "data": ["synergy/*.csv", "synergy/*.md", "zeus2/*.json", "zeus2/*.md"], "jobs_csv": ["*.csv"]}
 
 setup(
     packages=[*find_packages(include=["slurm_synergy*", "profiler*"]),

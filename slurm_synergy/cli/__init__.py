@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slurm_synergy.cli import (cluster, demo, hooks, jobs, plugin, profile, profiles, reconcile,
-                               report, simulate, submit, tune)
+from slurm_synergy.cli import (cluster, demo, hetero, hooks, jobs, plugin, profile, profiles,
+                               reconcile, report, simulate, submit, tune)
 from slurm_synergy.model.errors import SynergyError
 
 # One module per verb, each with add_parser(sub) and run(args); in --help's order.
 VERBS = (cluster, submit, reconcile, jobs, profile, profiles, plugin, hooks, report, simulate,
-         tune, demo)
+         tune, hetero, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

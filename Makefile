@@ -71,3 +71,4 @@ bench: setup
 	$(PY) bench/bench_probe.py
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_simulate.py
+	$(PY) bench/bench_hetero.py

@@ -69,12 +69,18 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
     """One row per job from sacct's job and step lines."""
     peak: dict[str, float] = {}
     spread: set[str] = set()     # jobs with several tasks or nodes
+    unread: set[str] = set()     # jobs with a step that ran but whose memory was not read
     for r in rows:
         if "." in r["JobIDRaw"]:
             if (r.get("NTasks") or "1") not in ("", "1") or (r.get("NNodes") or "1") != "1":
                 spread.add(r["JobIDRaw"].split(".", 1)[0])
             rss = mem_mb(r["MaxRSS"]) if r["MaxRSS"] else None
             job = r["JobIDRaw"].split(".", 1)[0]
+            if rss == 0 and (duration_s(r["TotalCPU"]) or 0) > 0:
+                # A step that used the CPU used memory too: a 0 is a reading that did not
+                # happen (seen for a heterogeneous step's second component), and taken
+                # as the job's peak it would advise a --mem the job cannot run in.
+                unread.add(job)
             if rss is not None:
                 peak[job] = max(peak.get(job, 0.0), rss)
     records = []
@@ -91,7 +97,7 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             start, cpus = None, 0
         mem = mem_mb(tres(r["AllocTRES"], "mem"))
         total_cpu = duration_s(r["TotalCPU"])
-        rss = peak.get(raw)
+        rss = None if raw in unread else peak.get(raw)
         # MaxRSS is one task's peak; set against the whole job's memory it would flatter
         # a job of several tasks or nodes, so no efficiency is claimed for those.
         one_task = raw not in spread and (r.get("NNodes") or "1") == "1"

@@ -60,6 +60,19 @@ def test_steps_fold_into_their_job():
     assert r["asked_cpus"] == 2 and r["asked_mem_mb"] == 3072     # no marks: sacct's request
 
 
+def test_a_step_that_ran_with_no_memory_reading_leaves_the_peak_unknown():
+    # As sacct shows a heterogeneous job's second component: its step used 5.8 s of CPU
+    # and reads MaxRSS 0. A peak of the extern step's 112K would advise a tiny --mem.
+    rows = [line("8", total="00:05.756"), line("8.extern", rss="112K", total="00:00.001"),
+            line("8.0", rss="0", total="00:05.755")]
+    j = accounting.jobs_frame(rows).iloc[0]
+    assert j["max_rss_mb"] is None and j["mem_eff"] is None
+    # A step that did nothing may well read 0.
+    idle = accounting.jobs_frame([line("9"), line("9.0", rss="0", total="00:00:00"),
+                                  line("9.1", rss="2048K")]).iloc[0]
+    assert idle["max_rss_mb"] == 2.0
+
+
 def test_a_job_cancelled_while_pending_held_nothing():
     # As sacct shows it: a Start equal to its End, AllocCPUS 1, no AllocTRES.
     jobs = accounting.jobs_frame([line("20", state="CANCELLED by 0", cpus="1", tres="",

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from slurm_synergy.hetero.rows import plan_cell
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LAUNCHES, LOADERS,
-                                         SYNTHETIC_DATASET, JobSpec, RowRef)
+                                         SYNTHETIC_DATASET, HetPart, JobSpec, RowRef)
 from slurm_synergy.model.options import SPELLINGS, declared_options, spelling, spellings
 from slurm_synergy.model.units import mem_mb
 
@@ -28,7 +29,7 @@ TORCHLOADER_COLUMNS = ("arch", "depth", "batch", "workers", "output_folder", "po
                        "submit_interval", "cuda_device")
 PROJECT_COLUMNS = ("name", "script", "dataset", "gpus", "gpu_type", "cpus", "mem", "time",
                    "partition", "iterations", "epochs", "loader", "args", "launcher", "nproc",
-                   "watch")
+                   "watch", "hetero")
 COLUMNS = TORCHLOADER_COLUMNS + PROJECT_COLUMNS
 # Without a script column every row runs the built-in trainer, which needs these.
 REQUIRED = ("arch", "batch")
@@ -206,6 +207,7 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
     if launch == "torchrun" and (builtin or not script.endswith(".py")):
         row.bad("launcher", "torchrun runs a user's Python script (a .py in the script column)")
     watch = _boolean(row, "watch")
+    hetero = _hetero(row, base, script, batch)
     options: tuple[str, ...] = ()
     workers_options: tuple[str, ...] = ()
     if not builtin:
@@ -231,14 +233,36 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
     digest = hashlib.sha256(repr(sorted(row.cells.items())).encode()).hexdigest()[:16]
     return JobSpec(
         name=name, script=script, arch=arch, depth=depth, batch=batch or 1,
-        workers=workers or 0, dataset=dataset, gpus=gpus, gpu_type=gpu_type,
+        workers=workers or 0, dataset=dataset,
+        gpus=sum(p.gpus for p in hetero) if hetero else gpus, gpu_type=gpu_type,
         cpus=cpus or 1, mem_mb=mem_mb, time=time, partition=partition,
         iterations=iterations, epochs=epochs, loader=loader, args=args,
         output_folder=output_folder or "", port=port, submit_interval_s=interval,
         source=row.ref, row_digest=digest,
         pinned=tuple(c for c in ("cpus", "mem", "gpus") if row.get(c)),
         script_options=options, workers_options=workers_options,
-        workers_given=bool(row.get("workers")), launch=launch, procs=procs, watch=watch)
+        workers_given=bool(row.get("workers")), launch=launch, procs=procs, watch=watch,
+        hetero=hetero)
+
+
+def _hetero(row: _Row, base: Path, script: str, batch: int | None) -> tuple[HetPart, ...]:
+    """A job over two GPU types: its parts, planned from the cell's traces."""
+    cell = row.get("hetero")
+    if not cell:
+        return ()
+    for column in ("gpus", "gpu_type", "cuda_device", "nproc"):
+        if row.get(column):
+            row.bad(column, "a hetero row names its GPUs in the hetero column; leave it empty")
+    if row.get("launcher").lower() == "torchrun":
+        row.bad("launcher", "a hetero row runs one process per GPU itself; leave it empty")
+    if script != BUILTIN_SCRIPT and spelling("batch", declared_options(Path(script))) is None:
+        row.bad("hetero", "the script declares no batch-size option to give each type its share")
+    if batch is None:
+        return ()                # the batch column says why
+    parts, problems = plan_cell(cell, batch, base)
+    for problem in problems:
+        row.bad("hetero", problem)
+    return parts
 
 
 def _script_options(row: _Row, script: str,

@@ -70,9 +70,10 @@ def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
 
 def unmatched(job_ids: Sequence[str], found: Iterable[str]) -> list[str]:
     """The ids of `job_ids` that none of `found` is: an array's id stands for its tasks
-    (12 for 12_0, 12_1, ...)."""
+    (12 for 12_0, 12_1, ...), a heterogeneous job's for its components (12+0, 12+1)."""
     found = list(found)
-    return [j for j in job_ids if not any(f == j or f.startswith(f"{j}_") for f in found)]
+    return [j for j in job_ids
+            if not any(f == j or f.startswith((f"{j}_", f"{j}+")) for f in found)]
 
 
 def _known(slurm: Slurm, job_ids: Sequence[str], recs: Sequence[JobRecord]) -> None:

@@ -22,7 +22,8 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_argv
 from slurm_synergy.model.engine import Decision
-from slurm_synergy.model.comment import asked_text, with_marks
+from slurm_synergy.model.comment import asked_text, decision_text, hetero_comment, with_marks
+from slurm_synergy.model.options import declared_options, spellings, without
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 
@@ -127,6 +128,50 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         probe_workers="" if head.probe_workers is None else head.probe_workers,
         probe=[python_for_jobs(), "-m", "slurm_synergy.probe"],
     )
+
+
+# Each task of a heterogeneous job: its share where the job log shows it, the rank
+# variables torch.distributed reads, then the script.
+HETERO_TASK = ('echo "slurm-synergy: component $SYNERGY_HET_COMPONENT on $(hostname): rank '
+               '$SLURM_PROCID of $SLURM_NTASKS, $SYNERGY_GPU_TYPE GPU(s) '
+               '${CUDA_VISIBLE_DEVICES:-none}, batch $SYNERGY_BATCH = $SYNERGY_MICRO_BATCH x '
+               '$SYNERGY_ACCUMULATION, power limit $SYNERGY_POWER_LIMIT_W W"; '
+               'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; '
+               'exec "$@"')
+
+
+def render_hetero(name: str, task: Task, out: Path, script_path: Path, tag: str = "") -> str:
+    """The sbatch script of a job over two GPU types: one component per type, each with
+    its GPUs, its share and power limit in its tasks' environment and its comment (where
+    the prolog finds the limit). Planned jobs are not profiled and carry no fingerprint,
+    so the shim leaves them as they are."""
+    spec = task.spec
+    comments, envs, argvs = [], [], []
+    batch_names = (["--batch"] if spec.builtin else
+                   spellings("batch", declared_options(Path(spec.script))))
+    for i, part in enumerate(spec.hetero):
+        decided = decision_text(spec.cpus, spec.mem_mb, part.gpus, spec.workers,
+                                part.power_limit_w, part.gpu_type)
+        comment = hetero_comment(i, part.batch, part.micro_batch, part.accumulation, decided)
+        comments.append(with_marks(comment, sub=tag) if tag else comment)
+        envs.append(",".join(f"{k}={v}" for k, v in (
+            ("SYNERGY_HET_COMPONENT", i), ("SYNERGY_GPU_TYPE", part.gpu_type),
+            ("SYNERGY_BATCH", part.batch), ("SYNERGY_MICRO_BATCH", part.micro_batch),
+            ("SYNERGY_ACCUMULATION", part.accumulation),
+            ("SYNERGY_POWER_LIMIT_W", part.power_limit_w))))
+        # The script trains on the part's micro-batch; the built-in trainer writes each
+        # part's stats to a folder of its own.
+        argv = without(task.argv, [*batch_names, *(["--output"] if spec.builtin else [])])
+        argv += [batch_names[0], str(part.micro_batch)]
+        if spec.builtin:
+            argv += ["--output", f"{task.output}/{part.gpu_type}"]
+        argvs.append([*launcher(spec), *argv])
+    return environment().get_template("sbatch-hetero.sh.j2").render(
+        source=f"{spec.source.file} row {spec.source.row}", script_path=script_path,
+        name=name, time=spec.time, partition=spec.partition, cpus=spec.cpus,
+        mem_mb=spec.mem_mb, logs=out / "logs", parts=spec.hetero, comments=comments,
+        envs=envs, argvs=argvs, wrapper=["bash", "-c", HETERO_TASK, "synergy-hetero"],
+        output=task.output, outputs_dir=paths.outputs_dir(), global_batch=spec.batch)
 
 
 def profiler_command(spec: JobSpec, first_batch: float) -> list[str]:

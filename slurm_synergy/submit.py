@@ -27,7 +27,7 @@ from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.reconcile import reconcile
-from slurm_synergy.render import Task, check_out_dir, render, task_for
+from slurm_synergy.render import Task, check_out_dir, render, render_hetero, task_for
 from slurm_synergy.slurm import Slurm
 
 
@@ -82,7 +82,7 @@ def plan_units(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) ->
         # torchloader's submit_interval: this row starts that long after the one before.
         offset += spec.submit_interval_s
         begins[spec.name] = offset
-        if opts.arrays and not opts.sequential:
+        if opts.arrays and not opts.sequential and not spec.hetero:
             # Rows share an array when Slurm allocates them alike, they are one workload
             # and their script runs alike (watch mode, the workers the probe sets): one
             # rendered script serves the whole array.
@@ -134,10 +134,11 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
             # Sequential rows wait on the job before them, so a profiled job must train
             # in place: a resubmission would escape the chain.
             resubmit = "" if opts.sequential or opts.profile == "only" else mode
-            atomic_write_text(unit.script, render(unit.name, unit.tasks, out, unit.script,
-                                                  unit.array, profile, decision,
-                                                  opts.profile == "only", resubmit,
-                                                  tags[unit.name]), 0o755)
+            text = (render_hetero(unit.name, unit.tasks[0], out, unit.script, tags[unit.name])
+                    if unit.tasks[0].spec.hetero else
+                    render(unit.name, unit.tasks, out, unit.script, unit.array, profile,
+                           decision, opts.profile == "only", resubmit, tags[unit.name]))
+            atomic_write_text(unit.script, text, 0o755)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
@@ -196,11 +197,18 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
     """
     if opts.profile not in PROFILE_CHOICES:
         raise SynergyError(f"profile {opts.profile!r} is not one of {', '.join(PROFILE_CHOICES)}")
+    planned = [u for u in units if u.tasks[0].spec.hetero]
+    if planned and opts.profile == "only":
+        raise SynergyError(f"{_rows(planned[0])}: a job over two GPU types is planned from "
+                           "its traces, not profiled; leave it out of --profile-only")
     mode = "user" if opts.mode == "user" else (
         "shim" if opts.dry_run and opts.mode == "auto" else resolve_mode(opts.mode, slurm))
-    choices: dict[str, tuple[Decision | None, bool]] = {}
+    # A job over two GPU types is neither profiled nor given a decision here.
+    choices: dict[str, tuple[Decision | None, bool]] = {u.name: (None, False) for u in planned}
+    units = [u for u in units if not u.tasks[0].spec.hetero]
     if mode == "shim":
-        return mode, {u.name: (None, opts.profile in ("always", "only")) for u in units}
+        return mode, {**choices,
+                      **{u.name: (None, opts.profile in ("always", "only")) for u in units}}
     policy = load_policy(policy_path())
     decider = Decider(ProfileStore.default(), policy, slurm)
     for unit in units:

@@ -14,7 +14,26 @@ def add_parser(sub) -> None:
                    "or ~/.slurm-synergy/profiles)")
     p.add_argument("--json", action="store_true", help="print the profiles as JSON")
     p.add_argument("--plot", type=Path, help="write throughput against cores to this PNG")
+    p.add_argument("--zeus-trace", type=Path, metavar="FILE", help="write one profile's "
+                   "power sweep as a trace in Zeus's format, for `synergy hetero --trace`")
     p.set_defaults(func=run)
+
+
+def _write_trace(profiles, path: Path) -> int:
+    import json
+
+    from slurm_synergy.hetero.traces import zeus_trace
+    if len(profiles) != 1:
+        print(f"synergy: error: --zeus-trace takes one profile, not {len(profiles)}",
+              file=sys.stderr)
+        return 1
+    p = profiles[0]
+    trace = zeus_trace(p.batch, [(pt.limit_w, pt.samples_per_s, pt.avg_power_w)
+                                 for pt in p.gpu.power_sweep])
+    path.write_text(json.dumps(trace, indent=1) + "\n")
+    print(f"{path}: {p.gpu.name or 'GPU'} at batch {p.batch}, "
+          f"{len(trace[str(p.batch)])} power limit(s)")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         except ProfileError as exc:
             broken += 1
             print(f"synergy: skipped: {exc}", file=sys.stderr)
+    if args.zeus_trace:
+        return _write_trace(profiles, args.zeus_trace) if not broken else 1
     if args.json:
         print("[" + ",\n".join(p.to_json().rstrip() for p in profiles) + "]")
     else:

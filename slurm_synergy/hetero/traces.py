@@ -13,7 +13,7 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from slurm_synergy.model.errors import SynergyError
 
@@ -99,6 +99,17 @@ def trace_from(data: Any, gpu_type: str, source: str) -> TypeTrace:
                 _positive(run["time"], f"{where}.time"),
                 _positive(run["energy"], f"{where}.energy", zero_ok=True))
     return TypeTrace(gpu_type, points, source)
+
+
+def zeus_trace(batch: int, sweep: Sequence[tuple[float, float, float]]) -> dict[str, Any]:
+    """A profile's power sweep in Zeus's format: per measured limit (W, samples/s, mean
+    W), one step's time and energy at the profile's batch, the only batch it ran."""
+    runs = [{"power_limit": limit, "energy": power * batch / rate, "time": batch / rate}
+            for limit, rate, power in sweep if rate > 0]
+    if batch < 1 or not runs:
+        raise TraceError("the profile has no power sweep to make a trace of (it needs a GPU "
+                         "whose limits the job may set)")
+    return {str(batch): runs}
 
 
 def read_trace(path: Path, gpu_type: str) -> TypeTrace:

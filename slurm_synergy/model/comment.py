@@ -4,6 +4,12 @@ etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sac
     synergy:fp=<16 hex> [req=cpus,mem,gpus] [profile=1] [asked=c2,m3072,g1[:TYPE]]
         [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [sub=<12 hex>] [tuned=c1,m1024]
 
+A component of a job over two GPU types carries no fingerprint, so the shim leaves it
+alone; its decision= is the planner's (the prolog reads its power limit as any other):
+
+    synergy:hetero het=<component>,b<batch>,u<micro-batch>,a<accumulation>
+        decision=c2,m1024,g1:TYPE,w1,p150 [sub=<12 hex>]
+
 Who writes what: submit writes the fingerprint, req= (what the row pinned) and sub= (its
 sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
 profile=1 for a workload it has no decision for; a resubmission after profiling writes
@@ -41,6 +47,16 @@ class Resources:
     workers: int | None = None       # decision= only
     power_w: int | None = None       # decision= only, when it sets a limit
     gpu_type: str = ""               # the gres type, where one is named
+
+
+HETERO = "synergy:hetero"
+
+
+def hetero_comment(component: int, batch: int, micro_batch: int, accumulation: int,
+                   decision: str) -> str:
+    """A heterogeneous job's component: its share of the batch and its decision."""
+    return (f"{HETERO} het={component},b{batch},u{micro_batch},a{accumulation} "
+            f"decision={decision}")
 
 
 def job_comment(fingerprint: str, pinned: tuple[str, ...] = ()) -> str:

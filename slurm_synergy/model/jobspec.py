@@ -68,6 +68,20 @@ class RowRef:
 
 
 @dataclass(frozen=True)
+class HetPart:
+    """One GPU type of a job over two (a component of a Slurm heterogeneous job), as
+    the planner split it: its GPUs, and each one's batch, micro-batches and power limit."""
+
+    gpu_type: str
+    gpus: int
+    batch: int                  # samples per GPU per step
+    micro_batch: int            # the largest micro-batch
+    accumulation: int           # micro-batches per step
+    power_limit_w: int
+    trace: str                  # the measured points it was planned from
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str
     script: str                 # BUILTIN_SCRIPT or an absolute path
@@ -101,6 +115,9 @@ class JobSpec:
     launch: str = "python"
     procs: int = 1
     watch: bool | None = None   # record throughput during the run; None = site policy
+    # A job over two GPU types: one part per type, `batch` being the global batch; such a
+    # job is planned from traces, never profiled or rewritten by the plugin.
+    hetero: tuple[HetPart, ...] = ()
 
     @property
     def builtin(self) -> bool:
@@ -125,7 +142,8 @@ class JobSpec:
     @property
     def resources(self) -> tuple:
         """What Slurm allocates: rows alike here share one verdict and may share an array."""
-        return (self.cpus, self.mem_mb, self.gres, self.time, self.partition)
+        return (self.cpus, self.mem_mb, self.gres, self.time, self.partition,
+                tuple((p.gpu_type, p.gpus) for p in self.hetero))
 
     @property
     def model(self) -> str:
@@ -150,10 +168,14 @@ class JobSpec:
             shape = self.builtin_options(BUILTIN_SHAPE_OPTIONS)
             if shape:
                 key["shape"] = shape
+            if self.hetero:
+                key["hetero"] = [[p.gpu_type, p.gpus] for p in self.hetero]
         else:
             args = without([*self.script_options, *self.args], self.workers_options)
             key = workload_key(self.script, args, self.gpus, self.procs)
             key["gpu_type"] = self.gpu_type
+            if self.hetero:
+                key["hetero"] = [[p.gpu_type, p.gpus] for p in self.hetero]
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
     def builtin_options(self, names: tuple[str, ...]) -> dict[str, str]:

@@ -188,3 +188,35 @@ def test_the_command_prints_the_plan_and_its_baseline_as_json(tmp_path, capsys):
     assert main(["hetero", "--trace", f"v100={ZEUS2 / 'cifar_t4.json'}", "--global-batch",
                  "64", "--idle", "t4=10"]) == 1
     assert "--idle names t4, which has no --trace" in capsys.readouterr().err
+
+
+def test_a_profiles_power_sweep_is_a_trace_the_planner_reads(tmp_path, capsys):
+    from slurm_synergy.model.profile import PowerPoint
+    from slurm_synergy.profiles import ProfileStore
+
+    from .test_engine import profile
+
+    sweep = (PowerPoint(300, 400.0, 280.0), PowerPoint(250, 390.0, 230.0),
+             PowerPoint(200, 340.0, 190.0))
+    p = profile({2: 100.0, 1: 60.0}, sweep=sweep, gpu_name="NVIDIA A100")
+    store = ProfileStore(tmp_path / "store")
+    store.save(p)
+    out = tmp_path / "a100.json"
+    assert main(["profiles", p.fingerprint, "--store", str(store.root), "--zeus-trace",
+                 str(out)]) == 0
+    t = read_trace(out, "a100")
+    # One step at the profile's batch (32): its time and energy at each limit.
+    assert t.batches(300) == [32] and t.at(32, 250).time_s == pytest.approx(32 / 390)
+    assert t.at(32, 200).energy_j == pytest.approx(190 * 32 / 340)
+    plan = best_plan([Group(t, 1, 50.0)], 32, 0.5)
+    assert plan.shares[0].power_limit_w == min(
+        (300, 250, 200), key=lambda w: zeus_cost(t.at(32, w).energy_j, t.at(32, w).time_s,
+                                                 0.5, 300))
+    # Twice the batch: two micro-batches of the one measured size, nothing extrapolated.
+    assert best_plan([Group(t, 1, 50.0)], 64, 0.5).shares[0].accumulation == 2
+    capsys.readouterr()
+    bare = profile({2: 100.0, 1: 60.0})
+    store.save(bare)
+    assert main(["profiles", bare.fingerprint, "--store", str(store.root), "--zeus-trace",
+                 str(out)]) == 1
+    assert "no power sweep" in capsys.readouterr().err

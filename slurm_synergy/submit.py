@@ -24,6 +24,7 @@ from slurm_synergy.ledger import LedgerEntry, Ledger, new_tag, row_key
 from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.policy import load_policy
+from slurm_synergy.model.units import gpu_types
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.reconcile import reconcile
@@ -230,6 +231,8 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
 def _preflight(units: Sequence[Unit], slurm: Slurm) -> None:
     seen: set[tuple] = set()
     for unit in units:
+        if unit.tasks[0].spec.hetero:
+            _check_distinct_nodes(unit, slurm)
         shape = unit.tasks[0].spec.resources
         if shape in seen:
             continue
@@ -241,6 +244,25 @@ def _preflight(units: Sequence[Unit], slurm: Slurm) -> None:
         except SlurmError as exc:
             raise SynergyError(f"{_rows(unit)}: Slurm would refuse the job: {exc}\n"
                                "nothing was submitted") from exc
+
+
+def _check_distinct_nodes(unit: Unit, slurm: Slurm) -> None:
+    """Slurm gives a heterogeneous job's components nodes of their own (a job whose
+    partition cannot stays pending; `sbatch --test-only` does not say so): refused here
+    unless two distinct nodes of the partition hold the two types."""
+    spec = unit.tasks[0].spec
+    first, second = (p.gpu_type for p in spec.hetero)
+    try:
+        nodes = slurm.nodes(spec.partition or None)
+    except SlurmUnreachable as exc:
+        raise SynergyError(f"{exc}\nnothing was submitted") from exc
+    holders = [{n.name for n in nodes if t in gpu_types(n.gres)} for t in (first, second)]
+    if not any(a != b for a in holders[0] for b in holders[1]):
+        where = f"partition {spec.partition}" if spec.partition else "the default partition"
+        raise SynergyError(f"{_rows(unit)}: Slurm runs a heterogeneous job's components on "
+                           f"nodes of their own, and {where} has no two nodes holding "
+                           f"{first} and {second} (give a partition that has them)\n"
+                           "nothing was submitted")
 
 
 def _rows(unit: Unit) -> str:

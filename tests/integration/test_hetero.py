@@ -3,10 +3,12 @@ local cluster, one component per type, each with the planner's share and power l
 in its tasks' environment, its comment and sacct."""
 
 import json
+import re
 
 from slurm_synergy.model.comment import decision, marks
 
 from .conftest import ROOT, epilogs_done, finish, submitted_ids, synergy
+from .test_node_hooks import fake_gpus, gpu
 
 ZEUS2 = ROOT / "data" / "zeus2"
 
@@ -56,3 +58,47 @@ def test_a_two_type_row_runs_as_a_heterogeneous_job(box, slurm, tmp_path, tag):
     assert len(raw) == 2, raw
     hooks = epilogs_done(box, *raw)
     assert all(f"prolog job={j} " in hooks for j in raw), raw
+
+
+def test_each_component_runs_at_its_own_power_limit(box, slurm, tmp_path, tag):
+    """With the stand-in NVML under slurmd's hooks, each component's prolog sets its own
+    GPUs to its planned limit (held within the device's range) and the epilogs put them
+    back to the ceiling."""
+    csv = tmp_path / "het.csv"
+    csv.write_text(
+        "name,arch,depth,batch,workers,cpus,mem,time,iterations,partition,hetero,args\n"
+        f"hetp-{tag},resnet,8,1024,1,1,3G,00:10:00,5,multi,"
+        f"local4g:1={ZEUS2 / 'cifar_a10.json'} local1g:1={ZEUS2 / 'cifar_t4.json'},"
+        "--image-size 64 --crop 32 --dataset-size 2048\n")
+    with fake_gpus(box, tmp_path, [gpu(m) for m in range(4)]) as state:
+        job = submitted_ids(synergy("submit", str(csv), "--out",
+                                    str(tmp_path / "out")))[f"hetp-{tag}"]
+        recs = finish(slurm, [job])
+        raw = slurm.run(["sacct", "-j", job, "--allocations", "--noheader", "--parsable2",
+                         "--format=JobIDRaw"]).split()
+        hooks = epilogs_done(box, *raw)
+        limits = [g["limit_mw"] for g in json.loads(state.read_text())["gpus"]]
+    assert all(r.state == "COMPLETED" for r in recs.values()), recs
+    first, second = raw
+    # (The stand-in's GPUs go by minor number, which nodes repeat: the limit a prolog
+    # finds may be the other component's.)
+    assert re.search(rf"prolog job={first} gpu GPU-\S+ limit \d+ W -> 150 W \(decision 150 W",
+                     hooks), hooks
+    # The T4's trace plans 70 W; the stand-in goes no lower than 100 W.
+    assert re.search(rf"prolog job={second} gpu GPU-\S+ limit \d+ W -> 100 W \(decision 70 W "
+                     r"is below the device's minimum", hooks), hooks
+    assert limits == [300_000] * 4                # every GPU back to the ceiling
+
+
+def test_a_partition_without_two_nodes_for_the_types_is_refused(box, slurm, tmp_path, tag):
+    # The default partition is one node holding both types: Slurm would leave the job
+    # pending for ever, since it gives each component nodes of its own.
+    csv = tmp_path / "het.csv"
+    csv.write_text("name,arch,depth,batch,cpus,mem,iterations,hetero\n"
+                   f"hetn-{tag},resnet,8,1024,1,3G,5,"
+                   f"local4g:1={ZEUS2 / 'cifar_a10.json'} local1g:1={ZEUS2 / 'cifar_t4.json'}\n")
+    proc = synergy("submit", str(csv), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    assert "the default partition has no two nodes holding local4g and local1g" in proc.stderr
+    assert "nothing was submitted" in proc.stderr
+    assert slurm.run(["squeue", "--noheader", f"--name=hetn-{tag}", "--states=all"]).strip() == ""

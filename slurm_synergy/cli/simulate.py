@@ -33,6 +33,13 @@ def _names(allowed):
     return parse
 
 
+def _window(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition(",")
+    if not (sep and lo.strip().isdigit() and hi.strip().isdigit()) or int(lo) > int(hi):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LO,HI, two job ids with LO <= HI")
+    return int(lo), int(hi)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("simulate", help="simulate scheduling and allocation policies on a "
                        "trace and a cluster, side by side")
@@ -64,6 +71,10 @@ def add_parser(sub) -> None:
                    help="per-model throughput matrices (Synergy's format)")
     p.add_argument("--profiles", type=Path, help="also use this profile store's workloads "
                    "(by job name), as the plugin sees them")
+    p.add_argument("--window", type=_window, metavar="LO,HI",
+                   help="JCT, wait and makespan over the jobs with ids LO to HI alone (the "
+                   "measured window of a dynamic trace, as Synergy reports it), in the "
+                   "table and the plots; jobs.csv keeps every job")
     p.add_argument("--out", type=Path, help="write summary.csv, summary.json, jobs.csv and "
                    "the plots here")
     p.set_defaults(func=run)
@@ -99,17 +110,19 @@ def run(args: argparse.Namespace) -> int:
                                f"{e.strerror or e}") from None
     policy = load_policy(policy_path()) if policy_path().is_file() else None
     print(f"trace: {source} ({len(trace)} jobs); cluster: {cluster.name}, "
-          f"{cluster.describe()}, rounds of {cluster.round_s:g} s; speed model: {args.speed}",
-          file=sys.stderr)
+          f"{cluster.describe()}, rounds of {cluster.round_s:g} s; speed model: {args.speed}"
+          + (f"; JCT and makespan over job ids {args.window[0]}-{args.window[1]}"
+             if args.window else ""), file=sys.stderr)
     outcomes, rows = [], []
     for order, alloc in itertools.product(args.policy, args.alloc):
         out = simulate(trace, workloads, cluster, Setup(order, alloc, args.speed), policy)
         outcomes.append(out)
-        rows.append(results.summarise(out))
+        rows.append(results.summarise(out, args.window))
     print(results.summary_table(rows, rows[0] if len(rows) > 1 else None))
     if args.out:
         try:
-            written = results.write(rows, outcomes, args.out) + plots.write(outcomes, args.out)
+            written = (results.write(rows, outcomes, args.out)
+                       + plots.write(outcomes, args.out, args.window))
         except OSError as e:
             raise SynergyError(f"cannot write to {args.out}: {e.strerror or e}") from None
         print(f"written: {', '.join(str(p) for p in written)}", file=sys.stderr)

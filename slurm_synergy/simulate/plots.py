@@ -12,16 +12,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from slurm_synergy.report.plots import save_figure  # noqa: E402
+from slurm_synergy.simulate.results import Window, measured  # noqa: E402
 from slurm_synergy.simulate.simulator import Outcome  # noqa: E402
 
 
-def jct_cdf(outcomes: Sequence[Outcome], path: Path) -> Path:
+def jct_cdf(outcomes: Sequence[Outcome], path: Path, window: Window | None = None) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for o in outcomes:
-        jct = np.sort([(j.finished_s - j.arrival_s) / 3600 for j in o.jobs])
+        jct = np.sort([(j.finished_s - j.arrival_s) / 3600 for j in measured(o.jobs, window)])
         ax.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=o.setup.label)
     ax.set_xlabel("job completion time (h)")
-    ax.set_ylabel("fraction of jobs")
+    ax.set_ylabel("fraction of jobs" + (f" {window[0]}-{window[1]}" if window else ""))
     ax.set_title(f"JCT, {outcomes[0].setup.speed} speed model")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -46,6 +47,7 @@ def utilisation(outcomes: Sequence[Outcome], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def write(outcomes: Sequence[Outcome], out: Path) -> list[Path]:
+def write(outcomes: Sequence[Outcome], out: Path, window: Window | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    return [jct_cdf(outcomes, out / "jct.png"), utilisation(outcomes, out / "utilisation.png")]
+    return [jct_cdf(outcomes, out / "jct.png", window),
+            utilisation(outcomes, out / "utilisation.png")]

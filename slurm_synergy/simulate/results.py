@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.simulate.order import JobState
 from slurm_synergy.simulate.simulator import Outcome
 
 
@@ -32,14 +34,32 @@ class Summary:
     alloc_ms_mean: float
     alloc_ms_max: float
     wall_s: float
+    window: str = ""         # the measured job ids ("" = every job)
 
 
-def summarise(out: Outcome) -> Summary:
-    jobs = out.jobs
+Window = tuple[int, int]       # the measured job ids, both ends included
+
+
+def measured(jobs: Sequence[JobState], window: Window | None) -> list[JobState]:
+    """The jobs a figure counts: those whose (numeric) id lies in the window, as Synergy
+    and its paper measure a dynamic trace past its warm-up; all without one."""
+    if window is None:
+        return list(jobs)
+    lo, hi = window
+    return [j for j in jobs if j.job_id.isdigit() and lo <= int(j.job_id) <= hi]
+
+
+def summarise(out: Outcome, window: Window | None = None) -> Summary:
+    """JCT, wait and makespan over the window's jobs (makespan: from the first of them to
+    arrive to the last to finish); utilisation and speed over the whole run."""
+    jobs = measured(out.jobs, window)
+    if not jobs:
+        raise SynergyError(f"no job of the trace has an id in the window {window[0]}-"
+                           f"{window[1]}" if window else "the trace has no jobs")
     jct = np.array([j.finished_s - j.arrival_s for j in jobs]) / 3600
     wait = np.array([j.started_s - j.arrival_s for j in jobs]) / 3600
-    first = min(j.arrival_s for j in jobs)
-    span_s = max(j.finished_s for j in jobs) - first
+    window_span_s = max(j.finished_s for j in jobs) - min(j.arrival_s for j in jobs)
+    span_s = max(j.finished_s for j in out.jobs) - min(j.arrival_s for j in out.jobs)
     R = out.cluster.round_s
     held = sum(out.rounds.gpus) * R
     cores = sum(out.rounds.cpus) * R
@@ -48,10 +68,11 @@ def summarise(out: Outcome) -> Summary:
     return Summary(
         out.setup.label, out.setup.order, out.setup.alloc, out.setup.speed, len(jobs),
         float(jct.mean()), float(np.percentile(jct, 50)), float(np.percentile(jct, 99)),
-        span_s / 3600, float(wait.mean()),
+        window_span_s / 3600, float(wait.mean()),
         held / (out.cluster.gpus * span_s), cores / (out.cluster.cpus * span_s),
-        sum(j.speed_sum for j in jobs) / runs if runs else 0.0, len(out.rounds.start_s),
-        float(alloc.mean()), float(alloc.max()), out.wall_s)
+        sum(j.speed_sum for j in out.jobs) / runs if runs else 0.0, len(out.rounds.start_s),
+        float(alloc.mean()), float(alloc.max()), out.wall_s,
+        f"{window[0]}-{window[1]}" if window else "")
 
 
 _COLUMNS = (("policy", "label", "{}"), ("JCT mean h", "mean_jct_h", "{:.2f}"),

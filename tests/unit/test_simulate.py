@@ -212,6 +212,30 @@ def test_the_command_compares_policies_and_writes_its_files(tmp_path, capsys):
     assert (out / "jct.png").stat().st_size > 0 and (out / "utilisation.png").stat().st_size > 0
 
 
+def test_a_window_counts_the_measured_job_ids_alone(tmp_path, capsys):
+    from slurm_synergy.simulate.results import summarise
+    trace = poisson_trace(80, 0.9, DEPLOY.gpus, WORK, seed=3)
+    out = simulate(trace, WORK, DEPLOY, Setup("fifo", "tune", "matrix"))
+    inside = [j for j in out.jobs if 20 <= int(j.job_id) <= 59]
+    whole, window = summarise(out), summarise(out, (20, 59))
+    assert (whole.jobs, window.jobs, window.window) == (80, 40, "20-59")
+    assert window.mean_jct_h == pytest.approx(
+        statistics.mean(j.finished_s - j.arrival_s for j in inside) / 3600)
+    assert window.makespan_h == pytest.approx(
+        (max(j.finished_s for j in inside) - min(j.arrival_s for j in inside)) / 3600)
+    # Utilisation is the cluster's over the whole run, window or not.
+    assert window.gpu_util == whole.gpu_util and window.mean_speed == whole.mean_speed
+    with pytest.raises(SynergyError, match="no job of the trace has an id in the window 90-99"):
+        summarise(out, (90, 99))
+    assert main(["simulate", "--poisson", "80", "--load", "0.9", "--seed", "3", "--alloc",
+                 "tune", "--window", "20,59", "--out", str(tmp_path / "w")]) == 0
+    assert json.loads((tmp_path / "w" / "summary.json").read_text())[0]["jobs"] == 40
+    assert "over job ids 20-59" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["simulate", "--window", "59,20"])
+    assert "expected LO,HI" in capsys.readouterr().err
+
+
 def test_the_command_simulates_the_projects_own_profiles(tmp_path, capsys):
     # A CPU-hungry workload measured by the profiler, named as the trace names it.
     ProfileStore(tmp_path / "store").save(profile({1: 100.0, 2: 190.0, 4: 350.0, 8: 390.0},

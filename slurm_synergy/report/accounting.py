@@ -78,8 +78,9 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             job = r["JobIDRaw"].split(".", 1)[0]
             if rss == 0 and (duration_s(r["TotalCPU"]) or 0) > 0:
                 # A step that used the CPU used memory too: a 0 is a reading that did not
-                # happen (seen for a heterogeneous step's second component), and taken
-                # as the job's peak it would advise a --mem the job cannot run in.
+                # happen (a job of seconds, ended before its first sample; a heterogeneous
+                # step's second component), and taken as the job's peak it would advise a
+                # --mem the job cannot run in.
                 unread.add(job)
             if rss is not None:
                 peak[job] = max(peak.get(job, 0.0), rss)

@@ -85,9 +85,14 @@ def test_every_figure_agrees_with_sacct(slurm, demo_jobs):
         assert j["elapsed_s"] == float(line["ElapsedRaw"])
         assert j["state"] == line["State"].split()[0] and j["exit_code"] == line["ExitCode"]
         assert j["total_cpu_s"] == pytest.approx(to_s(line["TotalCPU"]), abs=0.001)
-        steps = [to_mb(s["MaxRSS"]) for s in lines
+        steps = [(to_mb(s["MaxRSS"]), to_s(s["TotalCPU"])) for s in lines
                  if s["JobIDRaw"].startswith(line["JobIDRaw"] + ".") and s["MaxRSS"]]
-        assert j["max_rss_mb"] == pytest.approx(max(steps))
+        if any(rss == 0 and cpu > 0 for rss, cpu in steps):
+            # A step that ran but was never sampled (a job of a few seconds): its peak is
+            # not known, rather than the extern step's 108K.
+            assert j["max_rss_mb"] is None
+        else:
+            assert j["max_rss_mb"] == pytest.approx(max(rss for rss, _ in steps))
         assert j["cpu_eff"] == pytest.approx(j["total_cpu_s"] / (j["alloc_cpus"] * j["elapsed_s"]))
         assert j["wait_s"] == (time.mktime(time.strptime(line["Start"], "%Y-%m-%dT%H:%M:%S"))
                                - time.mktime(time.strptime(line["Submit"], "%Y-%m-%dT%H:%M:%S")))

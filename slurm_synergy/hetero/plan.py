@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import product
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import numpy as np
 
@@ -70,7 +70,11 @@ class Plan:
                 "cost": self.cost}
 
 
-def zeus_cost(energy_j: float, time_s: float, eta: float, max_power_w: float) -> float:
+# A figure, or the same figure for every split at once (the search works on arrays).
+Figure = TypeVar("Figure", float, np.ndarray)
+
+
+def zeus_cost(energy_j: Figure, time_s: Figure, eta: float, max_power_w: float) -> Figure:
     """Zeus's cost of a run: eta * energy + (1 - eta) * max power * time."""
     return eta * energy_j + (1 - eta) * max_power_w * time_s
 
@@ -97,6 +101,17 @@ def share_cost(trace: TypeTrace, batch: int, limit: float) -> tuple[Cost, int, i
     return Cost(time, energy), small + (extra > 0), steps
 
 
+def _max_power(groups: Sequence[Group]) -> float:
+    """Zeus's normaliser for the job: each GPU's highest measured limit, summed."""
+    return sum(g.gpus * g.trace.max_limit_w for g in groups)
+
+
+def _with_wait(g: Group, busy: tuple[Figure, Figure], step: Figure) -> Figure:
+    """A GPU's energy for the step: its own work (time, energy), then idle power until
+    the slowest GPU ends; the search and the plan share this one formula."""
+    return busy[1] + g.idle_w * (step - busy[0])
+
+
 def evaluate(groups: Sequence[Group], batches: Sequence[int], limits: Sequence[float],
              eta: float) -> Plan | None:
     """The model's step for this split and these limits; None outside the measured."""
@@ -109,10 +124,9 @@ def evaluate(groups: Sequence[Group], batches: Sequence[int], limits: Sequence[f
         assert c is not None
         cost, micro, accumulation = c
         shares.append(Share(g.gpu_type, g.gpus, b, micro, accumulation, p, cost.time_s,
-                            cost.energy_j + g.idle_w * (step - cost.time_s)))
+                            _with_wait(g, (cost.time_s, cost.energy_j), step)))
     energy = sum(s.gpus * s.energy_j for s in shares)
-    max_power = sum(g.gpus * g.trace.max_limit_w for g in groups)
-    return Plan(tuple(shares), step, energy, zeus_cost(energy, step, eta, max_power))
+    return Plan(tuple(shares), step, energy, zeus_cost(energy, step, eta, _max_power(groups)))
 
 
 def _splits(groups: Sequence[Group], global_batch: int) -> list[tuple[int, ...]]:
@@ -167,15 +181,14 @@ def best_plan(groups: Sequence[Group], global_batch: int, eta: float) -> Plan:
     splits = np.array(_splits(groups, global_batch))
     tables = [{p: _table(g, p, global_batch // g.gpus) for p in g.trace.limits}
               for g in groups]
-    max_power = sum(g.gpus * g.trace.max_limit_w for g in groups)
+    max_power = _max_power(groups)
     best: tuple[float, tuple[int, ...], tuple[float, ...]] | None = None
     for limits in product(*(g.trace.limits for g in groups)):
-        times = [tables[i][p][0][splits[:, i]] for i, p in enumerate(limits)]
-        energies = [tables[i][p][1][splits[:, i]] for i, p in enumerate(limits)]
-        step = np.max(times, axis=0)
-        energy = sum(g.gpus * (e + g.idle_w * (step - t))
-                     for g, t, e in zip(groups, times, energies))
-        cost = eta * energy + (1 - eta) * max_power * step
+        busy = [(tables[i][p][0][splits[:, i]], tables[i][p][1][splits[:, i]])
+                for i, p in enumerate(limits)]
+        step = np.max([t for t, _ in busy], axis=0)
+        energy = sum(g.gpus * _with_wait(g, b, step) for g, b in zip(groups, busy))
+        cost = zeus_cost(energy, step, eta, max_power)
         if np.all(np.isnan(cost)):
             continue
         i = int(np.nanargmin(cost))

@@ -168,14 +168,12 @@ class JobSpec:
             shape = self.builtin_options(BUILTIN_SHAPE_OPTIONS)
             if shape:
                 key["shape"] = shape
-            if self.hetero:
-                key["hetero"] = [[p.gpu_type, p.gpus] for p in self.hetero]
         else:
             args = without([*self.script_options, *self.args], self.workers_options)
             key = workload_key(self.script, args, self.gpus, self.procs)
             key["gpu_type"] = self.gpu_type
-            if self.hetero:
-                key["hetero"] = [[p.gpu_type, p.gpus] for p in self.hetero]
+        if self.hetero:
+            key["hetero"] = [[p.gpu_type, p.gpus] for p in self.hetero]
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
     def builtin_options(self, names: tuple[str, ...]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.simulate import plots, results
 from slurm_synergy.simulate.cluster import load_cluster
 from slurm_synergy.simulate.demand import SPEED_MODELS
+from slurm_synergy.simulate.dynamic import GPU_MIXES, dynamic_trace
 from slurm_synergy.simulate.order import ORDERS
 from slurm_synergy.simulate.simulator import ALLOCATORS, Setup, simulate
 from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, parse_mix, poisson_trace, read_trace,
@@ -48,11 +49,20 @@ def add_parser(sub) -> None:
                      "(default: Synergy's static 100-job trace)")
     src.add_argument("--poisson", type=int, metavar="JOBS",
                      help="generate JOBS jobs arriving as a Poisson process instead")
+    src.add_argument("--dynamic", type=int, metavar="JOBS",
+                     help="generate JOBS jobs by the rules of Synergy's dynamic workload "
+                     "(--rate jobs an hour, its run times and 20/70/10 class split)")
+    p.add_argument("--rate", type=float, default=9.0, help="arrivals per hour of --dynamic "
+                   "(default 9)")
+    p.add_argument("--gpus-per-job", choices=tuple(GPU_MIXES), default="mix",
+                   help="--dynamic: 1, 2, 4 or 8 GPUs at 70/10/15/5 %% (mix, the default), "
+                   "or one GPU each (single)")
     p.add_argument("--load", type=float, default=0.8, help="offered load of --poisson: "
                    "GPU-hours arriving per hour over the cluster's GPUs (default 0.8)")
     p.add_argument("--mix", type=parse_mix, default=None, help="model mix of --poisson, "
                    "families or models: image=0.6,language=0.3,speech=0.1 (the default)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of --poisson")
+    p.add_argument("--seed", type=int, help="random seed of --poisson (default 0) or "
+                   "--dynamic (default 42, as Synergy's)")
     p.add_argument("--write-trace", type=Path, help="also save the trace used here")
     p.add_argument("--cluster", default="deployment", help="a TOML file, a name from "
                    "etc/simulate/ (deployment, 128-gpu, 512-gpu), or slurm[:PARTITION] for "
@@ -94,10 +104,17 @@ def run(args: argparse.Namespace) -> int:
         except ProfileError as e:
             raise SynergyError(str(e)) from None
     if args.poisson is not None:
+        seed = 0 if args.seed is None else args.seed
         trace = poisson_trace(args.poisson, args.load, cluster.gpus, workloads,
                               **({"mix": args.mix} if args.mix else {}),
-                              max_gpus=max(s.gpus for s in cluster.servers), seed=args.seed)
-        source = f"Poisson, {args.poisson} jobs at load {args.load:g}, seed {args.seed}"
+                              max_gpus=max(s.gpus for s in cluster.servers), seed=seed)
+        source = f"Poisson, {args.poisson} jobs at load {args.load:g}, seed {seed}"
+    elif args.dynamic is not None:
+        seed = 42 if args.seed is None else args.seed
+        trace = dynamic_trace(args.dynamic, args.rate, workloads, args.gpus_per_job,
+                              seed=seed)
+        source = (f"Synergy's dynamic workload, {args.dynamic} jobs at {args.rate:g} an "
+                  f"hour, GPUs per job: {args.gpus_per_job}, seed {seed}")
     else:
         path = args.trace or SYNERGY_STATIC_TRACE
         trace = read_trace(path)

@@ -4,7 +4,8 @@ Every allocation policy starts from the same four points, all from the engine's
 `smallest_within` (the rule the plugin applies to real profiles), per GPU:
 - share: the GPU-proportional share of a server (its cores and memory over its GPUs);
 - floor: the fewest cores and least memory that run the job as fast as the share does;
-- ideal: Synergy's demand vector, the fewest that give the best speed one server allows;
+- ideal: Synergy's demand vector, the fewest that give the best speed one server allows
+  (under Synergy's speed rule, what Synergy's simulator asks for: `synergy_ideal`);
 - claim: the plugin's decision under the site policy (its tolerance, its fairness cap).
 The engine reads the workload's measured table, as the plugin reads a profile; the speed
 model (below) is only how the simulator charges progress for an allocation.
@@ -17,7 +18,7 @@ from typing import Callable
 
 from slurm_synergy.model.engine import smallest_within
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.simulate.cluster import ClusterSpec
+from slurm_synergy.simulate.cluster import ClusterSpec, Server
 from slurm_synergy.simulate.workload import Workload
 
 
@@ -39,19 +40,19 @@ class Demands:
     frontier: tuple[Config, ...]   # floor .. best, each strictly faster than the last
 
 
-# speed(workload, cores per GPU, GB per GPU) -> speed relative to the share.
-SpeedModel = Callable[[Workload, float, float], float]
+# speed(workload, its demands, cores per GPU, GB per GPU) -> speed relative to the share.
+SpeedModel = Callable[[Workload, Demands, float, float], float]
 
 
-def synergy_speed(work: Workload, cpus: float, mem_gb: float) -> float:
-    """Synergy's simulator: the speed-up at the ideal demand, else 1.0. `ideal` here is
-    the matrix's own demand vector, as Synergy's simulator reads it."""
-    if cpus + 1e-9 >= work.ideal_cpus and mem_gb + 1e-9 >= work.ideal_mem_gb:
-        return work.ideal_speedup
+def synergy_speed(work: Workload, d: Demands, cpus: float, mem_gb: float) -> float:
+    """Synergy's simulator: the speed-up with the whole of its demand (`d.ideal`, capped
+    at a server: `synergy_ideal`), else 1.0."""
+    if cpus + 1e-9 >= d.ideal.cpus and mem_gb + 1e-9 >= d.ideal.mem_gb:
+        return d.ideal.rate
     return 1.0
 
 
-def matrix_speed(work: Workload, cpus: float, mem_gb: float) -> float:
+def matrix_speed(work: Workload, d: Demands, cpus: float, mem_gb: float) -> float:
     """The full matrix: the speed the job's actual allocation gives."""
     return work.rate(cpus, mem_gb)
 
@@ -59,11 +60,32 @@ def matrix_speed(work: Workload, cpus: float, mem_gb: float) -> float:
 SPEED_MODELS: dict[str, SpeedModel] = {"synergy": synergy_speed, "matrix": matrix_speed}
 
 
+def synergy_ideal(work: Workload, gpus: int, server: Server, share_cpus: float) -> Config:
+    """Synergy's demand for a job of `gpus` GPUs, per GPU: the matrix's demand vector
+    times the GPUs, each resource capped at one server's. A capped CPU demand scales the
+    speed-up linearly in cores, from 1.0 at the GPU-proportional share to the matrix's
+    speed-up at its demand (a 4-GPU alexnet: 48 cores wanted, 24 given, 1.65 x instead
+    of 2.94 x); capped memory leaves it alone. A job wider than a server gets its share
+    at 1.0. This is how Synergy's simulator sizes a job; the speed-up away from the
+    matrix's own points is its linear guess, not a measurement."""
+    fair_c = gpus * share_cpus
+    if gpus > server.gpus:
+        return Config(int(share_cpus), server.mem_gb / server.gpus, 1.0)
+    want_c, want_m = gpus * work.ideal_cpus, gpus * work.ideal_mem_gb
+    speedup = work.ideal_speedup
+    if want_c > server.cpus:
+        speedup = 1 + (speedup - 1) * (server.cpus - fair_c) / (want_c - fair_c)
+        want_c = server.cpus
+    return Config(int(want_c // gpus), min(want_m, server.mem_gb) / gpus, speedup)
+
+
 class DemandBook:
     """Demands per (model, GPUs), worked out once: the engine is the slow part."""
 
-    def __init__(self, cluster: ClusterSpec, policy: Policy):
+    def __init__(self, cluster: ClusterSpec, policy: Policy, speed: str = "matrix"):
         self.policy = policy
+        # Under Synergy's speed rule a job asks for what Synergy's simulator asks for.
+        self.synergy = speed == "synergy"
         self.share = cluster.share
         self.server = cluster.smallest
         self._book: dict[tuple[str, int], Demands] = {}
@@ -91,7 +113,8 @@ class DemandBook:
 
         share = Config(share_c, share_m, rate(share_c, share_m))
         floor = pick(share_c, share_m, 0.0)
-        ideal = pick(max_c, max_m, 0.0)
+        ideal = (synergy_ideal(work, gpus, self.server, share_c) if self.synergy
+                 else pick(max_c, max_m, 0.0))
         cap = self.policy.fairness_cap
         claim = pick(min(max_c, max(share_c, int(cap * share_c))), min(max_m, cap * share_m),
                      self.policy.tolerance)

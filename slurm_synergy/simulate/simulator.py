@@ -92,7 +92,7 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
                            f"cluster's {cluster.gpus}")
     began = time.perf_counter()
     speed = SPEED_MODELS[setup.speed]
-    book = DemandBook(cluster, policy or Policy())
+    book = DemandBook(cluster, policy or Policy(), setup.speed)
     allocate = ALLOCATORS[setup.alloc]()
     order = ORDERS[setup.order]
     jobs = [JobState(i, j.job_id, j.model, j.arrival_s, j.iters, j.gpus,
@@ -128,8 +128,8 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
         cpus = mem = 0.0
         for g in grants:
             j = jobs[g.key]
-            w = wants[g.key].work
-            s = speed(w, g.cpus, g.mem_gb)
+            want = wants[g.key]
+            s = speed(want.work, want.demands, g.cpus, g.mem_gb)
             step = math.floor(R / (j.iter_s / s)) if s > 0 else 0
             if not step:    # it would hold its GPUs for ever: the model cannot run it
                 raise SynergyError(

@@ -1,0 +1,96 @@
+"""Synergy's rules for jobs whose ideal exceeds a server (cap and interpolate), and its
+dynamic workload's generator."""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+
+import pytest
+
+from slurm_synergy.cli import main
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.simulate.cluster import load_cluster
+from slurm_synergy.simulate.demand import DemandBook
+from slurm_synergy.simulate.dynamic import dynamic_trace
+from slurm_synergy.simulate.simulator import Setup, simulate
+from slurm_synergy.simulate.trace import SimJob
+from slurm_synergy.simulate.workload import read_matrix
+
+WORK = read_matrix()
+DEPLOY = load_cluster("deployment")
+
+
+@pytest.mark.parametrize("model,gpus,cpus,mem,speedup", [
+    # 4 GPUs: 48, 48 and 36 cores wanted, a server's 24 given, the speed-up scaled.
+    ("alexnet", 4, 6, 125.0, 1 + 1.94 * 12 / 36),
+    ("shufflenet", 4, 6, 125.0, 1 + 1.89 * 12 / 36),
+    ("res18", 4, 6, 62.5, 1.7),
+    ("m5", 4, 6, 125.0, 2.5),            # memory capped alone: the speed-up stays
+    ("mobilenet", 4, 6, 62.5, 1.55),     # 24 cores is a server's, not more
+    ("alexnet", 8, 3, 62.5, 1.0),        # a server's cores are the share
+    ("alexnet", 2, 12, 125.0, 2.94),
+    ("res18", 1, 9, 62.5, 2.4),
+])
+def test_synergys_demand_is_capped_at_a_server_and_its_speed_up_scaled(model, gpus, cpus,
+                                                                        mem, speedup):
+    ideal = DemandBook(DEPLOY, Policy(), "synergy").of(WORK[model], gpus).ideal
+    assert (ideal.cpus, ideal.mem_gb) == (cpus, mem)
+    assert ideal.rate == pytest.approx(speedup)
+
+
+@pytest.mark.parametrize("alloc,speedup", [("greedy", 1 + 1.94 * 12 / 36),
+                                           ("tune", 1 + 1.94 * 12 / 36),
+                                           ("synergy-slurm", 1 + 1.94 * 12 / 36),
+                                           ("proportional", 1.0)])
+def test_a_four_gpu_job_alone_runs_at_its_capped_speed_up(alloc, speedup):
+    iters = 20_000
+    out = simulate([SimJob("0", "alexnet", 0.0, iters, 4)], WORK, DEPLOY,
+                   Setup("fifo", alloc, "synergy"))
+    per_round = math.floor(300 / (WORK["alexnet"].iter_s / speedup))
+    assert out.jobs[0].finished_s == 1.0 + math.ceil(iters / per_round) * 300
+
+
+def test_dynamic_traces_follow_synergys_generator():
+    a = dynamic_trace(3000, 9.0, WORK, "mix", seed=42)
+    assert a == dynamic_trace(3000, 9.0, WORK, "mix", seed=42)
+    assert a != dynamic_trace(3000, 9.0, WORK, "mix", seed=43)
+    family = {m: c for c, ms in (("image", ("alexnet", "res18", "res50", "mobilenet",
+                                            "shufflenet")),
+                                 ("language", ("gnmt", "transformer", "lstm")),
+                                 ("speech", ("m5", "deepspeech"))) for m in ms}
+    counts = collections.Counter(family[j.model] for j in a)
+    # The class split is kept exactly, not drawn.
+    assert (counts["image"], counts["language"], counts["speech"]) == (600, 2100, 300)
+    assert len({j.model for j in a}) == 10
+    gaps = [b.arrival_s - p.arrival_s for p, b in zip(a, a[1:])]
+    assert all(g == int(g) and g >= 1 for g in gaps)
+    assert statistics.mean(gaps) == pytest.approx(400, rel=0.06)    # 9 an hour
+    sizes = collections.Counter(j.gpus for j in a)
+    assert set(sizes) == {1, 2, 4, 8}
+    assert sizes[1] / 3000 == pytest.approx(0.70, abs=0.03)
+    run_s = [j.iters * WORK[j.model].iter_s for j in a]
+    assert min(run_s) >= 60 * 10 ** 1.5 - 1 and max(run_s) <= 60 * 10 ** 4
+    assert sum(s > 60_000 for s in run_s) / 3000 == pytest.approx(0.2, abs=0.03)
+    assert {j.gpus for j in dynamic_trace(500, 6.0, WORK, "single")} == {1}
+
+
+@pytest.mark.parametrize("args,message", [
+    ((0, 9.0), "at least one job"), ((10, 0.0), "rate above 0"),
+    ((10, 9.0, "many"), "choose from mix, single")])
+def test_a_bad_dynamic_trace_is_refused(args, message):
+    with pytest.raises(SynergyError, match=message):
+        dynamic_trace(*args, WORK) if len(args) == 2 else dynamic_trace(
+            args[0], args[1], WORK, args[2])
+
+
+def test_the_command_generates_a_dynamic_trace(tmp_path, capsys):
+    assert main(["simulate", "--dynamic", "80", "--rate", "6", "--gpus-per-job", "single",
+                 "--alloc", "tune", "--speed", "synergy", "--window", "20,79",
+                 "--write-trace", str(tmp_path / "t.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "Synergy's dynamic workload, 80 jobs at 6 an hour, GPUs per job: single, " \
+        "seed 42" in err
+    assert len((tmp_path / "t.csv").read_text().splitlines()) == 81

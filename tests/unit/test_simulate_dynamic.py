@@ -1,5 +1,5 @@
-"""Synergy's rules for jobs whose ideal exceeds a server (cap and interpolate), and its
-dynamic workload's generator."""
+"""Synergy's rules for jobs wider than their ideal fits (cap and interpolate), its dynamic
+workload's generator, and the project's policy against TUNE on such traces."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from slurm_synergy.cli import main
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
+from slurm_synergy.simulate import results
 from slurm_synergy.simulate.cluster import load_cluster
 from slurm_synergy.simulate.demand import DemandBook
 from slurm_synergy.simulate.dynamic import dynamic_trace
@@ -84,6 +85,18 @@ def test_a_bad_dynamic_trace_is_refused(args, message):
     with pytest.raises(SynergyError, match=message):
         dynamic_trace(*args, WORK) if len(args) == 2 else dynamic_trace(
             args[0], args[1], WORK, args[2])
+
+
+@pytest.mark.parametrize("speed", ["synergy", "matrix"])
+def test_the_projects_policy_beats_tune_on_a_multi_gpu_dynamic_trace(speed):
+    cluster = load_cluster("128-gpu")
+    trace = dynamic_trace(500, 9.0, WORK, "mix", seed=42)
+    got = {a: results.summarise(simulate(trace, WORK, cluster, Setup("fifo", a, speed)),
+                                (150, 499))
+           for a in ("tune", "synergy-slurm")}
+    ours, tuned = got["synergy-slurm"], got["tune"]
+    assert ours.mean_jct_h < tuned.mean_jct_h
+    assert ours.makespan_h <= tuned.makespan_h + 300 / 3600 + 1e-9
 
 
 def test_the_command_generates_a_dynamic_trace(tmp_path, capsys):

@@ -86,10 +86,11 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
         raise SynergyError(f"speed model {setup.speed!r} is not one of "
                            f"{', '.join(SPEED_MODELS)}")
     models_of(workloads, (j.model for j in trace), "trace")
-    too_big = [j.job_id for j in trace if j.gpus > cluster.gpus]
+    total_gpus = cluster.gpus
+    too_big = [j.job_id for j in trace if j.gpus > total_gpus]
     if too_big:
         raise SynergyError(f"job(s) {', '.join(too_big[:5])} ask for more GPUs than the "
-                           f"cluster's {cluster.gpus}")
+                           f"cluster's {total_gpus}")
     began = time.perf_counter()
     speed = SPEED_MODELS[setup.speed]
     book = DemandBook(cluster, policy or Policy(), setup.speed)
@@ -151,7 +152,7 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
             if j.index not in ran:
                 j.last_speed = None
         rounds.start_s.append(now)
-        rounds.gpus.append(cluster.gpus - free.total_gpus)
+        rounds.gpus.append(total_gpus - free.total_gpus)
         rounds.cpus.append(cpus)
         rounds.mem_gb.append(mem)
         rounds.running.append(len(grants))

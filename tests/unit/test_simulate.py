@@ -349,3 +349,40 @@ def test_the_command_refuses_paths_it_cannot_use(tmp_path, capsys):
     assert "cannot write the trace to" in capsys.readouterr().err
     assert main(["simulate", "--profiles", str(tmp_path / "none")]) == 1
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_first_fit_skips_blocks_but_finds_what_a_scan_of_every_server_finds():
+    """Free keeps per-block maxima to skip servers; after any mix of grants, resizes and
+    give-backs it must place each job exactly where a plain scan would."""
+    rng = random.Random(11)
+    cluster = ClusterSpec("c", tuple(Server(8, rng.choice([16, 24, 48]), rng.choice([250, 500]))
+                                     for _ in range(53)))
+    free = Free(cluster)
+
+    def plain(gpus, cpus, mem):
+        placed, left = [], gpus
+        for s in range(len(free.gpus)):
+            n = min(free.gpus[s], left, int(free.cpus[s] / cpus + 1e-9),
+                    int(free.mem[s] / mem + 1e-9))
+            if n > 0:
+                placed.append((s, n))
+                left -= n
+                if not left:
+                    return tuple(placed)
+        return None
+
+    grants, placed = [], 0
+    for key in range(3000):
+        shape = (rng.choice([1, 1, 2, 4, 8]), rng.randint(1, 12), rng.choice([20.0, 62.5, 125.0]))
+        where = free.first_fit(*shape)
+        assert where == plain(*shape), key
+        if where is not None:
+            grants.append(free.grant(key, where, shape[1], shape[2]))
+            placed += 1
+        if grants and rng.random() < 0.3:
+            g = rng.choice(grants)
+            free.resize(g, rng.randint(1, g.cpus), rng.choice([20.0, g.mem_gb]))
+        if grants and rng.random() < 0.2:
+            g = grants.pop(rng.randrange(len(grants)))
+            free.take(g.placement, g.cpus, g.mem_gb, sign=-1)
+    assert placed > 500

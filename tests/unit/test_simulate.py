@@ -3,6 +3,8 @@ Synergy's, the fast optimal allocator against an exact solver, and bad input."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import random
 import statistics
@@ -64,6 +66,15 @@ def test_with_the_full_matrix_the_projects_policy_beats_tune_on_the_static_trace
     best = _figures(simulate(TRACE, WORK, DEPLOY, Setup(order, "opt", "matrix")))
     assert ours[0] < tuned[0] and ours[1] < tuned[1], (ours, tuned)
     assert best[0] < tuned[0] and best[1] < tuned[1], (best, tuned)
+
+
+@pytest.mark.parametrize("order", ["fifo", "srtf", "las", "ftf"])
+def test_under_synergys_speed_rule_the_projects_policy_beats_tune_on_the_static_trace(order):
+    """A speed-up only with the whole ideal: handing spare cores out in steps alone lost
+    to TUNE here in all four orders."""
+    tuned = _figures(simulate(TRACE, WORK, DEPLOY, Setup(order, "tune", "synergy")))
+    ours = _figures(simulate(TRACE, WORK, DEPLOY, Setup(order, "synergy-slurm", "synergy")))
+    assert ours[0] < tuned[0] and ours[1] <= tuned[1] + 300 / 3600 + 1e-9, (ours, tuned)
 
 
 @pytest.mark.parametrize("load", [0.6, 0.9, 1.2])
@@ -360,16 +371,14 @@ def test_first_fit_skips_blocks_but_finds_what_a_scan_of_every_server_finds():
     free = Free(cluster)
 
     def plain(gpus, cpus, mem):
-        placed, left = [], gpus
-        for s in range(len(free.gpus)):
-            n = min(free.gpus[s], left, int(free.cpus[s] / cpus + 1e-9),
-                    int(free.mem[s] / mem + 1e-9))
-            if n > 0:
-                placed.append((s, n))
-                left -= n
-                if not left:
-                    return tuple(placed)
-        return None
+        # Every server's room for the job, then the first ones until it is all placed.
+        room = [(s, min(g, int(c / cpus + 1e-9), int(m / mem + 1e-9)))
+                for s, (g, c, m) in enumerate(zip(free.gpus, free.cpus, free.mem))]
+        taken = list(itertools.accumulate(n for _, n in room if n > 0))
+        if not taken or taken[-1] < gpus:
+            return None
+        used = [(s, n) for s, n in room if n > 0][:bisect.bisect_left(taken, gpus) + 1]
+        return tuple(used[:-1]) + ((used[-1][0], gpus - sum(n for _, n in used[:-1])),)
 
     grants, placed = [], 0
     for key in range(3000):

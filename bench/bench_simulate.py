@@ -2,7 +2,7 @@
 cores for every policy but opt), the allocators' time per round at 128 and 512 GPUs, the
 policy comparison on Poisson traces at several loads, and on Synergy's dynamic workload
 under both speed rules. Figures go to bench/results/simulate.json; name sections
-(scale, per_round, poisson, dynamic) to run only those and keep the file's others."""
+(scale, per_round, poisson, dynamic, opt_dynamic) to run only those and keep the file's others."""
 
 from __future__ import annotations
 
@@ -143,10 +143,30 @@ def dynamic() -> list[dict]:
     return rows
 
 
+def opt_dynamic() -> list[dict]:
+    """opt's time per run and per round on Synergy's dynamic workload at 9 jobs/h, under
+    Synergy's speed rule, beside TUNE's mean JCT on the same trace."""
+    cluster = load_cluster("128-gpu")
+    rows = []
+    for gpus in ("single", "mix"):
+        trace = dynamic_trace(DYNAMIC_JOBS, 9.0, WORK, gpus, seed=42)
+        runs = {a: simulate(trace, WORK, cluster, Setup("fifo", a, "synergy"))
+                for a in ("opt", "tune")}
+        ms = sorted(t * 1000 for t in runs["opt"].rounds.alloc_s)
+        rows.append({"gpus": gpus, "rounds": len(ms), "opt_wall_s": round(runs["opt"].wall_s, 1),
+                     "ms_per_round_median": round(statistics.median(ms), 2),
+                     "ms_per_round_max": round(ms[-1], 2),
+                     **{f"{a}_jct_h": round(results.summarise(o, DYNAMIC_WINDOW).mean_jct_h, 2)
+                        for a, o in runs.items()}})
+        print(rows[-1], flush=True)
+    return rows
+
+
 SECTIONS = {"scale": ("scale_100k_jobs_4096_gpus", scale),
             "per_round": ("allocator_per_round", per_round),
             "poisson": ("poisson_comparison", comparison),
-            "dynamic": ("dynamic_comparison", dynamic)}
+            "dynamic": ("dynamic_comparison", dynamic),
+            "opt_dynamic": ("opt_dynamic", opt_dynamic)}
 
 
 def main(names: list[str]) -> None:

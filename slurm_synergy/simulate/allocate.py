@@ -17,7 +17,7 @@ them size jobs from the same engine-made `Demands` (demand.py).
   goes step by step to the job it speeds up most, up to the plugin's claim and then up
   to the ideal: what TUNE leaves idle or gives where it buys little goes where it buys
   most, whether speed grows with every core (the matrix) or comes only with the whole
-  ideal (Synergy's simulator; steps alone lost to TUNE there by 2-4%). (Placing
+  ideal (Synergy's simulator, where steps alone lost to TUNE by 1-5%). (Placing
   every job at its floor first, to run more of them, lost to TUNE below full load: it
   split servers that TUNE gives whole to a job that can use them.)
 """

@@ -107,3 +107,17 @@ def test_the_command_generates_a_dynamic_trace(tmp_path, capsys):
     assert "Synergy's dynamic workload, 80 jobs at 6 an hour, GPUs per job: single, " \
         "seed 42" in err
     assert len((tmp_path / "t.csv").read_text().splitlines()) == 81
+
+
+def test_on_a_synergy_style_trace_wide_jobs_run_at_their_capped_speed_up():
+    cluster = load_cluster("128-gpu")
+    out = simulate(dynamic_trace(400, 9.0, WORK, "mix", seed=42), WORK, cluster,
+                   Setup("fifo", "tune", "synergy"))
+    book = DemandBook(cluster, Policy(), "synergy")
+    wide = [j for j in out.jobs if j.gpus == 4 and j.model in ("alexnet", "shufflenet", "res18")]
+    assert len(wide) >= 3
+    rounds = {j.job_id: round(j.attained_s / (300 * j.gpus)) for j in wide}
+    for j in wide:
+        assert j.speed_sum <= rounds[j.job_id] * book.of(WORK[j.model], 4).ideal.rate + 1e-6
+    # Above 1.0 in some round: before the cap, such a job never got its speed-up at all.
+    assert sum(j.speed_sum > rounds[j.job_id] + 1e-6 for j in wide) >= len(wide) // 2

@@ -191,13 +191,15 @@ def tune(wants: Sequence[Want], free: Free) -> list[Grant]:
 
 def _reclaim(w: Want, fair: Config, free: Free, on_server: list[list[Grant]],
              shares: dict[int, Config]) -> None:
-    """Synergy-TUNE's last resort: on the busiest server that still has a free GPU, put
-    jobs holding more than their share back to it, richest in cores first, until the
-    new job's share fits."""
+    """Synergy-TUNE's last resort: on one server, put jobs holding more than their share
+    back to it, richest in cores first, until the new job's share fits. The server is
+    Synergy's: for a multi-GPU job the first with all its GPUs free, else (and for a
+    one-GPU job) the busiest that still has a free GPU."""
     servers = [s for s, n in enumerate(free.gpus) if n > 0]
     if not servers:
         return
-    s = min(servers, key=lambda s: (free.gpus[s], s))
+    whole = [s for s in servers if free.gpus[s] >= w.gpus] if w.gpus > 1 else []
+    s = whole[0] if whole else min(servers, key=lambda s: (free.gpus[s], s))
     n = min(w.gpus, free.gpus[s])
     need_c = max(0.0, n * fair.cpus - free.cpus[s])
     need_m = max(0.0, n * fair.mem_gb - free.mem[s])

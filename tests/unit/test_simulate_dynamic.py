@@ -121,3 +121,21 @@ def test_on_a_synergy_style_trace_wide_jobs_run_at_their_capped_speed_up():
         assert j.speed_sum <= rounds[j.job_id] * book.of(WORK[j.model], 4).ideal.rate + 1e-6
     # Above 1.0 in some round: before the cap, such a job never got its speed-up at all.
     assert sum(j.speed_sum > rounds[j.job_id] + 1e-6 for j in wide) >= len(wide) // 2
+
+
+def test_tune_reclaims_for_a_multi_gpu_job_on_the_first_server_with_all_its_gpus_free():
+    """As Synergy's TUNE does; the busiest server with a free GPU (one left) could not
+    take the job even after giving back."""
+    from slurm_synergy.simulate.allocate import Free, Want, _reclaim
+    from slurm_synergy.simulate.cluster import ClusterSpec, Server
+
+    cluster = ClusterSpec("two", (Server(8, 24, 500.0),) * 2)
+    free, book = Free(cluster), DemandBook(cluster, Policy())
+    share = book.of(WORK["alexnet"], 1).share
+    rich = [free.grant(0, ((0, 1),), 12, 62.5), free.grant(1, ((0, 1),), 12, 62.5)]
+    busy = [free.grant(2, ((1, 3),), 8, 62.5), free.grant(3, ((1, 4),), 0, 10.0)]
+    assert free.first_fit(2, share.cpus, share.mem_gb) is None
+    _reclaim(Want(9, 2, WORK["alexnet"], book.of(WORK["alexnet"], 2)), share, free,
+             [rich, busy], dict.fromkeys(range(4), share))
+    assert [g.cpus for g in rich] == [3, 12] and [g.cpus for g in busy] == [8, 0]
+    assert free.first_fit(2, share.cpus, share.mem_gb) == ((0, 2),)

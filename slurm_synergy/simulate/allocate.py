@@ -131,6 +131,12 @@ class Free:
         self.take(where, cpus, mem)
         return Grant(key, where, cpus, mem)
 
+    def can_grow(self, g: Grant, cpus: float, mem: float) -> bool:
+        """Whether every server a placed job is on can give each of its GPUs there
+        `cpus` more cores and `mem` more GB."""
+        return all(self.cpus[s] + 1e-9 >= n * cpus and self.mem[s] + 1e-9 >= n * mem
+                   for s, n in g.placement)
+
     def resize(self, g: Grant, cpus: int, mem: float) -> None:
         """Give a placed job other cores and memory per GPU, where it is."""
         for s, n in g.placement:
@@ -240,26 +246,29 @@ def _whole_ideals(by_key: dict, free: Free) -> set[int]:
     job's servers: the one step that pays whatever the speed between the floor and the
     ideal turns out to be (Synergy's simulator pays nothing short of the ideal). The
     spare that no ideal fits into is then handed out step by step."""
-    def cost(d: Demands, to: Config) -> float:
-        return max((to.cpus - d.floor.cpus) + (to.mem_gb - d.floor.mem_gb)
-                   * d.share.cpus / d.share.mem_gb, 1e-9)
-
     jumps = []
     for key, (w, _) in by_key.items():
         d = w.demands
         to = Config(max(d.floor.cpus, d.ideal.cpus), max(d.floor.mem_gb, d.ideal.mem_gb),
                     d.ideal.rate)
         if to.rate > d.floor.rate + 1e-9:
-            jumps.append((-w.weight * (to.rate - d.floor.rate) / cost(d, to), key, to))
+            jumps.append((-_gain_per_core(w, d.floor, to), key, to))
     done = set()
     for _, key, to in sorted(jumps, key=lambda j: (j[0], j[1])):
         w, g = by_key[key]
-        dc, dm = to.cpus - g.cpus, to.mem_gb - g.mem_gb
-        if all(free.cpus[s] + 1e-9 >= n * dc and free.mem[s] + 1e-9 >= n * dm
-               for s, n in g.placement):
+        if free.can_grow(g, to.cpus - g.cpus, to.mem_gb - g.mem_gb):
             free.resize(g, to.cpus, to.mem_gb)
             done.add(key)
     return done
+
+
+def _gain_per_core(w: Want, here: Config, to: Config) -> float:
+    """The speed a move buys per core, memory priced at the share's cores per GB,
+    weighted by the job's 1/remaining time."""
+    d = w.demands
+    return w.weight * (to.rate - here.rate) / max(
+        (to.cpus - here.cpus) + (to.mem_gb - here.mem_gb) * d.share.cpus / d.share.mem_gb,
+        1e-9)
 
 
 def _upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> None:
@@ -278,12 +287,9 @@ def _upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> Non
             nxt = d.frontier[j]
             if nxt.cpus > cap_c or nxt.mem_gb > cap_m + 1e-9:
                 break
-            dc, dm = nxt.cpus - here.cpus, nxt.mem_gb - here.mem_gb
-            if any(free.cpus[s] + 1e-9 < n * dc or free.mem[s] + 1e-9 < n * dm
-                   for s, n in g.placement):
+            if not free.can_grow(g, nxt.cpus - here.cpus, nxt.mem_gb - here.mem_gb):
                 continue
-            gain = w.weight * (nxt.rate - here.rate) / max(
-                dc + dm * d.share.cpus / d.share.mem_gb, 1e-9)
+            gain = _gain_per_core(w, here, nxt)
             if best is None or gain > best[0]:
                 best = (gain, j)
         return best

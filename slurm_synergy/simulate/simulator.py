@@ -5,9 +5,11 @@ scheduling policy's order, and the allocation policy places them afresh on an em
 cluster (a job left out waits; a job moved is not charged for it, as in Synergy). A
 job placed runs the whole round: it does `floor(round_s * speed / iter_s)` iterations,
 its speed given by the speed model from the cores and memory per GPU it got, and it
-ends with the lease in which its last iteration ran. The first round starts one second
-after the first arrival, so jobs submitted together start together; a job arriving
-later waits for the next boundary. Rounds with nothing to run are skipped.
+ends with the lease in which its last iteration ran. Rounds start where Synergy's
+simulator starts them: on the grid of multiples of `round_s` from t=0, the first at or
+after the first arrival; a static trace (every job in within its first second) starts
+one second after its first arrival, so that all of it starts together. A job arriving
+between boundaries waits for the next. Rounds with nothing to run are skipped.
 """
 
 from __future__ import annotations
@@ -74,6 +76,14 @@ def _nominal(alloc: str, book: DemandBook, work: Workload, gpus: int) -> float:
             }.get(alloc, d.claim.rate)
 
 
+def first_round(first_arrival: float, last_arrival: float, round_s: float) -> float:
+    """When the first round starts: Synergy's --static runs at 1 s, its other runs on
+    its round grid (ceil(first arrival / round) rounds in)."""
+    if last_arrival - first_arrival < 1.0:
+        return first_arrival + 1.0
+    return math.ceil(first_arrival / round_s) * round_s
+
+
 def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
              cluster: ClusterSpec, setup: Setup, policy: Policy | None = None) -> Outcome:
     if setup.order not in ORDERS:
@@ -105,7 +115,7 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
     arrivals = sorted(jobs, key=lambda j: (j.arrival_s, j.index))
     R = cluster.round_s
     rounds = Rounds()
-    t0 = arrivals[0].arrival_s + 1.0
+    t0 = first_round(arrivals[0].arrival_s, arrivals[-1].arrival_s, R)
     active: list = []
     now, nxt = t0, 0
     while nxt < len(arrivals) or active:

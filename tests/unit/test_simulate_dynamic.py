@@ -54,6 +54,17 @@ def test_a_four_gpu_job_alone_runs_at_its_capped_speed_up(alloc, speedup):
     assert out.jobs[0].finished_s == 1.0 + math.ceil(iters / per_round) * 300
 
 
+def test_rounds_start_on_synergys_grid_and_a_static_trace_one_second_in():
+    # Synergy's simulator: its first round at ceil(first arrival / 300) rounds, the next
+    # every 300 s; --static at 1 s. A job in at 409 s starts at 600 and at 1500 the next.
+    spread = [SimJob("0", "gnmt", 409.0, 2500, 1), SimJob("1", "gnmt", 1234.0, 2500, 1)]
+    out = simulate(spread, WORK, DEPLOY, Setup("fifo", "proportional", "synergy"))
+    assert [j.first_start_s for j in out.jobs] == [600.0, 1500.0]
+    together = [SimJob(str(i), "gnmt", i / 1000, 2500, 1) for i in range(3)]
+    out = simulate(together, WORK, DEPLOY, Setup("fifo", "proportional", "synergy"))
+    assert [j.first_start_s for j in out.jobs] == [1.0, 1.0, 1.0]
+
+
 def test_dynamic_traces_follow_synergys_generator():
     a = dynamic_trace(3000, 9.0, WORK, "mix", seed=42)
     assert a == dynamic_trace(3000, 9.0, WORK, "mix", seed=42)

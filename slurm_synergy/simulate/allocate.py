@@ -197,22 +197,32 @@ def tune(wants: Sequence[Want], free: Free) -> list[Grant]:
 
 def _reclaim(w: Want, fair: Config, free: Free, on_server: list[list[Grant]],
              shares: dict[int, Config]) -> None:
-    """Synergy-TUNE's last resort: on one server, put jobs holding more than their share
-    back to it, richest in cores first, until the new job's share fits. The server is
-    Synergy's: for a multi-GPU job the first with all its GPUs free, else (and for a
-    one-GPU job) the busiest that still has a free GPU."""
+    """Synergy-TUNE's last resort: put jobs holding more than their share back to it,
+    richest in cores first, until the new job's share fits. The servers are Synergy's:
+    for a multi-GPU job the first with all its GPUs free; else the busiest servers that
+    still have a free GPU, as many of the job's GPUs on each as it has free, each
+    server asked for its part of the job's share."""
     servers = [s for s, n in enumerate(free.gpus) if n > 0]
-    if not servers:
-        return
     whole = [s for s in servers if free.gpus[s] >= w.gpus] if w.gpus > 1 else []
-    s = whole[0] if whole else min(servers, key=lambda s: (free.gpus[s], s))
-    n = min(w.gpus, free.gpus[s])
-    need_c = max(0.0, n * fair.cpus - free.cpus[s])
-    need_m = max(0.0, n * fair.mem_gb - free.mem[s])
+    if whole:
+        parts = [(whole[0], w.gpus)]
+    else:
+        parts, left = [], w.gpus
+        for s in sorted(servers, key=lambda s: (free.gpus[s], s)):
+            parts.append((s, min(left, free.gpus[s])))
+            left -= parts[-1][1]
+            if not left:
+                break
+    for s, n in parts:
+        _reclaim_on(s, n * fair.cpus, n * fair.mem_gb, free, on_server[s], shares)
+
+
+def _reclaim_on(s: int, cpus: float, mem: float, free: Free, peers: list[Grant],
+                shares: dict[int, Config]) -> None:
+    need_c, need_m = max(0.0, cpus - free.cpus[s]), max(0.0, mem - free.mem[s])
     if need_c <= 1e-9 and need_m <= 1e-9:
         return
-    peers = sorted(on_server[s], key=lambda g: (len(g.placement), -g.cpus, -g.mem_gb))
-    for g in peers:
+    for g in sorted(peers, key=lambda g: (len(g.placement), -g.cpus, -g.mem_gb)):
         share = shares[g.key]
         here = dict(g.placement)[s]
         excess_c = max(0.0, here * (g.cpus - share.cpus))

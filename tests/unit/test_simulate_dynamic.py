@@ -4,8 +4,10 @@ workload's generator, and the project's policy against TUNE on such traces."""
 from __future__ import annotations
 
 import collections
+import csv
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -17,11 +19,12 @@ from slurm_synergy.simulate.cluster import load_cluster
 from slurm_synergy.simulate.demand import DemandBook
 from slurm_synergy.simulate.dynamic import dynamic_trace
 from slurm_synergy.simulate.simulator import Setup, simulate
-from slurm_synergy.simulate.trace import SimJob
+from slurm_synergy.simulate.trace import SimJob, read_trace
 from slurm_synergy.simulate.workload import read_matrix
 
 WORK = read_matrix()
 DEPLOY = load_cluster("deployment")
+SYNERGY_RUN = Path(__file__).parents[1] / "reference" / "synergy_dynamic"
 
 
 @pytest.mark.parametrize("model,gpus,cpus,mem,speedup", [
@@ -63,6 +66,19 @@ def test_rounds_start_on_synergys_grid_and_a_static_trace_one_second_in():
     together = [SimJob(str(i), "gnmt", i / 1000, 2500, 1) for i in range(3)]
     out = simulate(together, WORK, DEPLOY, Setup("fifo", "proportional", "synergy"))
     assert [j.first_start_s for j in out.jobs] == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("alloc", ["proportional", "tune"])
+def test_every_job_ends_at_the_second_synergys_own_simulator_ends_it(alloc):
+    # Synergy's simulator, run on its generated 1/2/4/8-GPU workload (README there).
+    trace = read_trace(SYNERGY_RUN / "trace_9jph_seed42.csv")
+    out = simulate(trace, WORK, load_cluster("128-gpu"), Setup("fifo", alloc, "synergy"))
+    with open(SYNERGY_RUN / "ends_9jph_seed42.csv") as fh:
+        synergy = {r["job_id"]: float(r[f"{alloc}_end_s"]) for r in csv.DictReader(fh)
+                   if r[f"{alloc}_end_s"]}
+    ends = {j.job_id: j.finished_s for j in out.jobs}
+    assert len(synergy) > 850 and {4, 8} <= {j.gpus for j in trace if j.job_id in synergy}
+    assert {k: ends[k] for k in synergy} == synergy
 
 
 def test_dynamic_traces_follow_synergys_generator():

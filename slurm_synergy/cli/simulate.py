@@ -15,7 +15,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.simulate import plots, results
 from slurm_synergy.simulate.cluster import load_cluster
 from slurm_synergy.simulate.demand import SPEED_MODELS
-from slurm_synergy.simulate.dynamic import GPU_MIXES, dynamic_trace
+from slurm_synergy.simulate.dynamic import GPUS_PER_JOB, dynamic_trace
 from slurm_synergy.simulate.order import ORDERS
 from slurm_synergy.simulate.simulator import ALLOCATORS, Setup, simulate
 from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, parse_mix, poisson_trace, read_trace,
@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
                      "(--rate jobs an hour, its run times and 20/70/10 class split)")
     p.add_argument("--rate", type=float, default=9.0, help="arrivals per hour of --dynamic "
                    "(default 9)")
-    p.add_argument("--gpus-per-job", choices=tuple(GPU_MIXES), default="mix",
+    p.add_argument("--gpus-per-job", choices=GPUS_PER_JOB, default="mix",
                    help="--dynamic: 1, 2, 4 or 8 GPUs at 70/10/15/5 %% (mix, the default), "
                    "or one GPU each (single)")
     p.add_argument("--load", type=float, default=0.8, help="offered load of --poisson: "

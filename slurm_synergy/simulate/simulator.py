@@ -76,7 +76,7 @@ def _nominal(alloc: str, book: DemandBook, work: Workload, gpus: int) -> float:
             }.get(alloc, d.claim.rate)
 
 
-def first_round(first_arrival: float, last_arrival: float, round_s: float) -> float:
+def _first_round(first_arrival: float, last_arrival: float, round_s: float) -> float:
     """When the first round starts: Synergy's --static runs at 1 s, its other runs on
     its round grid (ceil(first arrival / round) rounds in)."""
     if last_arrival - first_arrival < 1.0:
@@ -115,7 +115,7 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
     arrivals = sorted(jobs, key=lambda j: (j.arrival_s, j.index))
     R = cluster.round_s
     rounds = Rounds()
-    t0 = first_round(arrivals[0].arrival_s, arrivals[-1].arrival_s, R)
+    t0 = _first_round(arrivals[0].arrival_s, arrivals[-1].arrival_s, R)
     active: list = []
     now, nxt = t0, 0
     while nxt < len(arrivals) or active:

@@ -32,6 +32,7 @@ from slurm_synergy.simulate.workload import Workload
 CLASSES = {"image": ("alexnet", "res18", "res50", "mobilenet", "shufflenet"),
            "language": ("gnmt", "transformer", "lstm"),
            "speech": ("m5", "deepspeech")}
+MODELS = tuple(m for ms in CLASSES.values() for m in ms)
 SPLIT = (20, 70, 10)
 # GPUs by the uniform draw u: 8 from 0.95, 4 from 0.8, 2 from 0.7, else 1.
 GPU_MIX = ((0.95, 8), (0.8, 4), (0.7, 2))
@@ -45,7 +46,7 @@ def dynamic_trace(jobs: int, rate: float, workloads: Mapping[str, Workload],
         raise SynergyError("a dynamic trace needs at least one job and a rate above 0 jobs/h")
     if gpus not in GPUS_PER_JOB:
         raise SynergyError(f"GPUs per job {gpus!r}: choose from {', '.join(GPUS_PER_JOB)}")
-    missing = sorted({m for ms in CLASSES.values() for m in ms} - set(workloads))
+    missing = sorted(set(MODELS) - set(workloads))
     if missing:
         raise SynergyError(f"a dynamic trace needs Synergy's models; no throughput profile "
                            f"for {', '.join(missing)}")
@@ -53,7 +54,6 @@ def dynamic_trace(jobs: int, rate: float, workloads: Mapping[str, Workload],
         raise SynergyError(f"class split {split}: three shares, image/language/speech")
     want = dict(zip(CLASSES, (s / sum(split) for s in split)))
     given = dict.fromkeys(CLASSES, 0)
-    models = sum(len(ms) for ms in CLASSES.values())
     rng = random.Random(seed)
     out, t = [], 0
     for n in range(jobs):
@@ -62,7 +62,7 @@ def dynamic_trace(jobs: int, rate: float, workloads: Mapping[str, Workload],
         seconds = 60 * 10 ** rng.uniform(lo, hi)
         u = rng.uniform(0, 1)
         g = next((k for at, k in GPU_MIX if u >= at), 1) if gpus == "mix" else 1
-        rng.randint(0, models - 1)
+        rng.randint(0, len(MODELS) - 1)
         cls = max(CLASSES, key=lambda c: (want[c] - given[c] / n) if n else 0.0)
         model = CLASSES[cls][given[cls] % len(CLASSES[cls])]
         given[cls] += 1

@@ -81,6 +81,7 @@ def decided(text: str) -> str:
 
 
 def figures(p: Profile, d: Decision | NoDecision) -> dict:
+    loader = next(pt for pt in p.points if pt.measure == "loader")
     compute = next(pt for pt in p.points if pt.measure == "compute")
     return {
         "samples_per_s": {str(pt.cores): round(pt.samples_per_s, 2)
@@ -88,6 +89,8 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
         "runs": {str(pt.cores): [round(r, 2) for r in pt.repeats] for pt in p.train_points()},
         "spread": {str(pt.cores): None if pt.spread is None else round(pt.spread, 4)
                    for pt in p.train_points()},
+        "input_only": {"runs": [round(r, 2) for r in loader.repeats or (loader.samples_per_s,)],
+                       "spread": None if loader.spread is None else round(loader.spread, 4)},
         "compute_only": {"runs": [round(r, 2) for r in compute.repeats or
                                   (compute.samples_per_s,)],
                          "spread": None if compute.spread is None else round(compute.spread, 4),
@@ -100,24 +103,14 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
         "host_core_ms": round(p.model.host_core_s * 1e3, 3),
         "held_out": [{"cores": e.cores, "measured": round(e.measured, 2),
                       "predicted": round(e.predicted, 2), "error": round(e.error, 4),
-                      "noise": round(error_noise(p, e.cores), 4)}
+                      "noise": round(e.noise or 0.0, 4)}
                      for e in p.model.held_out],
         "mean_error": p.model.mean_error,
-        "mean_noise": round(sum(error_noise(p, e.cores) for e in p.model.held_out)
-                            / len(p.model.held_out), 4) if p.model.held_out else None,
+        "mean_noise": p.model.mean_noise,
         "decision": decision_text(d),
         "profiling_s": p.profiling_s,
         "share_of_1h_job": round(p.profiling_s / JOB_HOUR_S, 4),
     }
-
-
-def error_noise(p: Profile, cores: int) -> float:
-    """The error the runs' spread alone allows a held-out point: its own runs' spread and
-    that of the compute-only runs its prediction rests on, added (the input-only step
-    runs once, so its noise is unknown and not counted)."""
-    spread = {pt.cores: pt.spread or 0.0 for pt in p.train_points()}
-    compute = next(pt for pt in p.points if pt.measure == "compute")
-    return spread.get(cores, 0.0) + (compute.spread or 0.0)
 
 
 def refitted(p: Profile) -> Profile:
@@ -131,10 +124,10 @@ def refitted(p: Profile) -> Profile:
 
 
 def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
-    lines = ["| workload | round | samples/s by cores (median ±spread of runs) | compute-only "
-             "runs | trainer CPU ms/sample by cores (compute-only) | model error, held out "
-             "(± the runs' spread) | decision | cost |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | round | samples/s by cores (median ±spread of runs) | input-only "
+             "runs | compute-only runs | trainer CPU ms/sample by cores (compute-only) | "
+             "model error, held out (± what the runs' noise could make) | decision | cost |",
+             "|---|---|---|---|---|---|---|---|---|"]
     def by_cores(d: dict) -> list[tuple[str, float]]:
         return sorted(d.items(), key=lambda x: int(x[0]))
     for i, name in enumerate(names):
@@ -145,12 +138,15 @@ def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
                             for k, v in by_cores(f["samples_per_s"]))
             err = ", ".join(f"{e['cores']}c {e['error']:.1%} (±{e['noise']:.1%})"
                             for e in sorted(f["held_out"], key=lambda e: e["cores"])) or "-"
+            def runs_text(part: dict) -> str:
+                return ", ".join(f"{v:.1f}" for v in part.get("runs", [])) + (
+                    f" (±{part['spread']:.1%})" if part.get("spread") is not None else "")
             comp = f.get("compute_only", {})
-            comp_text = ", ".join(f"{v:.1f}" for v in comp.get("runs", [])) + (
-                f" (±{comp['spread']:.1%})" if comp.get("spread") is not None else "")
+            comp_text, load_text = runs_text(comp), runs_text(f.get("input_only", {}))
             cpu = ", ".join(f"{k}c {v:.2f}" for k, v in by_cores(f.get("trainer_cpu_ms", {})))
             cpu += f" ({comp['cpu_ms']:.2f})" if "cpu_ms" in comp else ""
-            lines.append(f"| {name if r == 1 else ''} | {r} | {pts} | {comp_text or '-'} | "
+            lines.append(f"| {name if r == 1 else ''} | {r} | {pts} | {load_text or '-'} | "
+                         f"{comp_text or '-'} | "
                          f"{cpu or '-'} | {err} | {f['decision']} | "
                          f"{f['profiling_s']:.0f}s ({f['share_of_1h_job']:.1%} of 1 h) |")
     held = [e for results in rounds for f in results for e in f["held_out"]]
@@ -159,8 +155,9 @@ def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
         lines.append("")
         lines.append(f"Held-out points: {len(held)}; error {errs[0]:.1%}-{errs[-1]:.1%}, "
                      f"median {errs[len(errs) // 2]:.1%}; at or under 5%: "
-                     f"{sum(e['error'] <= 0.05 for e in held)}; at or under 5% or the runs' "
-                     f"spread: {sum(e['error'] <= max(0.05, e['noise']) for e in held)}.")
+                     f"{sum(e['error'] <= 0.05 for e in held)}; at or under 5% or what the runs' "
+                     f"noise could make: {sum(e['error'] <= max(0.05, e['noise']) for e in held)}.")
+        lines += ["", per_workload_markdown(names, rounds)]
     lines.append("")
     for what, key in (("decision (cores and memory)", decided),
                       ("cores", lambda text: decided(text).split(" ")[0])):
@@ -169,6 +166,24 @@ def stability_markdown(names: list[str], rounds: list[list[dict]]) -> str:
         lines.append(f"Same {what} in all {len(rounds)} rounds: {len(same)} of {len(names)} "
                      f"workloads" + (f" (not: {', '.join(n for n in names if n not in same)})"
                                      if len(same) < len(names) else "") + ".")
+    return "\n".join(lines)
+
+
+def per_workload_markdown(names: list[str], rounds: list[list[dict]]) -> str:
+    """Each workload's held-out error over all its rounds, beside what the runs' noise
+    could make of it: the figure the model is judged by, and the spread that limits it."""
+    lines = ["| workload | held-out points | error, mean (max) | noise could make, mean | "
+             "points above 5% and their noise |", "|---|---|---|---|---|"]
+    for i, name in enumerate(names):
+        held = [e for results in rounds for e in results[i]["held_out"]]
+        if not held:
+            continue
+        above = [f"{e['cores']}c {e['error']:.1%} (±{e['noise']:.1%})" for e in held
+                 if e["error"] > max(0.05, e["noise"])]
+        mean = sum(e["error"] for e in held) / len(held)
+        noise = sum(e["noise"] for e in held) / len(held)
+        lines.append(f"| {name} | {len(held)} | {mean:.1%} ({max(e['error'] for e in held):.1%})"
+                     f" | {noise:.1%} | {', '.join(above) or 'none'} |")
     return "\n".join(lines)
 
 

@@ -41,6 +41,7 @@ def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
             "p core-ms": f"{m.prep_core_s * 1e3:.2f}",
             "h core-ms": f"{m.host_core_s * 1e3:.2f}",
             "model err (held out)": f"{_pct(m.mean_error)} mean, {_pct(m.max_error)} max"
+            + (f" (noise {_pct(m.mean_noise)})" if m.mean_noise is not None else "")
             if m.held_out else "- (too few points)",
             "dataset MB": f"{m.fetch.dataset_mb:.0f}" if m.fetch else "-",
             "cost s": f"{p.profiling_s:.0f}",

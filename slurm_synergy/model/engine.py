@@ -169,7 +169,9 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     why.append(f"profile: {profile.job_name or profile.fingerprint}, measured in job "
                f"{alloc.job_id or '-'} on {alloc.node} with up to {alloc.cores} cores, "
                f"{alloc.mem_mb} MB, {alloc.gpus} GPU(s); model fitted to {model.basis}"
-               + (f", held-out error {err:.1%}" if err is not None else ""))
+               + (f", held-out error {err:.1%}" if err is not None else "")
+               + (f" (the runs' noise alone could make {model.mean_noise:.1%})"
+                  if err is not None and model.mean_noise is not None else ""))
 
     gpus, gpu_note = _gpus(profile, policy.gpu_threshold)
     why.append(gpu_note)

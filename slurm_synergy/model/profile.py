@@ -149,6 +149,9 @@ class PointError:
     workers: int
     measured: float
     predicted: float
+    # The error the runs' own noise could make: the point's spread, and how far the
+    # prediction moves with each component's (None: profiles from before it was kept).
+    noise: float | None = None
 
     @property
     def error(self) -> float:
@@ -189,6 +192,14 @@ class ThroughputModel:
     @property
     def max_error(self) -> float | None:
         return max((e.error for e in self.held_out), default=None)
+
+    @property
+    def mean_noise(self) -> float | None:
+        """The mean error noise alone could make of the held-out points; None unknown."""
+        noise = [e.noise for e in self.held_out]
+        if not noise or None in noise:
+            return None
+        return sum(n for n in noise if n is not None) / len(noise)
 
 
 @dataclass(frozen=True)

@@ -81,10 +81,30 @@ def predict(model: ThroughputModel, cores: int, mem_mb: float | None = None,
     return min(limits)
 
 
-def _errors(model: ThroughputModel, held: Sequence[Point]) -> tuple[PointError, ...]:
+def _errors(model: ThroughputModel, held: Sequence[Point], loader: Point,
+            compute: Point) -> tuple[PointError, ...]:
     return tuple(PointError(pt.cores, pt.workers, pt.samples_per_s,
-                            predict(model, pt.cores, None, pt.workers))
+                            predict(model, pt.cores, None, pt.workers),
+                            _noise(model, pt, loader, compute))
                  for pt in held if pt.samples_per_s > 0)
+
+
+def _noise(model: ThroughputModel, pt: Point, loader: Point, compute: Point) -> float:
+    """The error the measurements' noise alone could make of the point's prediction: its
+    own runs' spread, plus how far the prediction moves when each component's rate moves
+    by its runs' spread (p with the input-only step's; h and G with the compute-only
+    step's); a component run once counts as noiseless."""
+    def moved(changed: ThroughputModel) -> float:
+        return abs(predict(changed, pt.cores, None, pt.workers) / base - 1.0)
+    base = predict(model, pt.cores, None, pt.workers)
+    if not 0 < base < math.inf:
+        return pt.spread or 0.0
+    ls, cs = loader.spread or 0.0, compute.spread or 0.0
+    slower = replace(model, host_core_s=model.host_core_s * (1 + cs),
+                     device_rate=None if model.device_rate is None else
+                     model.device_rate / (1 + cs))
+    return (pt.spread or 0.0) + moved(replace(model, prep_core_s=model.prep_core_s * (1 + ls))) \
+        + moved(slower)
 
 
 def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu: bool,
@@ -101,4 +121,4 @@ def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu
         device_rate=compute.samples_per_s if on_gpu else None,
         footprint_mb=max((pt.peak_rss_mb for pt in held), default=compute.peak_rss_mb),
         fetch=fetch, anon_mb=highest_known(pt.anon_mb for pt in held))
-    return replace(model, held_out=_errors(model, train))
+    return replace(model, held_out=_errors(model, train, loader, compute))

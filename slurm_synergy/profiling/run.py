@@ -133,20 +133,20 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         loader, compute = Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)
         components = [run.component(loader), run.component(compute)]
 
-        def compute_again() -> None:
-            # The compute-only step sets the training process's cost per sample, which
-            # every prediction of a compute-bound model rests on: once the measured
-            # counts are settled, the budget buys a second run of it, apart from the
-            # first, so its noise is known too. (The input-only step is cheap to get
-            # wrong: where input binds, the end-to-end runs show it.)
-            if run.fits(components[1].step_s):
-                components[1] = combine([components[1], run.component(compute)])
+        def components_again() -> None:
+            # Every prediction rests on the two components, so once the measured counts
+            # are settled the budget buys a second run of each, apart from the first:
+            # their noise is then known too, and a held-out point's error can be read
+            # against it. Compute-only first, which compute-bound predictions rest on.
+            for i, step in ((1, compute), (0, loader)):
+                if run.fits(components[i].step_s):
+                    components[i] = combine([components[i], run.component(step)])
         # The repeats come after the components, so that other steps separate a count's
         # first run from its second; extra ones go where the decision's noise rule
         # cannot yet tell the counts apart.
         repeat_sweep(swept, run.rates, run.measure, run.counts_fit, args.repeats,
                      max(args.repeats, args.max_repeats), unclear=_noise_test(log),
-                     after=compute_again)
+                     after=components_again)
         train = run.train_points(swept)
         points.extend(train)
         if ngpus >= 2:

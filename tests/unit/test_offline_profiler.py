@@ -183,10 +183,17 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert argv.count("--workers") == 1 and argv[argv.index("--workers") + 1] == "1"
     assert argv[argv.index("--max-iterations") + 1] == "9"      # 3 warm-up + 5 + 1
     assert "step 5: compute only" in proc.stderr   # a line per step in a batch log
-    # The compute-only step ran again after the repeats (the budget allowed it: these
-    # steps take a second or two), so its noise is known too.
-    compute = next(x for x in p.points if x.measure == "compute")
+    # Both components ran again after the repeats (the budget allowed it: these steps
+    # take a second or two), compute-only first, so their noise is known too, and each
+    # held-out error carries what that noise and its own runs' could make of it.
+    loader, compute = (next(x for x in p.points if x.measure == m) for m in ("loader",
+                                                                          "compute"))
     assert len(compute.repeats) == 2 and compute.spread is not None
+    assert len(loader.repeats) == 2 and loader.spread is not None
+    steps = sorted(f.name for f in (tmp_path / "work").glob("step*"))
+    assert [s.split("-", 1)[1] for s in steps[-2:]] == ["compute-1c", "loader-2c"]
+    assert all(e.noise is not None and e.noise >= 0 for e in p.model.held_out)
+    assert p.model.mean_noise is not None
     again = profile(tmp_path, "--fingerprint", "00000000000000aa", str(fake), cores="0,1")
     assert again.returncode == 0 and "already profiled" in again.stderr
 
@@ -276,11 +283,11 @@ def test_slow_steps_measure_a_window_of_seconds_not_all_their_iterations():
     assert window_iterations({}, 5.0, 20) == 20
 
 
-def test_the_compute_only_step_runs_again_only_within_the_budget(tmp_path, fake):
+def test_the_components_run_again_only_within_the_budget(tmp_path, fake):
     proc = profile(tmp_path, "--fingerprint", "00000000000000ab", "--max-iterations", "3",
                    "--budget", "0", str(fake), cores="0,1")
     assert proc.returncode == 0, proc.stderr
     p = ProfileStore(tmp_path / "store").load("00000000000000ab")
-    compute = next(x for x in p.points if x.measure == "compute")
-    assert compute.repeats == ()            # one run: the budget was spent
+    # One run of each: the budget was spent; their noise is unknown, not counted.
+    assert all(x.repeats == () for x in p.points if x.measure in ("loader", "compute"))
     assert all(len(x.repeats) == 2 for x in p.points if x.measure == "train")

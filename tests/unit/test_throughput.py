@@ -1,6 +1,7 @@
 """The throughput model: each bound of min(F, k/(p+h), W/p, G), and its fits."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -95,6 +96,26 @@ def test_fit_components_holds_out_every_training_point():
     assert m.mean_error == pytest.approx(sum(e.error for e in m.held_out) / 2)
     on_gpu = fit_components(loader, compute, train, on_gpu=True, fetch=None)
     assert on_gpu.device_rate == 250.0
+
+
+def test_each_held_out_error_carries_what_the_noise_alone_could_make_of_it():
+    # The input-only runs lie ±5% apart, the compute-only runs ±4%, the one-core point's
+    # own runs ±2.8%: the two-core point is input-bound (1/p), so only p's noise moves
+    # it; the one-core point's 1/(p+h) moves with both, each by its share, and with its
+    # own runs' spread on top.
+    loader = replace(pt("loader", 2, 1, 100.0), repeats=(95.0, 105.0))
+    compute = replace(pt("compute", 1, 0, 250.0, h=0.004), repeats=(240.0, 260.0))
+    train = [pt("train", 2, 1, 99.0), replace(pt("train", 1, 1, 72.0), repeats=(70.0, 74.0))]
+    two, one = fit_components(loader, compute, train, on_gpu=False, fetch=None).held_out
+    assert two.noise == pytest.approx(1 - 1 / 1.05)
+    p_share = 1 - 0.014 / (0.01 * 1.05 + 0.004)
+    h_share = 1 - 0.014 / (0.01 + 0.004 * 1.04)
+    assert one.noise == pytest.approx(2 / 72 + p_share + h_share)
+    # Components run once: their noise is unknown and counts as none.
+    alone = fit_components(pt("loader", 2, 1, 100.0), pt("compute", 1, 0, 250.0, h=0.004),
+                           train, on_gpu=False, fetch=None)
+    assert [e.noise for e in alone.held_out] == [0.0, pytest.approx(2 / 72)]
+    assert alone.mean_noise == pytest.approx(1 / 72)
 
 
 def test_predict_refuses_zero_cores():

@@ -92,7 +92,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="most runs of one core count (default %(default)s)")
     add("--budget", type=float, default=72.0,
         help="seconds of profiling an optional step must end within, at what its last "
-        "run took: extra repeats, then a second compute-only run (default %(default)s, "
+        "run took: extra repeats, then a second run of each component (default %(default)s, "
         "2%% of a one-hour job); the sweep, its --repeats and the components run "
         "regardless")
     add("--step-timeout", type=float, default=600.0,

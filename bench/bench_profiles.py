@@ -81,7 +81,7 @@ def decided(text: str) -> str:
 
 
 def figures(p: Profile, d: Decision | NoDecision) -> dict:
-    loader = next(pt for pt in p.points if pt.measure == "loader")
+    loader = max((pt for pt in p.points if pt.measure == "loader"), key=lambda pt: pt.cores)
     compute = next(pt for pt in p.points if pt.measure == "compute")
     return {
         "samples_per_s": {str(pt.cores): round(pt.samples_per_s, 2)
@@ -100,6 +100,9 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
         "trainer_cpu_ms": {str(pt.cores): round(pt.host_cpu_s_per_sample * 1e3, 3)
                            for pt in p.train_points()},
         "prep_core_ms": round(p.model.prep_core_s * 1e3, 3),
+        # Input and training on one shared core (the one-core pair), against p + h apart.
+        "shared_core_ms": None if p.model.shared_core_s is None else
+        round(p.model.shared_core_s * 1e3, 3),
         "host_core_ms": round(p.model.host_core_s * 1e3, 3),
         "held_out": [{"cores": e.cores, "measured": round(e.measured, 2),
                       "predicted": round(e.predicted, 2), "error": round(e.error, 4),
@@ -116,10 +119,13 @@ def figures(p: Profile, d: Decision | NoDecision) -> dict:
 def refitted(p: Profile) -> Profile:
     """The profile's model fitted again from its kept points by this checkout's fit, so
     that a change of the model is measured on profiles already taken."""
-    loader = next(pt for pt in p.points if pt.measure == "loader")
+    loader = max((pt for pt in p.points if pt.measure == "loader"), key=lambda pt: pt.cores)
     compute = next(pt for pt in p.points if pt.measure == "compute")
+    alone = [pt for pt in p.points if pt.measure == "loader" and pt.cores == 1]
+    beside = [pt for pt in p.points if pt.measure == "shared"]
     model = fit_components(loader, compute, p.train_points(),
-                           on_gpu=p.model.device_rate is not None, fetch=p.model.fetch)
+                           on_gpu=p.model.device_rate is not None, fetch=p.model.fetch,
+                           shared=(alone[0], beside[0]) if alone and beside else None)
     return replace(p, model=model)
 
 

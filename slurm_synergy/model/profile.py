@@ -18,7 +18,7 @@ from slurm_synergy.model.noise import spread_of
 
 PROFILE_VERSION = 1
 FINGERPRINT_RE = re.compile(r"^[0-9a-f]{16}$")
-MEASURES = ("train", "loader", "compute")
+MEASURES = ("train", "loader", "compute", "shared")
 
 
 class ProfileError(SynergyError):
@@ -29,7 +29,9 @@ class ProfileError(SynergyError):
 class Point:
     """One profiling step: the workload run for a few iterations under fixed limits."""
 
-    measure: str                 # train (end to end), loader (input only), compute (no input)
+    # train (end to end), loader (input only), compute (no input), shared (compute beside
+    # an input-only step on the same core)
+    measure: str
     cores: int
     workers: int
     mem_mb: int
@@ -177,6 +179,10 @@ class ThroughputModel:
     # The footprint's part the page cache cannot take back (Point.anon_mb): what the
     # dataset's pages compete with under a memory limit. None: the whole footprint.
     anon_mb: float | None = None
+    # CPU-seconds per sample of input and training on one shared core: the input-only
+    # step alone on it, plus the trainer's CPU time beside an input-only step on the
+    # same core (profiling/run.py). None: not measured (the components apart count).
+    shared_core_s: float | None = None
 
     @property
     def resident_mb(self) -> float:

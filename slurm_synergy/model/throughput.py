@@ -14,13 +14,17 @@ dataset the page cache holds: the job's memory beyond what the cache cannot take
 (its anonymous and shared memory, as its cgroup charges them), over the dataset's size;
 C and S are the cache and storage read rates in samples/s.
 
+Where the loader's worker and the trainer outnumber the cores (one core, one worker)
+they take turns on it and evict each other's caches, which the components, each on a
+core of its own, cannot see: there k / (p + h) becomes k / s, with s the CPU-seconds a
+sample of the two on one shared core (the one-core pair, profiling/session.py), where
+the profile measured it.
+
 Not modelled: the loader's refill at each epoch's start (a new worker and its first
 batch, which nothing hides): much of the time of a job whose epoch is a few batches
 (alexnet on 2 cores waited 9% of its steps with 8 batches an epoch, 1.5% with 64) and
-nothing of a real dataset's thousands. Nor what sharing cores costs the loader and the
-trainer (each evicts the other's caches), which the components, each on a core of its
-own, cannot see: where processes and threads outnumber the cores, as at one core (or at
-every count, for a script that keeps PyTorch's default threads).
+nothing of a real dataset's thousands. Nor the same sharing at larger counts, for a
+script that keeps PyTorch's default threads beside its workers.
 """
 
 from __future__ import annotations
@@ -66,7 +70,11 @@ def predict(model: ThroughputModel, cores: int, mem_mb: float | None = None,
         # Fitted to whole runs: p is the total CPU cost per sample, G the plateau.
         limits = [cores / p if p > 0 else math.inf]
     else:
-        limits = [cores / (p + h) if p + h > 0 else math.inf]
+        # Where the loader's workers and the trainer outnumber the cores they take turns,
+        # each evicting the other's caches: the one-core pair measured that cost.
+        shared = model.shared_core_s if w > 0 and w + 1 > cores else None
+        limits = [cores / shared if shared else
+                  cores / (p + h) if p + h > 0 else math.inf]
         if w > 0:
             limits.append(min(w, cores) / p if p > 0 else math.inf)
         else:                       # input prepared in the training process itself
@@ -108,17 +116,24 @@ def _noise(model: ThroughputModel, pt: Point, loader: Point, compute: Point) -> 
 
 
 def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu: bool,
-                   fetch: FetchRates | None) -> ThroughputModel:
-    """Fit p, h, G from the input-only and compute-only steps; every end-to-end point
-    is then held out, and its error is the model's error."""
+                   fetch: FetchRates | None,
+                   shared: tuple[Point, Point] | None = None) -> ThroughputModel:
+    """Fit p, h, G from the input-only and compute-only steps, and the one-core cost
+    from `shared` (the input-only step alone on one core, the compute-only step beside
+    another on that core) where measured; every end-to-end point is then held out, and
+    its error is the model's error."""
     # The input-only step ran its workers flat out, each on a core of its own.
     p = max(1, min(loader.workers, loader.cores)) / loader.samples_per_s
     h = compute.host_cpu_s_per_sample
+    alone, beside = shared or (None, None)
+    shared_s = 1 / alone.samples_per_s + beside.host_cpu_s_per_sample \
+        if alone and beside and alone.samples_per_s > 0 else None
     # Memory as the job will hold it: from the runs that started the script anew.
     held = started_anew(train)
     model = ThroughputModel(
         basis="components", prep_core_s=p, host_core_s=h,
         device_rate=compute.samples_per_s if on_gpu else None,
         footprint_mb=max((pt.peak_rss_mb for pt in held), default=compute.peak_rss_mb),
-        fetch=fetch, anon_mb=highest_known(pt.anon_mb for pt in held))
+        fetch=fetch, anon_mb=highest_known(pt.anon_mb for pt in held),
+        shared_core_s=shared_s)
     return replace(model, held_out=_errors(model, train, loader, compute))

@@ -12,8 +12,11 @@ would, as __main__.
 Requests are JSON lines on stdin: {"argv": the probe's arguments, "cores": k, "cwd":
 folder, "log": file, "env": variables to set, "fork": false to start the script anew
 (the profile's first run, whose memory is the job's; inside this step, which holds the
-profile's cores and memory, so no second srun step could start)}. Each is answered, once its step has
-ended, by the line {"rc": the probe's exit status} on stdout. It ends at end of input.
+profile's cores and memory, so no second srun step could start)}, or {"together": [such
+requests]}: steps run at the same time, each on the first k of the cores (the one-core
+pair of profiling/steps.py). Each is answered, once its steps have ended, by the line
+{"rc": the probe's exit status, the first that is not 0} on stdout. It ends at end of
+input.
 Its first line on stdout says whether it is ready: {"ready": true}, or {"ready": false,
 "why": ...} when forking it would not be safe, and the profile's steps then start anew.
 Forking is safe while nothing has run on torch's thread pools and the CUDA driver is
@@ -183,20 +186,27 @@ def serve() -> int:
         return 1
     while line := sys.stdin.readline():
         request = json.loads(line)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = _step(request)
-            except BaseException:   # noqa: BLE001 - into the step's log; the reply says it
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        _reply({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])})
+        pids = [_fork_step(part) for part in request.get("together") or [request]]
+        codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+        _reply({"rc": next((c for c in codes if c), 0)})
     return 0
+
+
+def _fork_step(request: dict[str, Any]) -> int:
+    """One step in a fork of this interpreter; its pid."""
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _step(request)
+        except BaseException:   # noqa: BLE001 - into the step's log; the reply says it
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
 
 
 if __name__ == "__main__":

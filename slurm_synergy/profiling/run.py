@@ -113,10 +113,10 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
     # The least a profile takes: log2(top) + 1 counts, each run --repeats times, two
-    # component steps and one step on a single GPU.
+    # component steps, the one-core pair's two and one step on a single GPU.
     run = Session(runner, top=top, procs=procs, mem_mb=mem_mb, gpus=gpus, window_s=args.window,
                   max_iterations=args.max_iterations, budget_s=args.budget,
-                  steps=top.bit_length() * args.repeats + 2 + (ngpus >= 2),
+                  steps=top.bit_length() * args.repeats + 2 + 2 * (procs == 1) + (ngpus >= 2),
                   desc=f"profile {fp[:8]}", log=log, t0=t0)
     points: list[Point] = []
     try:
@@ -132,6 +132,10 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         # given a multiprocessing_context, which need workers.
         loader, compute = Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)
         components = [run.component(loader), run.component(compute)]
+        # At one core the loader's worker and the trainer take turns on it, which the
+        # components, each on a core of its own, cannot see (torchrun ranks share
+        # differently, and are not paired).
+        shared = run.shared_core() if procs == 1 else None
 
         def components_again() -> None:
             # Every prediction rests on the two components, so once the measured counts
@@ -158,7 +162,7 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
             run.advance(f"{best.cores} cores on 1 of {ngpus} GPUs: {pt.samples_per_s:.1f} "
                         f"samples/s ({pt.step_s:.0f}s)")
         model = fit_components(components[0], components[1], train, on_gpu=bool(gpus),
-                               fetch=fetch)
+                               fetch=fetch, shared=shared)
         readings = gpu_readings(run.sampler, gpu_reason, gpus, first)
         if gpus and args.power_sweep == "auto":
             run.bar.set_postfix_str("power limits")
@@ -171,7 +175,7 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         command=tuple([args.script, *plan.script_args]), batch=plan.record_batch,
         allocation=Allocation(top, mem_mb, ngpus, socket.gethostname(), launcher,
                               limits.job_id, procs),
-        points=tuple(points + components), model=model, gpu=readings, started=started,
+        points=tuple(points + components + list(shared or ())), model=model, gpu=readings, started=started,
         finished=_now(), profiling_s=round(run.spent_s(), 2),
         profiler_version=__version__, gpu_memory=gpu_memory,
         notes=tuple(notes) + ((runner.note,) if runner.note else ()))

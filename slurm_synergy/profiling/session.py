@@ -12,7 +12,7 @@ from tqdm import tqdm
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.model.throughput import workers_for
-from slurm_synergy.profiling.errors import PROG
+from slurm_synergy.profiling.errors import PROG, ProfilingError
 from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
 
 
@@ -90,6 +90,29 @@ class Session:
         self.advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
                      f"samples/s ({pt.step_s:.0f}s)")
         return pt
+
+    def shared_core(self) -> tuple[Point, Point] | None:
+        """The one-core pair, for the counts where the loader's worker and the trainer
+        take turns on a core: the input-only step alone on one core, then the
+        compute-only and input-only steps at once on that core (the trainer's CPU time
+        per sample there is what counts). None where steps cannot share a core, or the
+        pair failed (logged): the components apart then count, as before the pair."""
+        if not self.runner.can_pair():
+            return None
+        try:
+            alone = self.component(Step("loader", 1, 1))
+            self.bar.set_postfix_str("compute beside loader")
+            (beside, _), wall = self.runner.run_together((Step("compute", 1, 1),
+                                                          Step("loader", 1, 1)))
+        except ProfilingError as e:
+            self.log(f"{PROG}: the one-core pair failed, so the components apart set the "
+                     f"model at one core: {e}")
+            return None
+        pt = to_point(Step("shared", 1, 1), beside, wall, self.mem_mb, self.procs)
+        self.advance(f"compute only beside loader only, on 1 core: {pt.samples_per_s:.1f} "
+                     f"samples/s, {pt.host_cpu_s_per_sample * 1e3:.2f} ms of CPU a sample "
+                     f"({wall:.0f}s)")
+        return alone, pt
 
     def advance(self, line: str) -> None:
         self.bar.update(1)

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Sequence
 
 import psutil
 
@@ -73,35 +73,38 @@ class Runner:
         """Run one step: its script a fork of the warm interpreter, unless `fresh` or
         none can start; the probe's measurement, with "forked" set where the script was
         one, and the wall time. ProfilingError if the step fails or measures nothing."""
+        measured, wall = self.run_together((step,), fresh)
+        return measured[0], wall
+
+    def can_pair(self) -> bool:
+        """Whether two steps can share cores: forks of the warm interpreter, or local
+        processes (an srun step of its own would get cores of its own)."""
+        return self._warm_ready() or self.launcher == "local"
+
+    def run_together(self, steps: Sequence[Step], fresh: bool = False
+                     ) -> tuple[list[dict[str, Any]], float]:
+        """Run steps at the same time, each on the first of the cores it asks for (so
+        two one-core steps share one core); their measurements and the wall time."""
         self.steps_run += 1
-        folder = self.workdir / f"step{self.steps_run:02d}-{step.measure}-{step.cores}c"
+        what = steps[0].measure if len(steps) == 1 else "shared"
+        folder = self.workdir / f"step{self.steps_run:02d}-{what}-{steps[0].cores}c"
         if folder.exists():
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        out = folder / "probe.json"
-        argv = self.argv(step, out)
-        log = folder / "step.log"
+        parts = [folder] if len(steps) == 1 else [folder / s.measure for s in steps]
+        for part in parts:
+            part.mkdir(parents=True)
+        argvs = [self.argv(s, part / "probe.json") for s, part in zip(steps, parts)]
+        logs = [part / "step.log" for part in parts]
         t0 = time.perf_counter()
         # While the warm interpreter runs, it holds the profile's cores and memory (an
         # srun step), so a fresh step starts its script anew from inside it too.
         warm = self._warm_ready()
-        rc = self._run_warm(step, argv, folder, log, fork=not fresh) if warm else \
-            self._run_new(step, argv, folder, log)
+        rc = self._run_warm(steps, argvs, parts, logs, fork=not fresh) if warm else \
+            self._run_new(steps, argvs, parts, logs)
         forked = warm and not fresh
         wall = time.perf_counter() - t0
-        try:
-            result = read_result(out)
-        except ValueError:
-            if rc != 0:
-                raise StepFailed(step, rc, log) from None
-            raise ProfilingError(f"the {_describe(step)} step wrote no probe result; see "
-                                 f"{log}") from None
-        if not result["ok"]:
-            tail = f"; last lines of {log}:\n{_tail(log)}" if result["exit_status"] else \
-                f" (log: {log})"
-            raise ProfilingError(f"the {_describe(step)} step measured nothing: "
-                                 f"{result['reason']}{tail}")
-        return dict(result["measurement"], forked=forked), wall
+        return [dict(_result(s, part / "probe.json", rc, log), forked=forked)
+                for s, part, log in zip(steps, parts, logs)], wall
 
     def start(self) -> None:
         """Start the warm interpreter where the steps can fork from it: its imports then
@@ -130,24 +133,46 @@ class Runner:
             return False
         return True
 
-    def _run_warm(self, step: Step, argv: list[str], folder: Path, log: Path,
-                  fork: bool) -> int:
+    def _run_warm(self, steps: Sequence[Step], argvs: list[list[str]], folders: list[Path],
+                  logs: list[Path], fork: bool) -> int:
         assert self._warm is not None
-        with open(log, "w") as output:
-            how = "a fork of" if fork else "started anew from"
-            output.write(f"$ (the script {how} the warm interpreter) {' '.join(argv)}\n")
-        request = {"argv": argv[argv.index(PROBE) + 1:], "cores": step.cores, "fork": fork,
-                   "cwd": str(folder), "log": str(log), "gpus": step.gpus,
-                   "env": {"SYNERGY_OUTPUT": str(folder),
-                           "SLURM_CPUS_PER_TASK": str(step.cores)}}
-        rc = self._warm.step(request, self.timeout_s)
+        requests = []
+        for step, argv, folder, log in zip(steps, argvs, folders, logs):
+            with open(log, "w") as output:
+                how = "a fork of" if fork else "started anew from"
+                output.write(f"$ (the script {how} the warm interpreter) {' '.join(argv)}\n")
+            requests.append({"argv": argv[argv.index(PROBE) + 1:], "cores": step.cores,
+                             "fork": fork, "cwd": str(folder), "log": str(log),
+                             "gpus": step.gpus,
+                             "env": {"SYNERGY_OUTPUT": str(folder),
+                                     "SLURM_CPUS_PER_TASK": str(step.cores)}})
+        rc = self._warm.step(requests[0] if len(requests) == 1 else {"together": requests},
+                             self.timeout_s)
         if rc is None:
             self._warm.kill()
             self._warm = None
-            raise self._timed_out(step, log)
+            raise self._timed_out(steps[0], logs[0])
         return rc
 
-    def _run_new(self, step: Step, argv: list[str], folder: Path, log: Path) -> int:
+    def _run_new(self, steps: Sequence[Step], argvs: list[list[str]], folders: list[Path],
+                 logs: list[Path]) -> int:
+        if len(steps) > 1 and self.launcher == "srun":
+            raise ProfilingError("steps that share cores need the warm interpreter or "
+                                 "local steps")
+        procs = [self._start_new(*args) for args in zip(steps, argvs, folders, logs)]
+        deadline = time.monotonic() + self.timeout_s
+        codes = []
+        for proc, step, log in zip(procs, steps, logs):
+            try:
+                codes.append(proc.wait(timeout=max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                for other in procs:
+                    _stop(other)
+                raise self._timed_out(step, log) from None
+        return next((c for c in codes if c), 0)
+
+    def _start_new(self, step: Step, argv: list[str], folder: Path,
+                   log: Path) -> subprocess.Popen[bytes]:
         # Every step keeps the job's GPUs, the input-only one too: a script that moves its
         # model to CUDA before its loop would fail without one.
         gpus = self.gpus if step.gpus is None else step.gpus
@@ -167,14 +192,9 @@ class Runner:
         with open(log, "w") as output:
             output.write("$ " + " ".join(argv) + "\n")
             output.flush()
-            proc = subprocess.Popen(argv, cwd=folder, stdout=output, stderr=subprocess.STDOUT,
+            return subprocess.Popen(argv, cwd=folder, stdout=output, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True, preexec_fn=preexec)
-            try:
-                return proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                _stop(proc)
-                raise self._timed_out(step, log) from None
 
     def _timed_out(self, step: Step, log: Path) -> ProfilingError:
         return ProfilingError(
@@ -286,6 +306,24 @@ class _Warm:
                               "step anew)")
 
 
+def _result(step: Step, out: Path, rc: int, log: Path) -> dict[str, Any]:
+    """The probe's measurement of a step; ProfilingError if it failed or measured
+    nothing."""
+    try:
+        result = read_result(out)
+    except ValueError:
+        if rc != 0:
+            raise StepFailed(step, rc, log) from None
+        raise ProfilingError(f"the {_describe(step)} step wrote no probe result; see "
+                             f"{log}") from None
+    if not result["ok"]:
+        tail = f"; last lines of {log}:\n{_tail(log)}" if result["exit_status"] else \
+            f" (log: {log})"
+        raise ProfilingError(f"the {_describe(step)} step measured nothing: "
+                             f"{result['reason']}{tail}")
+    return dict(result["measurement"])
+
+
 class StepFailed(ProfilingError):
     def __init__(self, step: Step, rc: int, log: Path) -> None:
         self.step, self.rc, self.log = step, rc, log
@@ -296,7 +334,8 @@ class StepFailed(ProfilingError):
 
 def _describe(step: Step) -> str:
     what = {"train": "training", "loader": "input-only", "compute": "compute-only",
-            "memory": "memory-tracked"}[step.measure]
+            "memory": "memory-tracked",
+            "shared": "compute-only beside input-only"}[step.measure]
     return f"{what} {step.cores}-core"
 
 

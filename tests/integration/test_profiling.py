@@ -47,7 +47,9 @@ def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profile
     assert profile.allocation.launcher == "srun" and profile.allocation.job_id == job
     assert profile.allocation.cores == 2 and profile.job_name == "prof-resnet8"
     assert [(p.measure, p.cores) for p in profile.points] == [
-        ("train", 2), ("train", 1), ("loader", 2), ("compute", 1)]
+        ("train", 2), ("train", 1), ("loader", 2), ("compute", 1), ("loader", 1),
+        ("shared", 1)]
+    assert profile.model.shared_core_s is not None and profile.model.shared_core_s > 0
     assert all(p.samples_per_s > 0 and p.peak_rss_mb > 0 for p in profile.points)
     assert profile.model.basis == "components" and len(profile.model.held_out) == 2
     assert profile.model.fetch is not None and profile.model.fetch.dataset_mb > 0
@@ -57,23 +59,26 @@ def test_profiling_prolog_stores_a_profile_measured_in_srun_steps(slurm, profile
     steps = [r for r in slurm.sacct([job], STEP_FIELDS, allocations_only=False)
              if r["JobName"] == f"profile-{spec.fingerprint}"]
     assert [(s["AllocCPUS"], s["State"]) for s in steps] == [("2", "COMPLETED")]
-    # Each step's script ran on the cores asked for: the sweep, the two components, then
-    # the sweep's counts again in the same order; each count's first run started anew,
-    # the rest were forks.
+    # Each step's script ran on the cores asked for: the sweep, the two components, the
+    # one-core pair (the input-only step alone, then beside the compute-only step, each
+    # half in a folder of its own), then the sweep's counts again in the same order;
+    # each count's first run started anew, the rest were forks.
     folders = sorted((out / spec.name / "profile").glob("step*"))
-    cpus = [json.loads((f / "probe.json").read_text())["processes"][0]["cpus"]
-            for f in folders]
-    assert cpus[:6] == [2, 1, 2, 1, 2, 1]
-    assert [int(f.name.split("-")[-1].rstrip("c")) for f in folders] == cpus
-    heads = [(f / "step.log").read_text().splitlines()[0] for f in folders]
+    runs_of = [[f] if (f / "probe.json").exists() else [f / "compute", f / "loader"]
+               for f in folders]
+    cpus = [[json.loads((r / "probe.json").read_text())["processes"][0]["cpus"] for r in rs]
+            for rs in runs_of]
+    assert cpus[:8] == [[2], [1], [2], [1], [1], [1, 1], [2], [1]]
+    assert [int(f.name.split("-")[-1].rstrip("c")) for f in folders] == [c[0] for c in cpus]
+    heads = [(r / "step.log").read_text().splitlines()[0] for rs in runs_of for r in rs]
     assert all("started anew from the warm interpreter" in h for h in heads[:2])
     assert all("a fork of the warm interpreter" in h for h in heads[2:])
     # Each count ran twice at least; each component once, or twice where the budget
     # allowed; only the runs started anew gave the memory.
     runs = [len(p.repeats) for p in profile.train_points()]
-    components = [len(p.repeats) for p in profile.points if p.measure != "train"]
-    assert min(runs) >= 2 and len(components) == 2 and set(components) <= {0, 2}
-    assert len(folders) == sum(max(1, n) for n in components) + sum(runs)
+    components = [len(p.repeats) for p in profile.points[2:4]]
+    assert min(runs) >= 2 and set(components) <= {0, 2}
+    assert len(folders) == sum(max(1, n) for n in components) + 2 + sum(runs)
     assert all(not p.forked and len(p.peaks_mb) == 1 for p in profile.train_points())
     # The resubmitted job then trained.
     assert (out / spec.name / "summary.json").exists()

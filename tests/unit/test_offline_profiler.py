@@ -162,7 +162,19 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert stored(tmp_path) == ["00000000000000aa"]
     p = ProfileStore(tmp_path / "store").load("00000000000000aa")
     assert [(x.measure, x.cores, x.workers) for x in p.points] == [
-        ("train", 2, 1), ("train", 1, 1), ("loader", 2, 1), ("compute", 1, 1)]
+        ("train", 2, 1), ("train", 1, 1), ("loader", 2, 1), ("compute", 1, 1),
+        ("loader", 1, 1), ("shared", 1, 1)]
+    # The one-core pair: the input-only step alone on one core, then the compute-only
+    # and input-only steps at once, both on that one core; the model's one-core cost is
+    # the first's CPU time per sample (one core flat out) plus the trainer's beside it.
+    alone, beside = p.points[-2:]
+    assert p.model.shared_core_s == pytest.approx(1 / alone.samples_per_s
+                                                  + beside.host_cpu_s_per_sample)
+    pair = next((tmp_path / "work").glob("step*-shared-1c"))
+    for half in ("compute", "loader"):
+        result = json.loads((pair / half / "probe.json").read_text())
+        assert result["mode"] == half and result["processes"][0]["cpus"] == 1
+    assert "compute only beside loader only, on 1 core" in proc.stderr
     assert all(x.samples_per_s > 0 and x.peak_rss_mb > 0 for x in p.points)
     # What the page cache cannot take back is measured too, and is less than the
     # processes' RSS (their libraries' file pages, and pages a worker shares with its
@@ -291,3 +303,19 @@ def test_the_components_run_again_only_within_the_budget(tmp_path, fake):
     # One run of each: the budget was spent; their noise is unknown, not counted.
     assert all(x.repeats == () for x in p.points if x.measure in ("loader", "compute"))
     assert all(len(x.repeats) == 2 for x in p.points if x.measure == "train")
+
+
+def test_steps_started_anew_pair_on_one_core_too(tmp_path, fake):
+    # Without the warm interpreter, local steps are new processes: the pair's two are
+    # started at once, both pinned to the allocation's first core.
+    proc = profile(tmp_path, "--fingerprint", "00000000000000ac", "--max-iterations", "3",
+                   "--fresh-steps", str(fake), cores="0,1")
+    assert proc.returncode == 0, proc.stderr
+    p = ProfileStore(tmp_path / "store").load("00000000000000ac")
+    assert [(x.measure, x.cores) for x in p.points[-2:]] == [("loader", 1), ("shared", 1)]
+    assert p.model.shared_core_s is not None
+    pair = next((tmp_path / "work").glob("step*-shared-1c"))
+    for half in ("compute", "loader"):
+        assert (pair / half / "step.log").read_text().startswith("$ ")   # a new process
+        result = json.loads((pair / half / "probe.json").read_text())
+        assert result["processes"][0]["cpus"] == 1

@@ -118,6 +118,22 @@ def test_each_held_out_error_carries_what_the_noise_alone_could_make_of_it():
     assert alone.mean_noise == pytest.approx(1 / 72)
 
 
+def test_the_one_core_pair_sets_the_cost_where_worker_and_trainer_share_a_core():
+    # Apart: p = 0.01, h = 0.004. The input-only step alone on one core gives 95/s, and
+    # the trainer beside it needs 0.0046 s a sample: together 0.01513 s on one core.
+    loader, compute = pt("loader", 2, 1, 100.0), pt("compute", 1, 0, 250.0, h=0.004)
+    alone, beside = pt("loader", 1, 1, 95.0), pt("shared", 1, 1, 120.0, h=0.0046)
+    train = [pt("train", 2, 1, 99.0), pt("train", 1, 1, 66.0)]
+    m = fit_components(loader, compute, train, False, None, shared=(alone, beside))
+    assert m.shared_core_s == pytest.approx(1 / 95 + 0.0046)
+    assert predict(m, 1) == pytest.approx(1 / m.shared_core_s)      # worker + trainer on 1
+    assert predict(m, 2) == pytest.approx(100.0)                     # each on its own core
+    assert predict(m, 1, workers=0) == pytest.approx(1 / 0.014)      # one process: no turns
+    assert m.held_out[1].predicted == pytest.approx(1 / m.shared_core_s)
+    # Not measured (srun steps started anew, torchrun): the components apart count.
+    assert fit_components(loader, compute, train, False, None).shared_core_s is None
+
+
 def test_predict_refuses_zero_cores():
     with pytest.raises(ValueError, match="at least 1"):
         predict(model(), 0)

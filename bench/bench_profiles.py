@@ -38,7 +38,7 @@ from slurm_synergy.model.throughput import fit_components  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot  # noqa: E402
 from slurm_synergy.profiles import ProfileStore  # noqa: E402
-from slurm_synergy.shim.table import node_shape  # noqa: E402
+from slurm_synergy.shim.table import node_shape, read, table_path  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 
@@ -66,6 +66,20 @@ def profile_round(csv: Path, work: Path, steps: str = "warm") -> list[Profile]:
         raise SystemExit(f"jobs not completed: {[(r.name, r.state) for r in failed]}; "
                          f"not profiled: {missing}; logs in {work / 'jobs' / 'logs'}")
     return [store.load(s.fingerprint) for s in specs]
+
+
+def decided_already(csv: Path) -> None:
+    """SystemExit if the cluster's decision table decides a workload of the suite: the
+    shim would size its profiling job to the decision (one core, say), not as asked."""
+    path = table_path()
+    if not path.exists():
+        return
+    _, entries = read(path)
+    known = [s.name for s in load_jobs(csv) if s.fingerprint in entries]
+    if known:
+        raise SystemExit(f"{path} decides {', '.join(known)} already (a `make demo` of the "
+                         "same workload?): the shim would size their profiling jobs to it. "
+                         "Move it aside and run again.")
 
 
 def decision_text(d: Decision | NoDecision) -> str:
@@ -235,6 +249,8 @@ def main() -> int:
     policy = load_policy(policy_path())
     catalog = site_catalog(policy_path())
     names = [s.name for s in load_jobs(args.csv)]
+    if not args.decide_only:
+        decided_already(args.csv)
     modes = args.steps.split(",")
     if not modes or any(m not in ("warm", "fresh") for m in modes):
         parser.error(f"--steps {args.steps}: warm, fresh or both")

@@ -58,7 +58,7 @@ class Policy:
     # The least a memory peak is taken to vary between runs: it is counted this much
     # higher before the headroom, so a peak near a rounding step does not flip the size
     # from one profile to the next (one workload's runs peaked up to ±4% apart).
-    min_mem_spread: float = 0.05
+    min_mem_spread: float = 0.10
     min_mem_mb: int = 512
     # A GPU fits a job when its memory holds the step's peak plus this share, plus the
     # CUDA context and library workspaces that no tensor shows.

@@ -92,9 +92,13 @@ def test_each_style_is_profiled_and_resubmitted_with_its_decision(box, corpus, n
     log = (out / "logs").glob(f"*-{first[name]['JobID']}.out")
     assert first[name]["State"] == "COMPLETED", next(log).read_text()[-3000:]
     profile = ProfileStore.default().load(spec.fingerprint)
-    # The compute-only step gives each of the script's processes a core.
+    # The compute-only step gives each of the script's processes a core; a script of one
+    # process (DALI's too) also gets the one-core pair, the input-only step alone on one
+    # core and the compute-only step beside it there; torchrun's ranks do not.
+    pair = [("loader", 1), ("shared", 1)] if spec.procs == 1 else []
     assert [(p.measure, p.cores) for p in profile.points] == [
-        ("train", 2), ("train", 1), ("loader", 2), ("compute", spec.procs)]
+        ("train", 2), ("train", 1), ("loader", 2), ("compute", spec.procs), *pair]
+    assert (profile.model.shared_core_s is not None) == bool(pair)
     assert all(p.samples_per_s > 0 and p.peak_rss_mb > 0 for p in profile.points)
     assert profile.model.basis == "components" and len(profile.model.held_out) == 2
     decision = read(box.etc / TABLE_NAME)[1][spec.fingerprint]

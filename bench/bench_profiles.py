@@ -33,7 +33,8 @@ from slurm_synergy.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.engine import Decision, NoDecision, decide  # noqa: E402
 from slurm_synergy.model.policy import load_policy, site_catalog  # noqa: E402
-from slurm_synergy.model.profile import Profile  # noqa: E402
+from slurm_synergy.model.jobspec import JobSpec  # noqa: E402
+from slurm_synergy.model.profile import Point, Profile  # noqa: E402
 from slurm_synergy.model.throughput import fit_components  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot  # noqa: E402
@@ -68,14 +69,14 @@ def profile_round(csv: Path, work: Path, steps: str = "warm") -> list[Profile]:
     return [store.load(s.fingerprint) for s in specs]
 
 
-def decided_already(csv: Path) -> None:
+def decided_already(specs: list[JobSpec]) -> None:
     """SystemExit if the cluster's decision table decides a workload of the suite: the
     shim would size its profiling job to the decision (one core, say), not as asked."""
     path = table_path()
     if not path.exists():
         return
     _, entries = read(path)
-    known = [s.name for s in load_jobs(csv) if s.fingerprint in entries]
+    known = [s.name for s in specs if s.fingerprint in entries]
     if known:
         raise SystemExit(f"{path} decides {', '.join(known)} already (a `make demo` of the "
                          "same workload?): the shim would size their profiling jobs to it. "
@@ -94,9 +95,18 @@ def decided(text: str) -> str:
     return text.removesuffix(" (noise rule)")
 
 
-def figures(p: Profile, d: Decision | NoDecision) -> dict:
+def components(p: Profile) -> tuple[Point, Point, tuple[Point, Point] | None]:
+    """A profile's input-only and compute-only points, and its one-core pair (the
+    input-only step alone on one core, the compute-only step beside it) where it has one."""
     loader = max((pt for pt in p.points if pt.measure == "loader"), key=lambda pt: pt.cores)
     compute = next(pt for pt in p.points if pt.measure == "compute")
+    alone = [pt for pt in p.points if pt.measure == "loader" and pt.cores == 1]
+    beside = [pt for pt in p.points if pt.measure == "shared"]
+    return loader, compute, (alone[0], beside[0]) if alone and beside else None
+
+
+def figures(p: Profile, d: Decision | NoDecision) -> dict:
+    loader, compute, _ = components(p)
     return {
         "samples_per_s": {str(pt.cores): round(pt.samples_per_s, 2)
                           for pt in p.train_points()},
@@ -136,14 +146,10 @@ def refitted(p: Profile, pair: bool = True) -> Profile:
     """The profile's model fitted again from its kept points by this checkout's fit, so
     that a change of the model is measured on profiles already taken; without the
     one-core pair where `pair` is false (the components apart, side by side with it)."""
-    loader = max((pt for pt in p.points if pt.measure == "loader"), key=lambda pt: pt.cores)
-    compute = next(pt for pt in p.points if pt.measure == "compute")
-    alone = [pt for pt in p.points if pt.measure == "loader" and pt.cores == 1]
-    beside = [pt for pt in p.points if pt.measure == "shared"]
+    loader, compute, shared = components(p)
     model = fit_components(loader, compute, p.train_points(),
                            on_gpu=p.model.device_rate is not None, fetch=p.model.fetch,
-                           shared=(alone[0], beside[0]) if pair and alone and beside
-                           else None)
+                           shared=shared if pair else None)
     return replace(p, model=model)
 
 
@@ -262,9 +268,10 @@ def main() -> int:
     shape = node_shape(Slurm())
     policy = load_policy(policy_path())
     catalog = site_catalog(policy_path())
-    names = [s.name for s in load_jobs(args.csv)]
+    specs = load_jobs(args.csv)
+    names = [s.name for s in specs]
     if not args.decide_only:
-        decided_already(args.csv)
+        decided_already(specs)
     modes = args.steps.split(",")
     if not modes or any(m not in ("warm", "fresh") for m in modes):
         parser.error(f"--steps {args.steps}: warm, fresh or both")

@@ -181,7 +181,7 @@ class ThroughputModel:
     anon_mb: float | None = None
     # CPU-seconds per sample of input and training on one shared core: the input-only
     # step alone on it, plus the trainer's CPU time beside an input-only step on the
-    # same core (profiling/run.py). None: not measured (the components apart count).
+    # same core (profiling/session.py). None: not measured (the components apart count).
     shared_core_s: float | None = None
 
     @property

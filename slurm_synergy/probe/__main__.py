@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
 from slurm_synergy.argtypes import int_at_least, positive_float
 from slurm_synergy.probe.records import MODES, ProbeConfig
-from slurm_synergy.probe.supervise import Start, run
+from slurm_synergy.probe.supervise import Start, run, watch_exit
 
 PROG = "probe"
 USAGE_EXIT = 2
@@ -82,14 +80,7 @@ def main(argv: Sequence[str] | None = None, start: Start | None = None) -> int:
     if result.reason:
         print(f"{PROG}: error: {result.reason}", file=sys.stderr)
     if args.mode == "watch":
-        # The user's job: its own exit status, whatever the probe saw; a script ended by
-        # a signal ends the probe by the same signal, so Slurm records it as such.
-        rc = result.exit_status or 0
-        if rc < 0:
-            signal.signal(-rc, signal.SIG_DFL)
-            os.kill(os.getpid(), -rc)
-            return 128 - rc
-        return rc
+        return watch_exit(result)
     return 0 if result.ok else FAILED_EXIT
 
 

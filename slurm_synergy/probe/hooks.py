@@ -21,6 +21,7 @@ import atexit
 import importlib.abc
 import importlib.machinery
 import inspect
+import json
 import os
 import resource
 import sys
@@ -31,7 +32,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from slurm_synergy.probe.records import ENV_CONFIG, ENV_DIR, ProbeConfig, ProcessRecord
+from slurm_synergy.probe.records import (CONTROL_NAME, ENV_CONFIG, ENV_DIR, ProbeConfig,
+                                         ProcessRecord)
+
+CONTROL_POLL_S = 0.1    # how often a controlled process looks at its orders, at most
 
 DATA_ROOT_ATTRS = ("root", "data_dir", "root_dir", "data_root", "data_path", "folder",
                    "directory", "path")
@@ -98,6 +102,10 @@ class Recorder:
         self.pending: tuple[float, int | None] | None = None   # (wait, samples) of a batch
         self.replay: Any = None
         self.last_write = 0.0
+        self.interval = config.interval_s
+        self.last_poll = 0.0
+        self.control_stamp: tuple[int, int] | None = None
+        self.own_threads: int | None = None     # torch's threads before any order
         self.done = False
         self.counts: dict[int, int] = {}    # batches per loader, by id
         self.primary: int | None = None     # the loader steps are counted on
@@ -121,6 +129,11 @@ class Recorder:
         if self.pending is not None:
             wait, samples = self.pending
             self.pending = None
+            r = self.rec
+            r.total_steps += 1
+            r.total_samples += samples if samples is not None else 1
+            r.total_wait_s += wait + self.other_wait
+            r.clock = time.monotonic()
             if self.rec.batches > self.cfg.warmup:
                 r = self.rec
                 r.steps += 1
@@ -138,11 +151,53 @@ class Recorder:
                 self.tracker = memory.start()
             self.window_t, self.window_cpu = now, time.process_time()
         if self.cfg.mode == "watch":
-            if now - self.last_write >= self.cfg.interval_s:
+            if self.cfg.controlled and now - self.last_poll >= CONTROL_POLL_S:
+                self._follow(now)
+            if now - self.last_write >= self.interval:
                 self.write("iterating")
         elif self.rec.steps >= self.cfg.iterations:
             self.finish()
         return now
+
+    def _follow(self, now: float) -> None:
+        """Take the supervisor's latest orders, once each, at a step boundary: the step
+        that starts here is the first under them, and the record written at once says
+        so (its `window` and `clock`)."""
+        self.last_poll = now
+        path = self.folder / CONTROL_NAME
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        stamp = (st.st_ino, st.st_mtime_ns)     # written whole: each order a new inode
+        if stamp == self.control_stamp:
+            return
+        try:
+            order = json.loads(path.read_text(encoding="utf-8"))
+            window, cores, of = int(order["window"]), order.get("cores"), order.get("of")
+            self.interval = float(order.get("record_s") or self.cfg.interval_s)
+        except (OSError, ValueError, KeyError, TypeError):
+            return                  # being replaced, or not ours: the next poll reads it
+        self.control_stamp = stamp
+        self._threads(cores, of)
+        self.rec.window = window
+        self.write("iterating")
+
+    def _threads(self, cores: Any, of: Any) -> None:
+        """torch's intra-op threads in proportion to the cores of the window (`cores` of
+        the `of` the run has), the process's own count when no window is open: a job
+        given k cores by Slurm starts with threads for k."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        if self.own_threads is None:
+            self.own_threads = torch.get_num_threads()
+        want = self.own_threads
+        if isinstance(cores, int) and isinstance(of, int) and 0 < cores < of:
+            want = max(1, round(self.own_threads * cores / of))
+        if torch.get_num_threads() != want:
+            torch.set_num_threads(want)
+        self.rec.threads = want
 
     def _took(self, wait: float, batch: Any) -> None:
         first = self.rec.batches == 0
@@ -204,8 +259,11 @@ class Recorder:
         self.rec.state = state
         self.rec.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            self.rec.peak_gpu_mem_mb = torch.cuda.max_memory_allocated() / 2**20
+        if torch is not None:
+            if self.rec.threads is None:
+                self.rec.threads = torch.get_num_threads()
+            if torch.cuda.is_initialized():
+                self.rec.peak_gpu_mem_mb = torch.cuda.max_memory_allocated() / 2**20
         self.last_write = time.perf_counter()
         try:
             self.rec.write(self.folder)
@@ -302,6 +360,9 @@ def _patch_torch(module: ModuleType) -> None:
                 for name in ("prefetch_factor", "multiprocessing_context"):
                     args.pop(name, None)
                 args["persistent_workers"] = False
+        workers = args.get("num_workers", 0)
+        if isinstance(workers, int):
+            rec.rec.loader_workers = max(rec.rec.loader_workers or 0, workers)
 
     loader_cls.__init__ = _with_arguments(loader_cls.__init__, change)
     original_iter = loader_cls.__iter__

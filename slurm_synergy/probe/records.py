@@ -20,6 +20,10 @@ from slurm_synergy.fileio import atomic_write_text
 MODES = ("train", "loader", "compute", "watch", "memory")
 ENV_DIR = "SYNERGY_PROBE_DIR"
 ENV_CONFIG = "SYNERGY_PROBE_CONFIG"
+# In a run measured while it trains (profiling/inrun.py), the supervisor's orders to the
+# processes: a JSON object {"window": id, "threads": torch threads or null for the
+# process's own, "record_s": seconds between record writes}, written whole.
+CONTROL_NAME = "control.json"
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class ProbeConfig:
     iterations: int = 20            # measured steps, then the script is ended
     interval_s: float = 30.0        # watch mode: seconds between record writes
     sync_cuda: bool = True          # synchronise CUDA at each batch so the split is true
+    # Watch mode: follow the supervisor's control file (CONTROL_NAME), so that the run's
+    # cores can be swept while it trains.
+    controlled: bool = False
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -74,6 +81,16 @@ class ProcessRecord:
     dataset_len: int | None = None
     data_root: str = ""             # a folder the dataset reads from, when it says
     cpus: int = 0                   # CPUs it could run on when it started (its affinity)
+    # Every step since the first batch, warm-up included, up to the last step boundary
+    # (`clock`, time.monotonic(), which every process of the host shares): what a
+    # supervisor reads to measure any window of the run.
+    clock: float = 0.0
+    total_steps: int = 0
+    total_samples: int = 0
+    total_wait_s: float = 0.0
+    loader_workers: int | None = None   # the largest num_workers of its DataLoaders
+    window: int = -1                # the last control window this process has applied
+    threads: int | None = None      # torch's intra-op threads at `clock`, once torch is in
 
     @property
     def samples_per_s(self) -> float:

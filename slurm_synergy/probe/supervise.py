@@ -71,7 +71,7 @@ def unreclaimable_kib(pid: int) -> int | None:
 
 
 @dataclass
-class _Tree:
+class ProcessTree:
     """The processes seen beneath the probe, and their memory."""
 
     top: int
@@ -149,6 +149,10 @@ class Started(Protocol):
 
 
 Start = Callable[[list[str], dict[str, str], bool], Started]
+# Watch mode: what the supervisor does while the real run trains (profiling/inrun.py
+# measures it), given the run's process and its records' folder; it returns by the time
+# the run ends. Whatever it raises is logged and costs the run nothing.
+During = Callable[[Started, Path], None]
 
 
 def _popen(command: list[str], env: dict[str, str], new_session: bool) -> Started:
@@ -161,9 +165,10 @@ def _all_measured(records: list[ProcessRecord]) -> bool:
 
 
 def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
-        start: Start | None = None) -> ProbeResult:
+        start: Start | None = None, during: During | None = None) -> ProbeResult:
     """Run `argv` probed; write the result to `out` and return it. `start` starts the
-    script (a new process; a profile's warm steps fork it instead, probe/warm.py)."""
+    script (a new process; a profile's warm steps fork it instead, probe/warm.py);
+    `during` runs beside a watched run."""
     folder = probe_dir_of(out)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -184,7 +189,7 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
         ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in FORWARDED
                    if sig not in forwarded}
         forward.update(ignored)
-    tree = _Tree(proc.pid)
+    tree = ProcessTree(proc.pid)
     started, timed_out, measured_at = time.monotonic(), False, None
     try:
         # Watch mode is the user's real run: block until it ends, no wake-ups at all.
@@ -205,6 +210,12 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
                 _kill(proc)
                 break
             time.sleep(0.5)
+        if watch and during is not None:
+            try:
+                during(proc, folder)
+            except Exception as e:      # noqa: BLE001 - never the run's fault
+                print(f"probe: measuring the run stopped: {type(e).__name__}: {e}",
+                      file=sys.stderr)
         rc = proc.wait()
         if not watch:
             _kill(proc, grace=2.0)      # workers or children the script left running
@@ -225,6 +236,18 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
     return result
 
 
+def watch_exit(result: ProbeResult) -> int:
+    """The exit status of a watched run: the user's job's own, whatever the probe saw; a
+    script ended by a signal ends the probe by the same signal, so that Slurm records
+    the job as such."""
+    rc = result.exit_status or 0
+    if rc < 0:
+        signal.signal(-rc, signal.SIG_DFL)
+        os.kill(os.getpid(), -rc)
+        return 128 - rc
+    return rc
+
+
 def _signal(proc: Started, sig: int, watch: bool) -> None:
     with contextlib.suppress(ProcessLookupError):
         if watch:
@@ -234,7 +257,7 @@ def _signal(proc: Started, sig: int, watch: bool) -> None:
 
 
 def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRecord],
-          tree: _Tree, timed_out_after: float | None) -> ProbeResult:
+          tree: ProcessTree, timed_out_after: float | None) -> ProbeResult:
     script = script_name(argv)
     measurement = measure(records, tree.peak_rss_mb, tree.peak_anon_mb)
     unprobed = tree.unprobed({r.pid for r in records})

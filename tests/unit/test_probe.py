@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.probe.hooks import batch_size
-from slurm_synergy.probe.supervise import _Tree, script_name, unreclaimable_kib
+from slurm_synergy.probe.supervise import ProcessTree, script_name, unreclaimable_kib
 from slurm_synergy.model.options import declared_options, spelling, value_of, without
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,7 +297,7 @@ def test_the_tree_counts_memory_as_its_cgroup_would_each_page_once():
                             start_new_session=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        tree = _Tree(proc.pid)
+        tree = ProcessTree(proc.pid)
         tree.look()
         assert tree.peak_rss_mb > 390
         assert tree.peak_anon_mb is not None and 195 < tree.peak_anon_mb < 240

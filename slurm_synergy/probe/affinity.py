@@ -1,0 +1,66 @@
+"""Hold a running job's processes to fewer of its cores, and give them all back.
+
+Slurm cannot shrink a running job's cgroup, but every thread's CPU affinity can be
+narrowed within it: a window of the run at k cores is every thread of every process of
+the job held to the same k of the allocation's CPUs. Threads, not processes: Linux keeps
+an affinity per thread, and a thread started before the change keeps its own. A process
+forked during a window inherits its parent's narrow set, so a window's processes are
+looked at again while it lasts, and once more when the cores are given back.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import psutil
+
+SetAffinity = Callable[[int, set[int]], None]
+
+
+@dataclass
+class Pinned:
+    """What one pass over the job's threads did."""
+
+    threads: int = 0                                  # threads now on the asked CPUs
+    failed: list[str] = field(default_factory=list)   # "pid/tid: why", for the profile
+
+
+def job_pids(top: int) -> list[int]:
+    """The process `top` and every process beneath it, as they are now."""
+    try:
+        root = psutil.Process(top)
+        return [top, *(p.pid for p in root.children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+def threads_of(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []                   # ended meanwhile
+
+
+def pin(pids: Iterable[int], cpus: set[int],
+        set_affinity: SetAffinity = os.sched_setaffinity) -> Pinned:
+    """Every thread of `pids` onto `cpus`. A thread that ends meanwhile is no fault; one
+    that refuses (another user's, a CPU outside its cgroup) is named in `failed`."""
+    done = Pinned()
+    for pid in pids:
+        for tid in threads_of(pid):
+            try:
+                set_affinity(tid, cpus)
+            except ProcessLookupError:
+                continue
+            except OSError as e:
+                done.failed.append(f"{pid}/{tid}: {e.strerror or e}")
+                continue
+            done.threads += 1
+    return done
+
+
+def first_cpus(allowed: set[int], k: int) -> set[int]:
+    """The k lowest of the allocation's CPUs: the same k for every window of that size."""
+    return set(sorted(allowed)[:k])

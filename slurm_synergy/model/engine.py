@@ -68,6 +68,7 @@ class Decision:
     share_cpus: int              # the GPU-proportional share, for comparison
     share_mem_mb: int
     reasons: tuple[str, ...]
+    procs: int = 1               # training processes per task (torchrun ranks) measured
 
     @property
     def gres(self) -> str:
@@ -247,6 +248,13 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     on_model = [f"{k} cores" for k in sorted({cpus, best_k}) if k not in measured]
     if fetch is not None and cached_fraction(fetch, resident, mem_mb) < 1:
         on_model.append(f"{mem_mb} MB (the page cache short of the dataset)")
+    # An offline profile holds every swept point out; one measured in the run may have
+    # measured its full size alone (the job ended first), and then nothing tests the model.
+    if on_model and err is None and model.basis == "in-run":
+        why.append(f"no decision: the throughput model decides {' and '.join(on_model)}, and "
+                   "no measured point was held out to tell its error (the profile measured "
+                   "too few core counts)")
+        raise NoDecision(why)
     if on_model and err is not None and err > policy.max_model_error:
         why.append(f"no decision: the throughput model decides {' and '.join(on_model)}, and "
                    f"its held-out error of {err:.1%} is above the policy's max_model_error "
@@ -274,7 +282,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                     workers=workers, power_limit_w=power,
                     predicted_samples_per_s=round(chosen, 3),
                     best_samples_per_s=round(best, 3), share_cpus=share_c,
-                    share_mem_mb=share_m, reasons=tuple(why))
+                    share_mem_mb=share_m, reasons=tuple(why), procs=procs)
 
 
 def _gpus(profile: Profile, threshold: float) -> tuple[int, str]:

@@ -33,7 +33,12 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "first_batch_timeout_s": (float, 5.0, 86400.0),
     "gpu_sample_period_s": (float, 0.05, 60.0),
     "hook_timeout_s": (float, 1.0, 120.0),
+    "sweep_window_s": (float, 0.5, 600.0),
+    "sweep_repeats": (int, 1, 10),
 }
+# Knobs that name one of a few ways.
+ON_PROFILED = ("continue", "resubmit")
+_CHOICES: dict[str, tuple[str, ...]] = {"on_profiled": ON_PROFILED}
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,12 @@ class Policy:
     gpu_sample_period_s: float = 1.0  # the node's GPU sampler, for each job's lifetime
     hook_timeout_s: float = 20.0      # prolog/epilog give up after this; keep well under
                                       # slurm.conf's PrologEpilogTimeout
+    # What the first job of an unknown workload does once it is measured: continue
+    # (measured while it trains, trains to its end) or resubmit (profiled apart, then
+    # submitted again right-sized: a second queue wait).
+    on_profiled: str = "continue"
+    sweep_window_s: float = 5.0       # a window of the in-run core sweep, at least
+    sweep_repeats: int = 3            # windows at each swept core count
 
 
 def _read_toml(path: Path, error: type[SynergyError], missing: str) -> dict[str, Any]:
@@ -109,6 +120,12 @@ def _policy_of(data: dict[str, Any], path: Path) -> Policy:
     values = {}
     for name, value in data.items():
         if name == CATALOG_KEY:
+            continue
+        if name in _CHOICES:
+            if value not in _CHOICES[name]:
+                raise SynergyError(f"site policy {path}: {name} must be one of "
+                                   f"{', '.join(_CHOICES[name])}, not {value!r}")
+            values[name] = value
             continue
         kind, low, high = _BOUNDS[name]
         if kind is bool:

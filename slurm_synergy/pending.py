@@ -1,0 +1,102 @@
+"""A workload's queued jobs right-sized in place, as soon as its decision exists.
+
+Slurm cannot shrink a running job, but the owner of a pending job may change its cores,
+memory and GPUs (`scontrol update`): the job keeps its id, its priority age and its
+dependencies, so nobody waits in the queue twice. Only jobs marked for measuring
+(profile=1: submitted before the workload had a decision) are updated; their comments
+then carry asked= and decision= as the shim writes them, and by=<job>, the job whose run
+decided them. A job that started meanwhile, or that Slurm refuses to change, is left as
+it is, with one log line.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass, field
+from typing import Callable
+
+from slurm_synergy.model import comment as comment_format
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.rightsize import Asked, LeftAsAsked, Rightsized, rightsize
+from slurm_synergy.model.units import gpu_types
+from slurm_synergy.shim.decisions import Decider
+from slurm_synergy.slurm import QueuedJob, Slurm
+
+
+@dataclass
+class InPlace:
+    """What one pass over the queue did."""
+
+    updated: list[tuple[str, Rightsized]] = field(default_factory=list)
+    left: list[tuple[str, str]] = field(default_factory=list)      # job, why
+
+
+def settings_for(r: Rightsized, asked_gpus: int) -> dict[str, str]:
+    """`scontrol update` fields: cores (CPUsPerTask, with the totals Slurm does not
+    derive again), memory per node, and the GPUs where the decision changed them."""
+    out = {"CPUsPerTask": str(r.cpus), "NumCPUs": str(r.cpus), "MinCPUsNode": str(r.cpus),
+           "MinMemoryNode": str(r.mem_mb)}
+    if r.gpus and (r.gpus != asked_gpus or r.gpu_type):
+        out["TresPerNode"] = f"gres:{r.gres}"
+    return out
+
+
+def _asked(job: QueuedJob, comment: str, slurm: Slurm) -> Asked:
+    mem = job.mem_mb or None
+    if mem and slurm.memory_per_cpu(job.job_id):
+        mem *= max(1, job.cpus_per_task)
+    pinned = tuple(p for p in comment_format.marks(comment).get("req", "").split(",") if p)
+    types = sorted(gpu_types(job.gres))
+    return Asked(cpus=job.cpus_per_task or None, mem_mb=mem, gpus=job.gpus,
+                 gpu_type=types[0] if len(types) == 1 else "", tasks=job.tasks,
+                 nodes=job.nodes, pinned=pinned)
+
+
+def rightsize_pending(fingerprint: str, by_job: str, slurm: Slurm, decider: Decider,
+                      policy: Policy, log: Callable[[str], None]) -> InPlace:
+    """Right-size this user's pending, marked jobs of `fingerprint` in place."""
+    done = InPlace()
+    for job in slurm.queue(users=[getpass.getuser()]):
+        if job.state != "PENDING" or job.job_id.split("_")[0] == by_job.split("_")[0]:
+            continue
+        try:
+            comment = slurm.comment(job.job_id)
+        except SynergyError as e:
+            done.left.append((job.job_id, str(e)))
+            continue
+        marks = comment_format.marks(comment)
+        if comment_format.fingerprint(comment) != fingerprint or marks.get("profile") != "1":
+            continue
+        why = _update(job, comment, by_job, slurm, decider, policy, done)
+        if why:
+            done.left.append((job.job_id, why))
+            log(f"slurm-synergy: job {job.job_id} left as asked: {why}")
+    return done
+
+
+def _update(job: QueuedJob, comment: str, by_job: str, slurm: Slurm, decider: Decider,
+            policy: Policy, done: InPlace) -> str:
+    """Update one job; returns why not ("" when updated)."""
+    if "," in job.partition:
+        return f"several partitions ({job.partition})"
+    decision = decider.decision(comment_format.fingerprint(comment) or "", job.partition)
+    if decision is None:
+        return decider.problems[-1] if decider.problems else "no decision"
+    try:
+        asked = _asked(job, comment, slurm)
+        r = rightsize(asked, decision, policy.user_request_wins)
+    except (LeftAsAsked, SynergyError) as e:
+        return str(e)
+    settings = settings_for(r, asked.gpus)
+    settings["Comment"] = comment_format.with_marks(
+        comment_format.without(comment, "profile"), asked=r.asked, decision=r.decided,
+        by=by_job)
+    # An array's pending tasks are one record until they start: updated as a whole.
+    target = job.job_id.split("_")[0] if job.array else job.job_id
+    try:
+        slurm.update_job(target, settings)
+    except SynergyError as e:
+        return f"Slurm refused the update ({str(e).splitlines()[0]})"
+    done.updated.append((job.job_id, r))
+    return ""

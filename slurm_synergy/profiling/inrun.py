@@ -1,0 +1,358 @@
+"""The first job of an unknown workload, measured while it trains.
+
+    python -m slurm_synergy.profiling.inrun --fingerprint FP --job-name NAME --out FILE
+        [--workers N] [--workers-option OPT] -- COMMAND...
+
+The job script runs this in place of the probe for a job the plugin marked (profile=1).
+The job's command runs as submitted, in the job's folder and environment, under the
+probe's watch mode, and trains to its end at its asked size: its exit status is the
+command's. Beside it, the supervisor sweeps cores (profiling/windows.py): a window at the
+job's full size, then one at fewer cores, then full again, for every count of Synergy's
+halving search, each count `sweep_repeats` times, so that drift and epoch boundaries fall
+on both sides of every comparison. The windows give the profile its points, with their
+runs and spreads; the throughput model gets the trainers' and the loader workers' CPU
+time per sample from the processes' own counters. Once the profile is stored, the
+decision table is compiled and this user's pending jobs of the workload are right-sized
+in place (slurm_synergy/pending.py).
+
+A job that was right-sized in place while it waited trains with the decision's loader
+workers; a workload measured already, or being measured by another job now, trains
+watched only. Nothing here can fail the job or change what it computes: a fault ends the
+measurement, gives every core back, and is one line in the job's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, NoReturn, Sequence
+
+from slurm_synergy import __version__
+from slurm_synergy.argtypes import int_at_least
+from slurm_synergy.model import comment as comment_format
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, PointError, Profile,
+                                         ThroughputModel)
+from slurm_synergy.model.throughput import predict
+from slurm_synergy.paths import policy_path
+from slurm_synergy.pending import rightsize_pending
+from slurm_synergy.probe.records import ProbeConfig
+from slurm_synergy.probe.supervise import Started, run, watch_exit
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiling.store import profiling_lock, sync_decisions
+from slurm_synergy.profiling.windows import RunWindows, Window
+from slurm_synergy.shim.decisions import Decider
+from slurm_synergy.slurm import Slurm
+
+PROG = "inrun"
+USAGE_EXIT = 2
+# Lower counts are not tried once a count falls this far below the full size (Synergy's
+# plateau, as the offline profiler's --plateau): fewer cores cannot be within tolerance.
+PLATEAU = 0.10
+MEMORY_LOOK_S = 2.0         # after the sweep, the job's memory is still followed
+
+
+@dataclass(frozen=True)
+class InRunRequest:
+    """One job's run, as its script asks for it."""
+
+    fingerprint: str
+    job_name: str
+    command: tuple[str, ...]
+    out: Path                        # the probe's result file
+    workers: int | None = None       # loader workers the probe sets (the command has no option)
+    workers_option: str = ""         # the option the command takes its workers by
+    record_s: float = 30.0           # the processes' record pace outside the windows
+
+
+def sweep_counts(top: int, procs: int) -> list[int]:
+    """Synergy's halving search from the job's cores down, at least a core per process."""
+    counts, k = [top], top
+    while k // 2 >= max(1, procs):
+        k //= 2
+        counts.append(k)
+    return counts
+
+
+def with_workers(command: Sequence[str], option: str, workers: int) -> list[str]:
+    """The command with its worker option set to `workers` (the last one wins)."""
+    return [*command, option, str(workers)]
+
+
+def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
+            log: Callable[[str], None]) -> int:
+    """Run the job's command to its end, measured if it is this workload's first."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    command, workers = list(req.command), req.workers
+    try:
+        decided = comment_format.decision(slurm.comment(job_id)) if job_id else None
+    except SynergyError as e:
+        log(f"{PROG}: cannot read job {job_id}'s comment ({e}); it runs as submitted")
+        decided = None
+    if decided is not None and decided.workers is not None:
+        if req.workers_option:
+            command = with_workers(command, req.workers_option, decided.workers)
+        else:
+            workers = decided.workers
+        log(f"{PROG}: job {job_id} was right-sized in place while it waited; it trains with "
+            f"{decided.workers} loader worker(s)")
+        return _watch(req, command, workers, None)
+    store = ProfileStore.default()
+    if store.has(req.fingerprint):
+        log(f"{PROG}: {req.fingerprint} is measured already; job {job_id} trains as submitted")
+        return _watch(req, command, workers, None)
+    try:
+        with profiling_lock(store, req.fingerprint) as mine:
+            if not mine:
+                log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
+                    "as submitted")
+                return _watch(req, command, workers, None)
+            sweep = Sweep(req, policy, store, slurm, job_id, log)
+            return _watch(req, command, workers, sweep.during)
+    except OSError as e:
+        log(f"{PROG}: cannot take {req.fingerprint}'s measuring lock in {store.root} ({e}); "
+            f"job {job_id} trains as submitted")
+        return _watch(req, command, workers, None)
+
+
+def _watch(req: InRunRequest, command: list[str], workers: int | None,
+           during: Callable[[Started, Path], None] | None) -> int:
+    config = ProbeConfig(mode="watch", workers=workers, interval_s=req.record_s,
+                         controlled=during is not None)
+    try:
+        result = run(config, command, req.out.resolve(), 0.0, during=during)
+    except OSError as e:
+        print(f"{PROG}: error: {command[0]}: {e}", file=sys.stderr)
+        return 127
+    return watch_exit(result)
+
+
+class Sweep:
+    """What the supervisor does beside the first job of a workload."""
+
+    def __init__(self, req: InRunRequest, policy: Policy, store: ProfileStore, slurm: Slurm,
+                 job_id: str, log: Callable[[str], None]) -> None:
+        self.req, self.policy, self.store, self.slurm = req, policy, store, slurm
+        self.job_id, self.log = job_id, log
+
+    def during(self, proc: Started, folder: Path) -> None:
+        allowed = os.sched_getaffinity(0)
+        windows = RunWindows(proc, folder, allowed, self.log)
+        fp = self.req.fingerprint
+        if len(allowed) < 2:
+            self.log(f"{PROG}: job {self.job_id} has one core: no sweep, no profile")
+            return
+        if not windows.wait_for_steps(time.monotonic() + self.policy.first_batch_timeout_s):
+            self.log(f"{PROG}: the job took no batch from a data loader (or ended) before "
+                     "its sweep could start; no profile")
+            return
+        started, t0 = _now(), time.monotonic()
+        self.log(f"{PROG}: measuring {fp} ({self.req.job_name}) while job {self.job_id} "
+                 f"trains: {len(allowed)} cores swept in windows of "
+                 f"{self.policy.sweep_window_s:g}s")
+        try:
+            runs = self._windows(windows)
+        finally:
+            windows.close(self.req.record_s)
+        profile = self._profile(windows, runs, started, t0)
+        if profile is None:
+            self.log(f"{PROG}: no profile: " + "; ".join(windows.trouble.reasons or
+                                                         ["no full window"]))
+            return
+        path = self.store.save(profile)
+        self.log(f"{PROG}: {fp}: {_summary(profile)}; saved {path}")
+        self._apply(profile)
+        # The job trains on: a later peak (validation, a bigger epoch) must count.
+        peak = profile.model.footprint_mb
+        while windows.alive():
+            windows.tree.look()
+            time.sleep(MEMORY_LOOK_S)
+        if windows.tree.peak_rss_mb > peak * (1 + self.policy.min_mem_spread / 2):
+            grown = _with_peak(profile, windows)
+            self.store.save(grown)
+            self.log(f"{PROG}: {fp}: the job's memory peaked later at "
+                     f"{windows.tree.peak_rss_mb:.0f} MB (the sweep saw {peak:.0f}); profile "
+                     "and decisions updated")
+            self._apply(grown)
+
+    def _windows(self, windows: RunWindows) -> list[Window]:
+        """The schedule: a warm-up window left out, then full, k, full, k', full, ...;
+        a count far below the full size rules out the counts below it."""
+        top, s = windows.top, self.policy.sweep_window_s
+        counts = sweep_counts(top, len(windows.trainers()))
+        runs: list[Window] = []
+
+        def full() -> bool:
+            w = windows.measure(top, s)
+            if w is not None:
+                runs.append(w)
+            return w is not None
+        if windows.measure(top, s) is None or not full():
+            return runs
+        active = counts[1:]
+        for repeat in range(self.policy.sweep_repeats):
+            for k in list(active):
+                w = windows.measure(k, s)
+                if w is None:
+                    return runs
+                runs.append(w)
+                if not full():
+                    return runs
+                if repeat == 0 and w.samples_per_s < (1 - PLATEAU) * _bracket(runs, -2):
+                    active = [c for c in active if c >= k]
+        return runs
+
+    def _profile(self, windows: RunWindows, runs: list[Window], started: str,
+                 t0: float) -> Profile | None:
+        full = [w for w in runs if w.cores == windows.top]
+        if not full:
+            return None
+        procs = max(1, len(windows.trainers()))
+        workers = max((r.loader_workers or 0 for r in windows.trainers()), default=0)
+        tree = windows.tree
+        anon = tree.peak_anon_mb or None
+        mem_mb = int(os.environ.get("SLURM_MEM_PER_NODE", "0") or 0)
+        gpus = int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0)
+        full_rate = statistics.median(w.samples_per_s for w in full)
+
+        def point(k: int, rates: list[float], ws: list[Window]) -> Point:
+            return Point(measure="train", cores=k, workers=workers, mem_mb=mem_mb,
+                         samples_per_s=statistics.median(rates),
+                         data_stall_fraction=statistics.median(w.wait_share for w in ws),
+                         host_cpu_s_per_sample=statistics.median(
+                             w.trainer_cpu_s / w.samples for w in ws if w.samples),
+                         peak_rss_mb=tree.peak_rss_mb, step_s=sum(w.seconds for w in ws),
+                         repeats=tuple(rates), peaks_mb=(tree.peak_rss_mb,), anon_mb=anon)
+        points = [point(windows.top, [w.samples_per_s for w in full], full)]
+        lost_s = 0.0
+        for k in sorted({w.cores for w in runs if w.cores < windows.top}, reverse=True):
+            # Each run against the full windows either side of it: drift cancels.
+            idx = [i for i, w in enumerate(runs) if w.cores == k]
+            rates = [runs[i].samples_per_s / _bracket(runs, i) * full_rate for i in idx]
+            lost_s += sum(max(0.0, 1 - runs[i].samples_per_s / _bracket(runs, i))
+                          * runs[i].seconds for i in idx)
+            points.append(point(k, rates, [runs[i] for i in idx]))
+        missing = [k for k in sweep_counts(windows.top, procs) if k not in
+                   {p.cores for p in points}]
+        notes = [f"measured in the run: {len(runs)} windows; the job lost about {lost_s:.1f}s "
+                 "of training to those at fewer cores"]
+        notes += [f"incomplete: {why}" for why in windows.trouble.reasons]
+        if missing and windows.trouble.reasons:
+            notes.append("not measured: " + ", ".join(f"{k} cores" for k in missing))
+        per_sample = [w for w in full if w.samples]
+        h = statistics.median(w.trainer_cpu_s / w.samples for w in per_sample)
+        p = statistics.median(w.other_cpu_s / w.samples for w in per_sample)
+        stall = statistics.median(w.wait_share for w in full)
+        model = ThroughputModel(
+            basis="in-run", prep_core_s=p, host_core_s=h,
+            device_rate=full_rate / max(0.05, 1 - stall) if gpus else None,
+            footprint_mb=tree.peak_rss_mb, fetch=None, anon_mb=anon)
+        held = tuple(PointError(pt.cores, pt.workers, pt.samples_per_s,
+                                predict(model, pt.cores, None, pt.workers), pt.spread)
+                     for pt in points if pt.samples_per_s > 0)
+        job = self.req
+        return Profile(
+            fingerprint=job.fingerprint, job_name=job.job_name, command=job.command,
+            batch=round(sum(w.samples for w in full) / max(1, sum(w.steps for w in full))),
+            allocation=Allocation(windows.top, mem_mb, gpus, socket.gethostname(), "in-run",
+                                  self.job_id, procs),
+            points=tuple(points), model=replace(model, held_out=held),
+            gpu=GpuReadings(available=False, reason="an in-run profile reads no GPU; the node "
+                            "epilog records the job's GPU energy and use"),
+            started=started, finished=_now(), profiling_s=round(lost_s, 2),
+            profiler_version=__version__, notes=tuple(notes))
+
+    def _apply(self, profile: Profile) -> None:
+        """The table compiled, then this user's pending jobs right-sized in place."""
+        sync_decisions(self.log)
+        decider = Decider(self.store, self.policy, self.slurm)
+        partition = os.environ.get("SLURM_JOB_PARTITION", "")
+        decision = decider.decision(profile.fingerprint, partition)
+        if decision is None:
+            self.log(f"{PROG}: no decision for {profile.fingerprint}: "
+                     + (decider.problems[-1] if decider.problems else "see explain"))
+            return
+        self.log(f"{PROG}: decision for {profile.fingerprint}: {decision.summary()}")
+        done = rightsize_pending(profile.fingerprint, self.job_id, self.slurm, decider,
+                                 self.policy, self.log)
+        if done.updated:
+            self.log(f"{PROG}: right-sized in place: " + ", ".join(
+                f"job {j} -> {r.decided}" for j, r in done.updated))
+
+
+def _bracket(runs: list[Window], i: int) -> float:
+    """The mean rate of the full windows either side of run `i` (one at the ends)."""
+    top = max(w.cores for w in runs)
+    i = i % len(runs)
+    near = [w.samples_per_s for w in (runs[i - 1] if i > 0 else None,
+                                       runs[i + 1] if i + 1 < len(runs) else None)
+            if w is not None and w.cores == top]
+    return statistics.mean(near) if near else statistics.median(
+        w.samples_per_s for w in runs if w.cores == top)
+
+
+def _with_peak(profile: Profile, windows: RunWindows) -> Profile:
+    peak, anon = windows.tree.peak_rss_mb, windows.tree.peak_anon_mb or None
+    points = tuple(replace(p, peak_rss_mb=peak, peaks_mb=(peak,), anon_mb=anon)
+                   for p in profile.points)
+    return replace(profile, points=points,
+                   model=replace(profile.model, footprint_mb=peak, anon_mb=anon))
+
+
+def _summary(profile: Profile) -> str:
+    pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s"
+                    + (f" ±{p.spread:.1%}" if p.spread is not None else "")
+                    for p in profile.train_points())
+    return f"{pts}; peak {profile.model.footprint_mb:.0f} MB; " + profile.notes[0]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_EXIT, f"{PROG}: error: {message} (see --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = _Parser(prog="python -m slurm_synergy.profiling.inrun",
+                description="Run a job's training command to its end, measuring it while "
+                "it trains if it is its workload's first.")
+    p.add_argument("--fingerprint", required=True)
+    p.add_argument("--job-name", default="")
+    p.add_argument("--out", type=Path, required=True, help="the probe's result file")
+    p.add_argument("--workers", type=int_at_least(0),
+                   help="loader workers the probe sets (the command has no worker option)")
+    p.add_argument("--workers-option", default="",
+                   help="the command's worker option, when it has one")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    command = [c for c in args.command]
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        p.error("no command to run (-- COMMAND...)")
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+    try:
+        policy = load_policy(policy_path())
+    except SynergyError as e:
+        log(f"{PROG}: the default policy measures this run: {e}")
+        policy = Policy()
+    req = InRunRequest(args.fingerprint, args.job_name, tuple(command), args.out,
+                       args.workers, args.workers_option)
+    return run_job(req, policy, Slurm(), log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

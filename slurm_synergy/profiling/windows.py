@@ -1,0 +1,174 @@
+"""Windows of a running job: its processes held to k of its cores for a few seconds, and
+what they did meanwhile.
+
+The probe's hooks in every training process keep cumulative counters (steps, samples,
+time waiting on data) up to their last step boundary, and follow the supervisor's
+orders (probe/records.py CONTROL_NAME): a window starts at each process's first step
+boundary after it has seen the order (its torch threads matched to the window, its
+threads already held to the window's cores), and ends at the last boundary it recorded
+before the cores change again, so a window counts only whole steps run under it. The
+loader workers' and the trainers' CPU time comes from the processes' own counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.probe.affinity import first_cpus, job_pids, pin
+from slurm_synergy.probe.records import CONTROL_NAME, ProcessRecord, read_records
+from slurm_synergy.probe.supervise import ProcessTree, Started
+
+RECORD_S = 0.25         # how often a process writes its record while windows run
+ACK_S = 30.0            # the longest a window waits for every trainer's first boundary
+LOOK_S = 0.25           # how often a window looks for new processes and the memory
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window: the job's trainers at `cores`, summed over its training processes."""
+
+    cores: int
+    seconds: float                  # the longest trainer's measured span
+    steps: int
+    samples: int
+    samples_per_s: float            # the trainers' rates added up
+    wait_share: float               # of the step time waiting on data, mean of trainers
+    trainer_cpu_s: float            # CPU time of the training processes
+    other_cpu_s: float              # of every other process of the job (loader workers)
+
+
+@dataclass
+class Trouble:
+    """What kept the measurement from being whole: each reason once, in order."""
+
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, why: str) -> None:
+        if why not in self.reasons:
+            self.reasons.append(why)
+
+
+def _cpu_s(pids: list[int]) -> dict[int, float]:
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            out[pid] = t.user + t.system
+    return out
+
+
+class RunWindows:
+    """Opens windows on one running job; gives every core back when closed."""
+
+    def __init__(self, proc: Started, folder: Path, allowed: set[int],
+                 log: Callable[[str], None]) -> None:
+        self.proc, self.folder, self.allowed, self.log = proc, folder, allowed, log
+        self.top = len(allowed)
+        self.tree = ProcessTree(proc.pid)
+        self.trouble = Trouble()
+        self.order = 0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def trainers(self) -> list[ProcessRecord]:
+        """The processes that take batches (their record says they stepped)."""
+        return [r for r in read_records(self.folder) if r.total_steps > 0]
+
+    def _command(self, cores: int | None, record_s: float) -> None:
+        self.order += 1
+        atomic_write_text(self.folder / CONTROL_NAME, json.dumps(
+            {"window": self.order, "cores": cores, "of": self.top, "record_s": record_s}))
+
+    def _hold(self, cpus: set[int]) -> None:
+        done = pin(job_pids(self.proc.pid), cpus)
+        for failure in done.failed[:3]:
+            self.trouble.add(f"a thread could not be pinned ({failure})")
+
+    def wait_for_steps(self, until: float) -> bool:
+        """Block until a trainer has stepped (or the run ended, or `until`)."""
+        while self.alive() and time.monotonic() < until:
+            self.tree.look()
+            if self.trainers():
+                return True
+            time.sleep(LOOK_S)
+        return False
+
+    def measure(self, cores: int, seconds: float) -> Window | None:
+        """The job held to `cores` for about `seconds`; None when the run ended or a
+        trainer did not take the order (the reason is in `trouble`)."""
+        cpus = first_cpus(self.allowed, cores)
+        self._hold(cpus)
+        self._command(cores, RECORD_S)
+        order = self.order
+        start = self._acknowledged(order)
+        if start is None:
+            return None
+        pids = job_pids(self.proc.pid)
+        cpu0 = _cpu_s(pids)
+        opened = time.monotonic()
+        while self.alive() and time.monotonic() - opened < seconds:
+            time.sleep(LOOK_S)
+            self.tree.look()
+            if cores < self.top:      # a process forked in the window: held too
+                self._hold(cpus)
+        if not self.alive():
+            self.trouble.add("the job ended inside a window")
+            return None
+        end = {r.pid: r for r in self.trainers()}
+        cpu1 = _cpu_s(job_pids(self.proc.pid))
+        return _window(cores, start, end, cpu0, cpu1, self.trouble)
+
+    def _acknowledged(self, order: int) -> dict[int, ProcessRecord] | None:
+        deadline = time.monotonic() + ACK_S
+        while self.alive() and time.monotonic() < deadline:
+            ranks = self.trainers()
+            if ranks and all(r.window >= order for r in ranks):
+                return {r.pid: r for r in ranks}
+            time.sleep(0.05)
+        self.trouble.add("the job ended inside a window" if not self.alive() else
+                         f"a training process did not take a window's order in {ACK_S:.0f}s "
+                         "(its loader is read outside its steps, or it stopped stepping)")
+        return None
+
+    def close(self, record_s: float) -> None:
+        """Every core back to every thread of the job, torch's threads to their own,
+        records at their usual pace. Twice over the processes: one forked during the
+        first pass inherits the narrow set."""
+        with contextlib.suppress(OSError):
+            self._command(None, record_s)
+        for _ in range(2):
+            self._hold(self.allowed)
+
+
+def _window(cores: int, start: dict[int, ProcessRecord], end: dict[int, ProcessRecord],
+            cpu0: dict[int, float], cpu1: dict[int, float], trouble: Trouble) -> Window | None:
+    spans = []
+    for pid, first in start.items():
+        last = end.get(pid)
+        if last is None or last.clock <= first.clock or last.total_steps <= first.total_steps:
+            continue
+        spans.append((first, last))
+    if not spans or len(spans) < len(start):
+        trouble.add("a training process took no step in a window")
+        return None
+    samples = sum(b.total_samples - a.total_samples for a, b in spans)
+    trainers = {a.pid for a, _ in spans}
+    used = {pid: cpu1[pid] - cpu0[pid] for pid in cpu1 if pid in cpu0}
+    return Window(
+        cores=cores, seconds=max(b.clock - a.clock for a, b in spans),
+        steps=min(b.total_steps - a.total_steps for a, b in spans), samples=samples,
+        samples_per_s=sum((b.total_samples - a.total_samples) / (b.clock - a.clock)
+                          for a, b in spans),
+        wait_share=sum((b.total_wait_s - a.total_wait_s) / (b.clock - a.clock)
+                       for a, b in spans) / len(spans),
+        trainer_cpu_s=sum(v for pid, v in used.items() if pid in trainers),
+        other_cpu_s=sum(v for pid, v in used.items() if pid not in trainers))

@@ -22,6 +22,7 @@ from slurm_synergy.hetero.rows import plan_cell
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import (BUILTIN_ARCHS, BUILTIN_SCRIPT, LAUNCHES, LOADERS,
                                          SYNTHETIC_DATASET, HetPart, JobSpec, RowRef)
+from slurm_synergy.model.policy import ON_PROFILED
 from slurm_synergy.model.options import SPELLINGS, declared_options, spelling, spellings
 from slurm_synergy.model.units import mem_mb
 
@@ -29,7 +30,7 @@ TORCHLOADER_COLUMNS = ("arch", "depth", "batch", "workers", "output_folder", "po
                        "submit_interval", "cuda_device")
 PROJECT_COLUMNS = ("name", "script", "dataset", "gpus", "gpu_type", "cpus", "mem", "time",
                    "partition", "iterations", "epochs", "loader", "args", "launcher", "nproc",
-                   "watch", "hetero")
+                   "watch", "hetero", "on_profiled")
 COLUMNS = TORCHLOADER_COLUMNS + PROJECT_COLUMNS
 # Without a script column every row runs the built-in trainer, which needs these.
 REQUIRED = ("arch", "batch")
@@ -207,6 +208,9 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
     if launch == "torchrun" and (builtin or not script.endswith(".py")):
         row.bad("launcher", "torchrun runs a user's Python script (a .py in the script column)")
     watch = _boolean(row, "watch")
+    on_profiled = row.get("on_profiled").lower() or None
+    if on_profiled is not None and on_profiled not in ON_PROFILED:
+        row.bad("on_profiled", f"{on_profiled!r} is not one of {', '.join(ON_PROFILED)}")
     hetero = _hetero(row, base, script, batch)
     options: tuple[str, ...] = ()
     workers_options: tuple[str, ...] = ()
@@ -242,7 +246,7 @@ def _spec(row: _Row, base: Path) -> JobSpec | None:
         pinned=tuple(c for c in ("cpus", "mem", "gpus") if row.get(c)),
         script_options=options, workers_options=workers_options,
         workers_given=bool(row.get("workers")), launch=launch, procs=procs, watch=watch,
-        hetero=hetero)
+        hetero=hetero, on_profiled=on_profiled)
 
 
 def _hetero(row: _Row, base: Path, script: str, batch: int | None) -> tuple[HetPart, ...]:

@@ -26,7 +26,9 @@ from slurm_synergy.model.comment import asked_text, decision_text, hetero_commen
 from slurm_synergy.model.options import declared_options, spellings, without
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
+from slurm_synergy.profiling import errors as exit_codes
 
+INRUN_MODULE = "slurm_synergy.profiling.inrun"
 # #SBATCH lines are parsed by sbatch, not the shell, so paths there cannot be quoted.
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
 
@@ -127,6 +129,8 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         workers_option=head.workers_option,
         probe_workers="" if head.probe_workers is None else head.probe_workers,
         probe=[python_for_jobs(), "-m", "slurm_synergy.probe"],
+        measurer=[python_for_jobs(), "-m", INRUN_MODULE],
+        on_profiled=head.on_profiled or policy.on_profiled, exit_codes=exit_codes,
     )
 
 

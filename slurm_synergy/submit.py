@@ -88,7 +88,7 @@ def plan_units(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) ->
             # and their script runs alike (watch mode, the workers the probe sets): one
             # rendered script serves the whole array.
             key = (*spec.resources, spec.fingerprint, spec.script, spec.watch,
-                   spec.probe_workers, offset)
+                   spec.probe_workers, spec.on_profiled, offset)
         else:
             key = (spec.name,)
         groups.setdefault(key, []).append(spec)

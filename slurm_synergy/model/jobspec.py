@@ -118,6 +118,8 @@ class JobSpec:
     # A job over two GPU types: one part per type, `batch` being the global batch; such a
     # job is planned from traces, never profiled or rewritten by the plugin.
     hetero: tuple[HetPart, ...] = ()
+    # Once its first job is measured: continue (it trains on) or resubmit; None = policy.
+    on_profiled: str | None = None
 
     @property
     def builtin(self) -> bool:

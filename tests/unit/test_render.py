@@ -65,8 +65,19 @@ def test_directives_and_fingerprint(tmp_path):
 def test_builtin_trainer_gets_data_and_output(tmp_path):
     script = rendered(tmp_path, "name,arch,depth,batch,workers,iterations\nj1,resnet,12,16,1,5\n")
     text = script.read_text()
-    assert "-m profiler.train" in text and "-m profiler.offline_profiler" in text
+    assert "-m profiler.train" in text and "-m slurm_synergy.profiling.inrun" in text
     assert "--generate-data" in text and "--output" in text and "--max-iterations 5" in text
+    # Measured in the run by default: no profiling steps apart, no resubmission, and the
+    # job stays where it was submitted.
+    assert "-m profiler.offline_profiler" not in text and "plugin resubmit" not in text
+    assert 'cd "$out"' not in text
+
+
+def test_a_row_may_ask_to_be_profiled_apart_and_resubmitted(tmp_path):
+    script = rendered(tmp_path, "name,arch,batch,on_profiled\nj1,resnet,16,resubmit\n")
+    text = script.read_text()
+    assert "-m profiler.offline_profiler" in text and "plugin resubmit" in text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
 def test_a_script_without_a_worker_option_gets_its_workers_from_the_probe(tmp_path):

@@ -68,7 +68,7 @@ class _Overhead:
     profiles: bool        # its workload's profile exists when done
 
 
-Workload = tuple[str, int]                 # model, GPUs
+WorkloadKey = tuple[str, int]              # model, GPUs
 Resize = Callable[[int, bool], None]       # job index; right-sized, or its asked size
 
 
@@ -81,15 +81,15 @@ class Flow:
         if name not in FLOWS:
             raise SynergyError(f"flow {name!r} is not one of {', '.join(FLOWS)}")
         self.name, self.costs, self.jobs, self.resize = name, costs, jobs, resize
-        self.profile_at: dict[Workload, float] = {}   # when its profile came to exist
-        self.profiling: set[Workload] = set()         # a job has begun its profile
-        self.marked: set[int] = set()                 # jobs whose next start decides
-        self.waiting: dict[Workload, list[int]] = {}  # in-run: asked, for the decision
-        self.decided: list[Workload] = []             # in-run: profiles of the last round
+        self.profile_at: dict[WorkloadKey, float] = {}   # when its profile came to exist
+        self.profiling: set[WorkloadKey] = set()         # a job has begun its profile
+        self.marked: set[int] = set()                    # jobs whose next start decides
+        self.waiting: dict[WorkloadKey, list[int]] = {}  # in-run: asked, for the decision
+        self.decided: list[WorkloadKey] = []             # in-run: profiles of the last round
         self.overhead: dict[int, _Overhead] = {}
 
     @staticmethod
-    def workload(j: JobState) -> Workload:
+    def workload(j: JobState) -> WorkloadKey:
         return j.model, j.gpus
 
     def joined(self, j: JobState) -> None:

@@ -54,8 +54,8 @@ def _ends(out):
 def test_known_right_sizes_every_job_from_its_arrival(m):
     out = _run(m, "known")
     assert out.setup.label == "fifo/tune"
-    # a and b share the server at 1.0; b ends at 601, a alone at 2.0 would need 2 more
-    # rounds but c takes it back to its share; c alone from 901 runs at 2.0.
+    # a and b share the server at 1.0 until b ends (601); c then takes a back to its
+    # share, and runs alone at 2.0 from 901.
     assert _ends(out) == {"a": 901.0, "b": 601.0, "c": 1501.0}
     assert _ends(out) == _ends(simulate(ABC, m, TWO, Setup("fifo", "tune")))
 

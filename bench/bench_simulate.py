@@ -1,8 +1,9 @@
 """Simulator scale: 100,000 jobs on 512 servers x 8 GPUs (goal: under two minutes on 2
 cores for every policy but opt), the allocators' time per round at 128 and 512 GPUs, the
 policy comparison on Poisson traces at several loads, and on Synergy's dynamic workload
-under both speed rules. Figures go to bench/results/simulate.json; name sections
-(scale, per_round, poisson, dynamic, opt_dynamic) to run only those and keep the file's others."""
+under both speed rules, and the three profiling flows there. Figures go to
+bench/results/simulate.json; name sections (scale, per_round, poisson, dynamic,
+opt_dynamic, flows) to run only those and keep the file's others."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slurm_synergy.simulate import results  # noqa: E402
 from slurm_synergy.simulate.cluster import ClusterSpec, Server, load_cluster  # noqa: E402
 from slurm_synergy.simulate.dynamic import dynamic_trace  # noqa: E402
+from slurm_synergy.simulate.flows import FLOWS  # noqa: E402
 from slurm_synergy.simulate.simulator import Setup, simulate  # noqa: E402
 from slurm_synergy.simulate.trace import poisson_trace  # noqa: E402
 from slurm_synergy.simulate.workload import read_matrix  # noqa: E402
@@ -162,11 +164,47 @@ def opt_dynamic() -> list[dict]:
     return rows
 
 
+def flows() -> list[dict]:
+    """Synergy's dynamic run (seed 42, 1/2/4/8 GPUs, FIFO, 128 GPUs, the matrix) under
+    the project's allocator, each flow on the same trace: mean JCT and GPU-hours over
+    the measured window and over every job (a workload's first jobs come early, long
+    before the window)."""
+    cluster = load_cluster("128-gpu")
+    rows = []
+    for rate in (6.0, 9.0):
+        trace = dynamic_trace(DYNAMIC_JOBS, rate, WORK, "mix", seed=42)
+        for flow in FLOWS:
+            out = simulate(trace, WORK, cluster, Setup("fifo", "synergy-slurm", "matrix", flow))
+            window, every = results.summarise(out, DYNAMIC_WINDOW), results.summarise(out)
+            rows.append({"rate": rate, "flow": flow, "wall_s": round(out.wall_s, 1),
+                         "window_jct_h": round(window.mean_jct_h, 2),
+                         "window_gpu_h": round(window.gpu_h),
+                         "all_jct_h": round(every.mean_jct_h, 2),
+                         "all_gpu_h": round(every.gpu_h),
+                         "resubmitted": sum(j.queued_s != j.arrival_s for j in out.jobs)})
+            print(rows[-1], flush=True)
+    print(flows_table(rows))
+    return rows
+
+
+def flows_table(rows: list[dict]) -> str:
+    """The flows' figures as the Markdown table docs/simulation.md shows."""
+    lo, hi = DYNAMIC_WINDOW
+    lines = [f"| jobs/h | flow | mean JCT, jobs {lo}-{hi} (h) | GPU-hours, jobs {lo}-{hi} | "
+             "mean JCT, all jobs (h) | GPU-hours, all jobs | jobs resubmitted |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['rate']:g} | {r['flow']} | {r['window_jct_h']:.2f} | "
+              f"{r['window_gpu_h']:,} | {r['all_jct_h']:.2f} | {r['all_gpu_h']:,} | "
+              f"{r['resubmitted']:,} |" for r in rows]
+    return "\n".join(lines)
+
+
 SECTIONS = {"scale": ("scale_100k_jobs_4096_gpus", scale),
             "per_round": ("allocator_per_round", per_round),
             "poisson": ("poisson_comparison", comparison),
             "dynamic": ("dynamic_comparison", dynamic),
-            "opt_dynamic": ("opt_dynamic", opt_dynamic)}
+            "opt_dynamic": ("opt_dynamic", opt_dynamic),
+            "flows": ("dynamic_flows", flows)}
 
 
 def main(names: list[str]) -> None:

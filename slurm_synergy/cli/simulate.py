@@ -1,4 +1,4 @@
-"""`synergy simulate`: run one or several policy pairs on a trace, side by side."""
+"""`synergy simulate`: run one or several policy pairs and flows on a trace, side by side."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from slurm_synergy.simulate import plots, results
 from slurm_synergy.simulate.cluster import load_cluster
 from slurm_synergy.simulate.demand import SPEED_MODELS
 from slurm_synergy.simulate.dynamic import GPUS_PER_JOB, dynamic_trace
+from slurm_synergy.simulate.flows import FLOWS, FlowCosts
 from slurm_synergy.simulate.order import ORDERS
 from slurm_synergy.simulate.simulator import ALLOCATORS, Setup, simulate
 from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, parse_mix, poisson_trace, read_trace,
@@ -77,6 +78,25 @@ def add_parser(sub) -> None:
                    help="matrix: jobs run at the speed their allocation gives (default); "
                    "synergy: the speed-up only with the whole ideal demand, else 1.0, as "
                    "in Synergy's simulator")
+    p.add_argument("--flow", type=_names(FLOWS), default=["known"],
+                   help="how jobs come to be right-sized: known (every profile exists "
+                   "already; the default), in-run (the first job of a workload sweeps "
+                   "during its run, its waiting siblings are right-sized in place), "
+                   "resubmit (it profiles, then it and its siblings submit themselves "
+                   "again); comma-separated, or all")
+    costs = FlowCosts()
+    p.add_argument("--profile-s", type=float, default=costs.profile_s,
+                   help="resubmit: seconds a profiling job holds its allocation, training "
+                   f"nothing (default {costs.profile_s:g})")
+    p.add_argument("--restart-s", type=float, default=costs.restart_s,
+                   help="resubmit: seconds a sibling marked for profiling runs before it "
+                   f"finds the profile and submits itself again (default {costs.restart_s:g})")
+    p.add_argument("--sweep-s", type=float, default=costs.sweep_s,
+                   help="in-run: seconds of the first job's run until its decision exists "
+                   f"(default {costs.sweep_s:g})")
+    p.add_argument("--sweep-lost-s", type=float, default=costs.sweep_lost_s,
+                   help="in-run: seconds of training the sweep's windows cost it "
+                   f"(default {costs.sweep_lost_s:g})")
     p.add_argument("--matrix", type=Path, default=SYNERGY_MATRIX,
                    help="per-model throughput matrices (Synergy's format)")
     p.add_argument("--profiles", type=Path, help="also use this profile store's workloads "
@@ -130,9 +150,11 @@ def run(args: argparse.Namespace) -> int:
           f"{cluster.describe()}, rounds of {cluster.round_s:g} s; speed model: {args.speed}"
           + (f"; JCT and makespan over job ids {args.window[0]}-{args.window[1]}"
              if args.window else ""), file=sys.stderr)
+    costs = FlowCosts(args.profile_s, args.restart_s, args.sweep_s, args.sweep_lost_s)
     outcomes, rows = [], []
-    for order, alloc in itertools.product(args.policy, args.alloc):
-        out = simulate(trace, workloads, cluster, Setup(order, alloc, args.speed), policy)
+    for order, alloc, flow in itertools.product(args.policy, args.alloc, args.flow):
+        out = simulate(trace, workloads, cluster, Setup(order, alloc, args.speed, flow, costs),
+                       policy)
         outcomes.append(out)
         rows.append(results.summarise(out, args.window))
     print(results.summary_table(rows, rows[0] if len(rows) > 1 else None))

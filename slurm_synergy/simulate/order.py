@@ -1,6 +1,7 @@
 """Scheduling policies: the order in which a round offers jobs to the allocator.
 
-- fifo: by arrival.
+- fifo: by arrival in the queue (a resubmitted job's arrival is its resubmission, as
+  Slurm sees a new job).
 - srtf: shortest remaining time first, at the speed the job ran at in the last round
   (or, if it did not run then, the speed its allocator promises: its nominal speed).
 - las: least attained service first, in GPU-seconds held (Tiresias's discipline).
@@ -11,7 +12,7 @@ Ties go to the earlier arrival, then the trace order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 
@@ -20,7 +21,7 @@ class JobState:
     index: int
     job_id: str
     model: str
-    arrival_s: float
+    arrival_s: float              # its first arrival: JCT counts from here
     iters: int
     gpus: int
     iter_s: float                 # one iteration at the share
@@ -31,6 +32,10 @@ class JobState:
     first_start_s: float | None = None
     end_s: float | None = None
     speed_sum: float = 0.0        # sum of per-round speeds, for the mean speed
+    queued_s: float = field(init=False)   # when it last joined the queue (flows.py)
+
+    def __post_init__(self) -> None:
+        self.queued_s = self.arrival_s
 
     @property
     def started_s(self) -> float:
@@ -54,9 +59,9 @@ class JobState:
 OrderKey = Callable[[JobState, float], tuple]
 
 ORDERS: dict[str, OrderKey] = {
-    "fifo": lambda j, now: (j.arrival_s, j.index),
-    "srtf": lambda j, now: (j.remaining_s(), j.arrival_s, j.index),
-    "las": lambda j, now: (j.attained_s, j.arrival_s, j.index),
-    "ftf": lambda j, now: (-(now - j.arrival_s + j.remaining_s()) / (j.iters * j.iter_s),
-                           j.arrival_s, j.index),
+    "fifo": lambda j, now: (j.queued_s, j.index),
+    "srtf": lambda j, now: (j.remaining_s(), j.queued_s, j.index),
+    "las": lambda j, now: (j.attained_s, j.queued_s, j.index),
+    "ftf": lambda j, now: (-(now - j.queued_s + j.remaining_s()) / (j.iters * j.iter_s),
+                           j.queued_s, j.index),
 }

@@ -1,5 +1,6 @@
-"""What a simulation shows: JCT (mean, p50, p99), makespan, utilisation, as a table, CSV
-and JSON, one row per policy pair when several run on one trace side by side."""
+"""What a simulation shows: JCT (mean, p50, p99), makespan, GPU-hours, utilisation, as a
+table, CSV and JSON, one row per policy pair and flow when several run on one trace side
+by side. JCT counts from a job's first arrival, a resubmitted job's second wait included."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ class Summary:
     order: str
     alloc: str
     speed: str
+    flow: str
     jobs: int
     mean_jct_h: float
     p50_jct_h: float
     p99_jct_h: float
     makespan_h: float
     mean_wait_h: float
+    gpu_h: float             # GPU-hours the jobs held, profiling that trained nothing included
     gpu_util: float          # GPU-hours held over GPU-hours the cluster had, to makespan
     cpu_util: float          # core-hours allocated over core-hours the cluster had
     mean_speed: float        # per job-round, 1.0 = the GPU-proportional share
@@ -50,8 +53,8 @@ def measured(jobs: Sequence[JobState], window: Window | None) -> list[JobState]:
 
 
 def summarise(out: Outcome, window: Window | None = None) -> Summary:
-    """JCT, wait and makespan over the window's jobs (makespan: from the first of them to
-    arrive to the last to finish); utilisation and speed over the whole run."""
+    """JCT, wait, makespan and GPU-hours over the window's jobs (makespan: from the first
+    of them to arrive to the last to finish); utilisation and speed over the whole run."""
     jobs = measured(out.jobs, window)
     if not jobs:
         raise SynergyError(f"no job of the trace has an id in the window {window[0]}-"
@@ -66,9 +69,10 @@ def summarise(out: Outcome, window: Window | None = None) -> Summary:
     runs = sum(out.rounds.running)
     alloc = np.array(out.rounds.alloc_s) * 1000
     return Summary(
-        out.setup.label, out.setup.order, out.setup.alloc, out.setup.speed, len(jobs),
-        float(jct.mean()), float(np.percentile(jct, 50)), float(np.percentile(jct, 99)),
-        window_span_s / 3600, float(wait.mean()),
+        out.setup.label, out.setup.order, out.setup.alloc, out.setup.speed, out.setup.flow,
+        len(jobs), float(jct.mean()), float(np.percentile(jct, 50)),
+        float(np.percentile(jct, 99)), window_span_s / 3600, float(wait.mean()),
+        sum(j.attained_s for j in jobs) / 3600,
         held / (out.cluster.gpus * span_s), cores / (out.cluster.cpus * span_s),
         sum(j.speed_sum for j in out.jobs) / runs if runs else 0.0, len(out.rounds.start_s),
         float(alloc.mean()), float(alloc.max()), out.wall_s,
@@ -78,6 +82,7 @@ def summarise(out: Outcome, window: Window | None = None) -> Summary:
 _COLUMNS = (("policy", "label", "{}"), ("JCT mean h", "mean_jct_h", "{:.2f}"),
             ("p50 h", "p50_jct_h", "{:.2f}"), ("p99 h", "p99_jct_h", "{:.2f}"),
             ("makespan h", "makespan_h", "{:.2f}"), ("wait h", "mean_wait_h", "{:.2f}"),
+            ("GPU h", "gpu_h", "{:.1f}"),
             ("GPU util", "gpu_util", "{:.0%}"), ("CPU util", "cpu_util", "{:.0%}"),
             ("speed", "mean_speed", "{:.2f}"), ("alloc ms/round", "alloc_ms_mean", "{:.2f}"))
 

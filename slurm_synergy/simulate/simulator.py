@@ -9,11 +9,13 @@ ends with the lease in which its last iteration ran. Rounds start where Synergy'
 simulator starts them: on the grid of multiples of `round_s` from t=0, the first at or
 after the first arrival; a static trace (every job in within its first second) starts
 one second after its first arrival, so that all of it starts together. A job arriving
-between boundaries waits for the next. Rounds with nothing to run are skipped.
+between boundaries waits for the next. Rounds with nothing to run are skipped. How each
+job comes to be right-sized, and what profiling costs it, is the flow's (flows.py).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,7 +26,8 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.simulate.allocate import Allocator, Free, Want, greedy, proportional, synergy_slurm, tune
 from slurm_synergy.simulate.cluster import ClusterSpec
-from slurm_synergy.simulate.demand import SPEED_MODELS, DemandBook
+from slurm_synergy.simulate.demand import SPEED_MODELS, DemandBook, Demands
+from slurm_synergy.simulate.flows import Flow, FlowCosts
 from slurm_synergy.simulate.optimal import optimal
 from slurm_synergy.simulate.order import ORDERS, JobState
 from slurm_synergy.simulate.trace import SimJob
@@ -42,10 +45,12 @@ class Setup:
     order: str
     alloc: str
     speed: str = "matrix"
+    flow: str = "known"
+    costs: FlowCosts = FlowCosts()
 
     @property
     def label(self) -> str:
-        return f"{self.order}/{self.alloc}"
+        return f"{self.order}/{self.alloc}" + ("" if self.flow == "known" else f"/{self.flow}")
 
 
 @dataclass
@@ -74,6 +79,12 @@ def _nominal(alloc: str, book: DemandBook, work: Workload, gpus: int) -> float:
     d = book.of(work, gpus)
     return {"proportional": d.share.rate, "greedy": d.ideal.rate, "tune": d.ideal.rate,
             }.get(alloc, d.claim.rate)
+
+
+def _asked(d: Demands) -> Demands:
+    """A job's demands before its workload has a profile: its share and nothing else, so
+    that every allocator gives it the share or nothing."""
+    return Demands(d.share, d.share, d.share, d.share, (d.share,))
 
 
 def _first_round(first_arrival: float, last_arrival: float, round_s: float) -> float:
@@ -110,21 +121,38 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
                      workloads[j.model].iter_s,
                      _nominal(setup.alloc, book, workloads[j.model], j.gpus))
             for i, j in enumerate(trace)]
-    wants = [Want(i, j.gpus, workloads[j.model], book.of(workloads[j.model], j.gpus))
-             for i, j in enumerate(trace)]
+    sized = [book.of(workloads[j.model], j.gpus) for j in trace]
+    wants = [Want(i, j.gpus, workloads[j.model], sized[i]) for i, j in enumerate(trace)]
+
+    def resize(i: int, right: bool) -> None:
+        w = wants[i]
+        w.demands = sized[i] if right else _asked(sized[i])
+        jobs[i].nominal = _nominal(setup.alloc if right else "proportional", book, w.work,
+                                   w.gpus)
+
+    flow = Flow(setup.flow, setup.costs, jobs, resize)
     arrivals = sorted(jobs, key=lambda j: (j.arrival_s, j.index))
     R = cluster.round_s
     rounds = Rounds()
     t0 = _first_round(arrivals[0].arrival_s, arrivals[-1].arrival_s, R)
     active: list = []
+    again: list[tuple[float, int]] = []     # resubmitted jobs: (arrival, index), a heap
     now, nxt = t0, 0
-    while nxt < len(arrivals) or active:
+    while nxt < len(arrivals) or active or again:
         while nxt < len(arrivals) and arrivals[nxt].arrival_s <= now:
             active.append(arrivals[nxt])
+            flow.joined(arrivals[nxt])
             nxt += 1
+        while again and again[0][0] <= now:
+            j = jobs[heapq.heappop(again)[1]]
+            active.append(j)
+            flow.joined(j)
         if not active:      # idle: on to the boundary at or after the next arrival
-            now = t0 + math.ceil((arrivals[nxt].arrival_s - t0) / R) * R
+            soonest = min(([arrivals[nxt].arrival_s] if nxt < len(arrivals) else [])
+                          + ([again[0][0]] if again else []))
+            now = t0 + math.ceil((soonest - t0) / R) * R
             continue
+        flow.round_starts()
         active.sort(key=lambda j: order(j, now))
         free = Free(cluster)
         tick = time.perf_counter()
@@ -132,21 +160,29 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
             wants[j.index].weight = 1.0 / max(j.remaining_s(), 1.0)
         grants = allocate([wants[j.index] for j in active], free)
         rounds.alloc_s.append(time.perf_counter() - tick)
-        if not grants and nxt == len(arrivals):
+        if not grants and nxt == len(arrivals) and not again:
             raise SynergyError(f"{setup.label}: no job of the {len(active)} left can be "
                                f"placed on {cluster.name}, even on an empty cluster")
-        ran = set()
+        ran, left = set(), set()
         cpus = mem = 0.0
         for g in grants:
             j = jobs[g.key]
             want = wants[g.key]
-            s = speed(want.work, want.demands, g.cpus, g.mem_gb)
+            # The speed its allocation gives it, whatever the allocator sized it by.
+            s = speed(want.work, sized[g.key], g.cpus, g.mem_gb)
             step = math.floor(R / (j.iter_s / s)) if s > 0 else 0
             if not step:    # it would hold its GPUs for ever: the model cannot run it
                 raise SynergyError(
                     f"{setup.label}: job {j.job_id} ({j.model}) does not finish one "
                     f"iteration in a {R:g} s round at the speed it got ({s:.2f} x its "
                     f"share, {j.iter_s:g} s an iteration there); make round_s longer")
+            train_s, back = flow.leased(j, now, R)
+            if train_s < R:
+                step = math.floor(train_s / (j.iter_s / s))
+            if back is not None:
+                j.queued_s = back
+                heapq.heappush(again, (back, j.index))
+                left.add(j.index)
             j.done = min(j.iters, j.done + step)
             j.attained_s += R * j.gpus
             j.speed_sum += s
@@ -159,7 +195,7 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
             cpus += g.cpus * j.gpus
             mem += g.mem_gb * j.gpus
         for j in active:
-            if j.index not in ran:
+            if j.index not in ran or j.index in left:
                 j.last_speed = None
         rounds.start_s.append(now)
         rounds.gpus.append(total_gpus - free.total_gpus)
@@ -167,6 +203,6 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
         rounds.mem_gb.append(mem)
         rounds.running.append(len(grants))
         rounds.waiting.append(len(active) - len(grants))
-        active = [j for j in active if j.end_s is None]
+        active = [j for j in active if j.end_s is None and j.index not in left]
         now += R
     return Outcome(setup, cluster, jobs, rounds, time.perf_counter() - began)

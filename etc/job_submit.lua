@@ -27,7 +27,7 @@ local MAX_BYTES = 16 * 1024 * 1024
 local MAX_ENTRIES = 200000
 -- Whatever the table's header claims, no decision goes beyond these.
 local HARD = { cpus = 65536, mem_mb = 64 * 1024 * 1024, gpus = 64, workers = 4096,
-               power_w = 5000 }
+               power_w = 5000, procs = 256 }
 local NO_VAL = 4294967294          -- Slurm's "not set" for 32-bit fields (and above)
 
 -- Without lua-posix there is no way to tell a FIFO from a file before opening it, so
@@ -62,8 +62,8 @@ local function parse_header(line)
 		return nil, "is empty"
 	end
 	local version, rest = line:match("^synergy%-decisions (%d+) (.*)$")
-	if version ~= "1" then
-		return nil, "is not a version 1 decision table"
+	if version ~= "2" then
+		return nil, "is not a version 2 decision table"
 	end
 	local h = {}
 	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-,]*)") do
@@ -98,8 +98,8 @@ end
 
 -- One entry line, checked against the header's limits and the hard ones; nil if bad.
 local function parse_entry(line, head)
-	local fp, c, m, g, t, w, p = line:match(
-		"^(%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+)$")
+	local fp, c, m, g, t, w, p, n = line:match(
+		"^(%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+) (%d+)$")
 	if fp == nil or #fp ~= 16 or fp:match("[A-F]") or #t > 32 then
 		return nil
 	end
@@ -109,10 +109,11 @@ local function parse_entry(line, head)
 		gpus = whole(g, 0, math.min(head.max_gpus, HARD.gpus)),
 		workers = whole(w, 0, HARD.workers),
 		power_w = whole(p, 0, HARD.power_w),
+		procs = whole(n, 1, HARD.procs),
 		gpu_type = (t ~= "-") and t or nil,
 	}
 	if e.cpus == nil or e.mem_mb == nil or e.gpus == nil or e.workers == nil
-			or e.power_w == nil then
+			or e.power_w == nil or e.procs == nil then
 		return nil
 	end
 	return fp, e
@@ -356,10 +357,11 @@ local function plan(job_desc, tbl, part_list)
 	if not pinned.mem then
 		p.mem_mb, mem = entry.mem_mb, entry.mem_mb
 	end
-	-- Workers follow the cores the job ends up with: one core stays with the trainer.
+	-- Workers follow the cores the job ends up with: one core stays with each training
+	-- process (slurm_synergy/model/rightsize.py, the rule this mirrors).
 	p.workers = entry.workers
 	if pinned.cpus and is_set(cpus) and cpus < 65534 then
-		p.workers = math.max(1, cpus - 1)
+		p.workers = math.max(1, math.floor(cpus / entry.procs) - 1)
 	end
 	local tpn = job_desc.tres_per_node
 	local gpus = entry.gpus

@@ -21,8 +21,8 @@ import jinja2
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_argv
-from slurm_synergy.model.engine import Decision
-from slurm_synergy.model.comment import asked_text, decision_text, hetero_comment, with_marks
+from slurm_synergy.model.rightsize import Rightsized
+from slurm_synergy.model.comment import decision_text, hetero_comment, with_marks
 from slurm_synergy.model.options import declared_options, spellings, without
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
@@ -84,32 +84,35 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
 
 
 def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "",
-           profile: bool = False, decision: Decision | None = None,
-           profile_only: bool = False, resubmit: str = "auto", tag: str = "") -> str:
+           profile: bool = False, decision: Rightsized | None = None,
+           profile_only: bool = False, mode: str = "auto", tag: str = "",
+           offline: bool = False, on_profiled: str | None = None,
+           sequential: bool = False) -> str:
     """The sbatch script for one job, or for one array job when `array` is set.
 
-    `profile` turns the profiling prolog on by default; SYNERGY_PROFILE in the job's
-    environment (0 or 1) decides in the end, so the plugin can mark jobs itself.
-    `decision` (user mode) replaces the row's cores, memory and GPUs. `resubmit` is who
-    decides for the job's resubmission after profiling (auto, shim, user), or "" for a
-    job that trains in place after profiling. `tag` marks the comment as this sbatch
-    call's (`sub=<tag>`), for reconciling the ledger with Slurm.
+    `profile` turns measuring on by default; SYNERGY_PROFILE in the job's environment
+    (0 or 1) decides in the end, so the plugin can mark jobs itself. A marked job is
+    measured while it trains, unless `offline` (submit --profile) asks for the full
+    profiler first or the job is to be resubmitted once profiled (`on_profiled`: the
+    row's, else this, else the site policy's). `decision` (user mode) replaces the row's
+    cores, memory and GPUs. `mode` is who decides for a resubmission (auto, shim, user).
+    A `sequential` row waits on the one before it, so it is never resubmitted: that
+    would escape the chain. `tag` marks the comment as this sbatch call's
+    (`sub=<tag>`), for reconciling the ledger with Slurm.
     """
     head = tasks[0].spec
     policy = load_policy(policy_path())
+    on_profiled = head.on_profiled or on_profiled or policy.on_profiled
+    resubmit = mode if on_profiled == "resubmit" and not (sequential or profile_only) else ""
     sources = sorted({t.spec.source.file for t in tasks})
     rows = ",".join(str(t.spec.source.row) for t in tasks)
     comment = head.comment
     cpus, mem_mb, gres = head.cpus, head.mem_mb, head.gres
     if decision is not None:
         cpus, mem_mb = decision.cpus, decision.mem_mb
-        if head.gpus:
-            gres = decision.gres_for(head.gpu_type)
+        gres = decision.gres if head.gpus else gres
         # What the row asked, beside the decision (as the shim notes it), for reports.
-        asked_type = head.gpu_type if head.gpus else ""
-        comment = with_marks(comment, asked=asked_text(head.cpus, head.mem_mb, head.gpus,
-                                                       asked_type),
-                             decision=decision.summary(asked_type))
+        comment = with_marks(comment, asked=decision.asked, decision=decision.decided)
     elif profile:
         comment = with_marks(comment, profile="1")
     if tag:
@@ -130,7 +133,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         probe_workers="" if head.probe_workers is None else head.probe_workers,
         probe=[python_for_jobs(), "-m", "slurm_synergy.probe"],
         measurer=[python_for_jobs(), "-m", INRUN_MODULE],
-        on_profiled=head.on_profiled or policy.on_profiled, exit_codes=exit_codes,
+        offline=offline or on_profiled == "resubmit", exit_codes=exit_codes,
     )
 
 

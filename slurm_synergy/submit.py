@@ -21,8 +21,8 @@ from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyErro
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.model.jobspec import JobSpec
 from slurm_synergy.ledger import LedgerEntry, Ledger, new_tag, row_key
-from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
-from slurm_synergy.model.engine import Decision
+from slurm_synergy.shim.decisions import Decider, resolve_mode
+from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.model.units import gpu_types
 from slurm_synergy.paths import policy_path
@@ -47,6 +47,7 @@ class SubmitOptions:
     profile: str = "auto"         # auto: as the site policy says; always; never; only
                                   # (profile, then end without training)
     mode: str = "auto"            # who applies decisions: auto, shim (slurmctld), user (here)
+    on_profiled: str | None = None    # continue or resubmit; None: each row's, else the policy's
 
 
 @dataclass(frozen=True)
@@ -132,13 +133,12 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         tags = {unit.name: new_tag() for unit in result.units}
         for unit in result.units:
             decision, profile = choices[unit.name]
-            # Sequential rows wait on the job before them, so a profiled job must train
-            # in place: a resubmission would escape the chain.
-            resubmit = "" if opts.sequential or opts.profile == "only" else mode
             text = (render_hetero(unit.name, unit.tasks[0], out, unit.script, tags[unit.name])
                     if unit.tasks[0].spec.hetero else
                     render(unit.name, unit.tasks, out, unit.script, unit.array, profile,
-                           decision, opts.profile == "only", resubmit, tags[unit.name]))
+                           decision, opts.profile == "only", mode, tags[unit.name],
+                           offline=opts.profile in ("always", "only"),
+                           on_profiled=opts.on_profiled, sequential=opts.sequential))
             atomic_write_text(unit.script, text, 0o755)
         (out / "logs").mkdir(parents=True, exist_ok=True)
         if opts.dry_run:
@@ -188,7 +188,7 @@ def _settle(csv_path: Path, specs: Sequence[JobSpec], slurm: Slurm, ledger: Ledg
 
 def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
                log: Callable[[str], None]
-               ) -> tuple[str, dict[str, tuple[Decision | None, bool]]]:
+               ) -> tuple[str, dict[str, tuple[Rightsized | None, bool]]]:
     """The mode, and per unit: the decision to apply here (user mode only) and whether
     to profile first.
 
@@ -205,7 +205,8 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
     mode = "user" if opts.mode == "user" else (
         "shim" if opts.dry_run and opts.mode == "auto" else resolve_mode(opts.mode, slurm))
     # A job over two GPU types is neither profiled nor given a decision here.
-    choices: dict[str, tuple[Decision | None, bool]] = {u.name: (None, False) for u in planned}
+    choices: dict[str, tuple[Rightsized | None, bool]] = {u.name: (None, False)
+                                                           for u in planned}
     units = [u for u in units if not u.tasks[0].spec.hetero]
     if mode == "shim":
         return mode, {**choices,
@@ -215,11 +216,12 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
     for unit in units:
         head = unit.tasks[0].spec
         decision = decider.decision(head.fingerprint, head.partition)
-        if decision and policy.user_request_wins:
-            decision = apply_pins(decision, head.pinned, head.cpus, head.mem_mb, head.gpus)
+        sized = None if decision is None else rightsize(
+            Asked(head.cpus, head.mem_mb, head.gpus, head.gpu_type, pinned=head.pinned),
+            decision, policy.user_request_wins)
         profile = opts.profile in ("always", "only") or (
             opts.profile == "auto" and decision is None and policy.profile_new)
-        choices[unit.name] = (decision, profile)
+        choices[unit.name] = (sized, profile)
     for problem in decider.problems:
         log(problem)
     decided = sum(d is not None for d, _ in choices.values())

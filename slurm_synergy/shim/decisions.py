@@ -6,14 +6,11 @@ engine, the same profile store, applied to the sbatch script before it is submit
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Sequence
 
 from slurm_synergy.model.errors import SlurmUnreachable, SynergyError
 from slurm_synergy.model.profile import ProfileError
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.model.throughput import workers_for
 from slurm_synergy.model.engine import Decision, NodeShape, decide
 from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.policy import Policy, site_catalog
@@ -44,20 +41,6 @@ def resolve_mode(mode: str, slurm: Slurm) -> str:
     if mode == "auto":
         return "shim" if shim_installed(slurm) else "user"
     return mode
-
-
-def apply_pins(decision: Decision, pinned: Sequence[str], cpus: int, mem_mb: int,
-               gpus: int) -> Decision:
-    """The decision with the resources the row set itself kept (user_request_wins), and
-    workers that follow the cores kept, as the shim does."""
-    keep: dict[str, Any] = {}
-    if "cpus" in pinned:
-        keep.update(cpus=cpus, workers=workers_for(cpus))
-    if "mem" in pinned:
-        keep["mem_mb"] = mem_mb
-    if "gpus" in pinned:
-        keep["gpus"] = gpus
-    return replace(decision, **keep)
 
 
 class Decider:

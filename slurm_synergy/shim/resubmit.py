@@ -25,7 +25,8 @@ from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.gpuroom import GpuMove, read_move
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.shim.decisions import Decider, apply_pins, resolve_mode
+from slurm_synergy.shim.decisions import Decider, resolve_mode
+from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.table import read as read_table
@@ -133,9 +134,10 @@ def _decided(fp: str, comment: str, script: Path, mode: str, slurm: Slurm) -> _A
     """Profiled: the new job runs as decided, never profiled again. In user mode the
     decision is applied here; under the shim, slurmctld applies it from its table."""
     if mode == "user":
-        options, exports, summary = _user_mode(fp, comment, script, slurm)
+        options, exports, sized = _user_mode(fp, comment, script, slurm)
         return _Again(options, ["SYNERGY_PROFILE=0", *exports],
-                      comment_format.with_marks(comment, decision=summary), summary)
+                      comment_format.with_marks(comment, asked=sized.asked,
+                                                decision=sized.decided), sized.decided)
     try:
         decided = fp in read_table(table_path())[1]
     except SynergyError:
@@ -155,31 +157,31 @@ _GRES_LINE = re.compile(r"^#SBATCH --gres=gpu:(?:(" + comment_format.GRES_TYPE +
 
 
 def _user_mode(fp: str, comment: str, script: Path,
-               slurm: Slurm) -> tuple[list[str], list[str], str]:
-    """sbatch options, exports and the summary of the decision, as `synergy submit`
-    applies it in user mode."""
-    # Run inside the profiled job: Slurm names its partition in the environment.
-    partition = os.environ.get("SLURM_JOB_PARTITION", "")
+               slurm: Slurm) -> tuple[list[str], list[str], Rightsized]:
+    """sbatch options, exports and the request as decided, as `synergy submit` applies a
+    decision in user mode (model/rightsize.py, the one applier)."""
+    # Run inside the profiled job: Slurm names its partition and allocation in the
+    # environment, which is what the job asked for.
+    env = os.environ
+    partition = env.get("SLURM_JOB_PARTITION", "")
     policy = load_policy(policy_path())
     decider = Decider(ProfileStore.default(), policy, slurm)
     decision = decider.decision(fp, partition)
     if decision is None:
         raise NothingToGain(decider.problems[-1] if decider.problems else
                             f"no usable profile of {fp} in {ProfileStore.default().root}")
-    if policy.user_request_wins:
-        pinned = comment_format.marks(comment).get("req", "").split(",")
-        env = os.environ
-        decision = apply_pins(decision, pinned, int(env.get("SLURM_CPUS_PER_TASK", "1")),
-                              int(env.get("SLURM_MEM_PER_NODE", decision.mem_mb)),
-                              int(env.get("SLURM_GPUS_ON_NODE", decision.gpus)))
-    options = [f"--cpus-per-task={decision.cpus}", f"--mem={decision.mem_mb}M"]
-    asked_type = ""
-    if decision.gpus:
-        # The GPU type the script asked for, unless the decision names one.
-        asked = _GRES_LINE.search(script.read_text())
-        asked_type = (asked.group(1) or "") if asked else ""
-        options.append(f"--gres={decision.gres_for(asked_type)}")
-    exports = [f"SYNERGY_WORKERS={decision.workers}"]
-    if decision.power_limit_w:
-        exports.append(f"SYNERGY_POWER_LIMIT_W={decision.power_limit_w}")
-    return options, exports, decision.summary(asked_type)
+    gres = _GRES_LINE.search(script.read_text())
+    asked = Asked(cpus=int(env.get("SLURM_CPUS_PER_TASK", "0")) or None,
+                  mem_mb=int(env.get("SLURM_MEM_PER_NODE", "0")) or None,
+                  gpus=int(env.get("SLURM_GPUS_ON_NODE", "0") or 0),
+                  gpu_type=(gres.group(1) or "") if gres else "",
+                  pinned=tuple(p for p in comment_format.marks(comment).get("req", "").split(",")
+                               if p))
+    sized = rightsize(asked, decision, policy.user_request_wins)
+    options = [f"--cpus-per-task={sized.cpus}", f"--mem={sized.mem_mb}M"]
+    if sized.gpus:
+        options.append(f"--gres={sized.gres}")
+    exports = [f"SYNERGY_WORKERS={sized.workers}"]
+    if sized.power_limit_w:
+        exports.append(f"SYNERGY_POWER_LIMIT_W={sized.power_limit_w}")
+    return options, exports, sized

@@ -5,9 +5,10 @@ matches with one pattern each, and its first line carries a generation (a hash o
 rest) and what the partition's nodes have; the shim reads it again whenever the file's
 inode, size or times change.
 
-    synergy-decisions 1 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
+    synergy-decisions 2 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
         max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 entries=2      (one line)
     <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers> <power_limit_w or 0>
+        <training processes per task>
 
 Decisions are sized for one partition's nodes (the default one unless told): the header
 holds what its smallest node has (from sinfo), no entry goes beyond it, and the shim
@@ -38,12 +39,13 @@ from slurm_synergy.paths import policy_path
 
 TABLE_NAME = "synergy-decisions.tbl"
 MAGIC = "synergy-decisions"
-FORMAT = 1
+FORMAT = 2
 # Hard bounds the shim also enforces, whatever the header says.
 MAX_CPUS = 65536
 MAX_MEM_MB = 64 * 1024 * 1024
 MAX_GPUS = 64
-ENTRY_RE = re.compile(r"^([0-9a-f]{16}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{1,32}) (\d+) (\d+)$")
+ENTRY_RE = re.compile(r"^([0-9a-f]{16}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{1,32}) (\d+) (\d+) "
+                      r"(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class TableEntry:
     gpu_type: str
     workers: int
     power_limit_w: int
+    procs: int = 1      # training processes per task: workers follow pinned cores by it
 
 
 def table_path() -> Path:
@@ -70,7 +73,7 @@ def table_path() -> Path:
 def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape,
            partition: str = "") -> str:
     body = "".join(f"{d.fingerprint} {d.cpus} {d.mem_mb} {d.gpus} {d.gpu_type or '-'} "
-                   f"{d.workers} {d.power_limit_w}\n"
+                   f"{d.workers} {d.power_limit_w} {d.procs}\n"
                    for d in sorted(decisions, key=lambda d: d.fingerprint))
     gen = hashlib.sha256(body.encode()).hexdigest()[:12]
     head = (f"{MAGIC} {FORMAT} gen={gen} partition={partition} "
@@ -95,9 +98,9 @@ def read(path: Path) -> tuple[dict[str, str], dict[str, TableEntry]]:
         m = ENTRY_RE.match(line)
         if not m:
             raise SynergyError(f"{path} line {number} is malformed: {line[:80]!r}")
-        fp, cpus, mem, gpus, gtype, workers, power = m.groups()
+        fp, cpus, mem, gpus, gtype, workers, power, procs = m.groups()
         entries[fp] = TableEntry(fp, int(cpus), int(mem), int(gpus), "" if gtype == "-" else gtype,
-                            int(workers), int(power))
+                                 int(workers), int(power), int(procs))
     return header, entries
 
 

@@ -48,7 +48,7 @@ from slurm_synergy.probe.records import ProbeConfig
 from slurm_synergy.probe.supervise import Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
-from slurm_synergy.profiling.windows import RunWindows, Window
+from slurm_synergy.profiling.windows import RECORD_S, RunWindows, Window
 from slurm_synergy.shim.decisions import Decider
 from slurm_synergy.slurm import Slurm
 
@@ -125,7 +125,10 @@ def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
 
 def _watch(req: InRunRequest, command: list[str], workers: int | None,
            during: Callable[[Started, Path], None] | None) -> int:
-    config = ProbeConfig(mode="watch", workers=workers, interval_s=req.record_s,
+    # Measured: the processes write their records at the windows' pace from the start
+    # (the supervisor needs a first record to begin); the sweep's end slows them again.
+    config = ProbeConfig(mode="watch", workers=workers,
+                         interval_s=req.record_s if during is None else RECORD_S,
                          controlled=during is not None)
     try:
         result = run(config, command, req.out.resolve(), 0.0, during=during)
@@ -169,6 +172,7 @@ class Sweep:
             return
         path = self.store.save(profile)
         self.log(f"{PROG}: {fp}: {_summary(profile)}; saved {path}")
+        self._mark_measured()
         self._apply(profile)
         # The job trains on: a later peak (validation, a bigger epoch) must count.
         peak = profile.model.footprint_mb
@@ -270,9 +274,21 @@ class Sweep:
             started=started, finished=_now(), profiling_s=round(lost_s, 2),
             profiler_version=__version__, notes=tuple(notes))
 
+    def _mark_measured(self) -> None:
+        """measured=run in this job's comment, so sacct and the reports tell the job
+        that was measured from one that only waited for its workload's decision."""
+        if not self.job_id:
+            return
+        try:
+            comment = self.slurm.comment(self.job_id)
+            self.slurm.update_job(self.job_id, {
+                "Comment": comment_format.with_marks(comment, measured="run")})
+        except SynergyError as e:
+            self.log(f"{PROG}: job {self.job_id}'s comment not marked: {e}")
+
     def _apply(self, profile: Profile) -> None:
         """The table compiled, then this user's pending jobs right-sized in place."""
-        sync_decisions(self.log)
+        sync_decisions(self.log, PROG)
         decider = Decider(self.store, self.policy, self.slurm)
         partition = os.environ.get("SLURM_JOB_PARTITION", "")
         decision = decider.decision(profile.fingerprint, partition)

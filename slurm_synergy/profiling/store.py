@@ -29,13 +29,13 @@ def profiling_lock(store: ProfileStore, fp: str) -> Iterator[bool]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def sync_decisions(log: Callable[[str], None]) -> None:
+def sync_decisions(log: Callable[[str], None], prog: str = PROG) -> None:
     """Recompile the decision table (measured in a Slurm job: that cluster's), so the
     plugin rewrites the resubmission; best effort: where this user may not write the
     table, the site's own sync picks the profile up."""
     from slurm_synergy.shim.table import sync
 
     try:
-        log(f"{PROG}: {sync()}")
+        log(f"{prog}: {sync()}")
     except SynergyError as e:
-        log(f"{PROG}: decision table not updated: {e}")
+        log(f"{prog}: decision table not updated: {e}")

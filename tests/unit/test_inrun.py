@@ -1,0 +1,152 @@
+"""A run measured while it trains (profiling/inrun.py, profiling/windows.py,
+probe/affinity.py), outside Slurm: a real script with a DataLoader and a loader worker,
+real affinity, and the faults the run must survive unchanged."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.probe.affinity import pin
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiling.inrun import InRunRequest, run_job, sweep_counts
+from slurm_synergy.profiling.windows import RunWindows
+from slurm_synergy.slurm import Slurm
+
+FP = "00000000000000f1"
+ALLOWED = os.sched_getaffinity(0)
+# A sweep needs two cores: fail loudly where there are fewer, never skip.
+assert len(ALLOWED) >= 2, "these tests hold a run to fewer cores: they need at least 2"
+# A training loop of the ordinary kind: a DataLoader with a worker, a step of CPU work;
+# it records what it computed and its torch threads at the end, and exits with a status
+# of its own, so the run can be checked to be the script's.
+SCRIPT = """
+import json, sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+class Squares(Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i):
+        x = torch.full((64,), float(i))
+        for _ in range(40): x = (x * 1.0001).sin()
+        return x
+threads = torch.get_num_threads()
+total, end = 0.0, time.monotonic() + float(sys.argv[2])
+loader = DataLoader(Squares(), batch_size=8, num_workers=1, persistent_workers=True)
+while time.monotonic() < end:
+    for batch in loader:
+        total += float(batch.sum())
+        torch.mm(torch.ones(120, 120), torch.ones(120, 120))
+        if time.monotonic() >= end: break
+json.dump({"total_is_finite": total == total, "threads": torch.get_num_threads(),
+           "threads_at_start": threads}, open(sys.argv[1], "w"))
+sys.exit(int(sys.argv[3]))
+"""
+FAST = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=60)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNERGY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SYNERGY_DECISIONS", str(tmp_path / "table.tbl"))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    return tmp_path
+
+
+def run_script(tmp_path: Path, seconds: float, status: int,
+               policy: Policy = FAST) -> tuple[int, dict, list[str]]:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    lines: list[str] = []
+    req = InRunRequest(FP, "t", (sys.executable, str(tmp_path / "train.py"),
+                                 str(tmp_path / "result.json"), str(seconds), str(status)),
+                       tmp_path / "probe.json")
+    rc = run_job(req, policy, Slurm(), lines.append)
+    return rc, json.loads((tmp_path / "result.json").read_text()), lines
+
+
+def test_a_run_is_swept_while_it_trains_and_ends_as_the_script_ends(home):
+    rc, result, lines = run_script(home, 12.0, 3)
+    assert rc == 3, "the job's exit status is its script's"
+    assert result["total_is_finite"] and result["threads"] == result["threads_at_start"]
+    profile = ProfileStore.default().load(FP)
+    assert {p.cores for p in profile.train_points()} == {1, len(ALLOWED)}
+    assert profile.allocation.launcher == "in-run" and profile.model.basis == "in-run"
+    assert all(p.repeats for p in profile.train_points())
+    assert profile.model.host_core_s > 0 and profile.model.prep_core_s > 0, \
+        "the trainer's and the loader worker's CPU time per sample"
+    assert profile.notes[0].startswith("measured in the run: 3 windows")
+    assert any(line.startswith(f"inrun: {FP}: ") for line in lines), lines
+
+
+def test_a_job_that_ends_inside_a_window_keeps_its_status_and_what_was_measured(home):
+    slow = Policy(sweep_window_s=2.0, sweep_repeats=3, first_batch_timeout_s=60)
+    rc, result, lines = run_script(home, 9.0, 0, slow)
+    assert rc == 0 and result["threads"] == result["threads_at_start"]
+    store = ProfileStore.default()
+    if store.has(FP):       # it measured a full window, at least, before it ended
+        profile = store.load(FP)
+        assert "incomplete: the job ended inside a window" in profile.notes
+    else:
+        assert any("no profile: the job ended inside a window" in line for line in lines), \
+            lines
+
+
+def test_a_thread_that_cannot_be_pinned_is_named_and_the_rest_are_pinned():
+    me = os.getpid()
+    refused = set(int(t) for t in os.listdir(f"/proc/{me}/task")[:1])
+    seen = []
+
+    def set_affinity(tid: int, cpus: set[int]) -> None:
+        if tid in refused:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        seen.append(tid)
+    done = pin([me], {0}, set_affinity)
+    assert len(done.failed) == 1 and "Operation not permitted" in done.failed[0]
+    assert done.threads == len(seen) == len(os.listdir(f"/proc/{me}/task")) - 1
+
+
+def test_a_process_forked_inside_a_window_gets_every_core_back(tmp_path):
+    go, child = tmp_path / "go", tmp_path / "child"
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import os, time, pathlib
+while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)
+if os.fork() == 0:
+    pathlib.Path({str(child)!r}).write_text(str(os.getpid())); time.sleep(30); os._exit(0)
+time.sleep(30)
+"""])
+    try:
+        windows = RunWindows(parent, tmp_path, ALLOWED, print)
+        narrow = {min(ALLOWED)}
+        windows._hold(narrow)
+        go.touch()
+        deadline = time.monotonic() + 10
+        while not child.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pid = int(child.read_text())
+        assert os.sched_getaffinity(pid) == narrow, "forked inside the window"
+        windows.close(30.0)
+        assert os.sched_getaffinity(pid) == ALLOWED
+        assert os.sched_getaffinity(parent.pid) == ALLOWED
+    finally:
+        for p in windows_pids(parent.pid):
+            os.kill(p, 9)
+        parent.wait()
+
+
+def windows_pids(top: int) -> list[int]:
+    from slurm_synergy.probe.affinity import job_pids
+    return list(reversed(job_pids(top)))
+
+
+def test_the_sweep_halves_the_cores_down_to_one_per_process():
+    assert sweep_counts(16, 1) == [16, 8, 4, 2, 1]
+    assert sweep_counts(2, 1) == [2, 1]
+    assert sweep_counts(8, 2) == [8, 4, 2]
+    assert sweep_counts(3, 1) == [3, 1]

@@ -1,9 +1,10 @@
 """`make demo`: the local cluster up, and the plugin's whole flow on two workloads.
 
-A CPU-hungry and a CPU-light workload are submitted as a user writes them (2 cores,
-3 GB each). The first time, the shim marks them for profiling: each job profiles itself,
-the decision table is recompiled, and the job submits itself again, right-sized. Every
-later run is rewritten at submission. The sacct table shows both kinds of job.
+A CPU-hungry and a CPU-light workload, two runs of each, are submitted as a user writes
+them (2 cores, 3 GB each). The first time, the shim marks them: the first job of each
+workload is measured while it trains, to its end, and its decision right-sizes the
+workload's second job in place while that one waits in the queue. Every later
+submission is rewritten by the shim. The sacct table shows each kind of job.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
     ids = list(result.job_ids.values())
     print(f"submitted {len(ids)} jobs from {csv}: {', '.join(ids)}")
     wait(slurm, ids)
-    # A job that was profiled submitted itself again, right-sized: follow it.
+    # Where the site resubmits profiled jobs (on_profiled = "resubmit"): follow them.
     chain = {c.profiled_job: c.resubmitted_job for c in read_chains() if c.profiled_job in ids}
     if chain:
         print("profiled, then resubmitted: "

@@ -99,12 +99,16 @@ def plugin_note(comment: str) -> str:
     """What the plugin did to a job, from the marks in its comment."""
     words = comment_marks(comment)
     notes = []
-    if "profile" in words:
+    if words.get("measured") == "run":
+        notes.append("measured while it trained")
+    elif "profile" in words:
         notes.append("profiling run")
     if "decision" in words:
         notes.append(f"decision {words['decision']}")
     if "from" in words:
         notes.append(f"resubmitted by {words['from']}")
+    if "by" in words:
+        notes.append(f"right-sized in place by {words['by']}")
     return ", ".join(notes) or "-"
 
 

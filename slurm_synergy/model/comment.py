@@ -2,7 +2,8 @@
 etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sacct keeps.
 
     synergy:fp=<16 hex> [req=cpus,mem,gpus] [profile=1] [asked=c2,m3072,g1[:TYPE]]
-        [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [sub=<12 hex>] [tuned=c1,m1024]
+        [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [by=<job>] [measured=run]
+        [sub=<12 hex>] [tuned=c1,m1024]
 
 A component of a job over two GPU types carries no fingerprint, so the shim leaves it
 alone; its decision= is the planner's (the prolog reads its power limit as any other):
@@ -12,8 +13,10 @@ alone; its decision= is the planner's (the prolog reads its power limit as any o
 
 Who writes what: submit writes the fingerprint, req= (what the row pinned) and sub= (its
 sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
-profile=1 for a workload it has no decision for; a resubmission after profiling writes
-from=; `synergy tune` writes tuned=. A mark written again replaces the earlier one; the
+profile=1 for a workload it has no decision for; a job measured while it trained writes
+measured=run in its own comment, and asked=, decision= and by=<itself> in those of its
+workload's pending jobs, right-sized in place (pending.py); a resubmission after
+profiling writes from=; `synergy tune` writes tuned=. A mark written again replaces the earlier one; the
 rest of the comment is the user's and is kept. tests/unit/test_comment.py runs the same
 strings through the Lua shim, which spells asked= and decision= the same way.
 """
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 PREFIX = "synergy:fp="
 # Marks a resubmission after profiling drops: the next decision is the shim's to make.
-PROFILING_MARKS = ("profile", "asked", "decision", "from")
+PROFILING_MARKS = ("profile", "asked", "decision", "from", "by", "measured")
 
 # A gres type as the comment carries it (gres.conf's spelling).
 GRES_TYPE = r"[A-Za-z0-9_.-]{1,32}"

@@ -44,7 +44,11 @@ def _marks(comment: str) -> dict[str, Any]:
     marks = comment_format.marks(comment)
     out: dict[str, Any] = {"fingerprint": comment_format.fingerprint(comment) or "",
                            "from_job": marks.get("from", ""),
-                           "profiling": marks.get("profile") == "1"}
+                           "sized_by": marks.get("by", ""),
+                           "measured": marks.get("measured") == "run",
+                           # Marked, and not a job that trained while it was measured.
+                           "profiling": marks.get("profile") == "1"
+                           and marks.get("measured") != "run"}
     d = comment_format.decision(comment)
     if d:
         out.update(decided_cpus=d.cpus, decided_mem_mb=d.mem_mb, decided_gpus=d.gpus,
@@ -62,7 +66,8 @@ COLUMNS = ("job_id", "raw_id", "name", "user", "partition", "state", "exit_code"
            "gpu_type", "total_cpu_s", "max_rss_mb", "cpu_eff", "mem_eff", "asked_cpus",
            "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
-           "fingerprint", "from_job", "profiling", "nodes", "one_task", "comment")
+           "fingerprint", "from_job", "sized_by", "measured", "profiling", "nodes", "one_task",
+           "comment")
 
 
 def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:

@@ -19,6 +19,11 @@ def _mem_text(mb: float) -> str:
 def for_job(j: pd.Series) -> list[str]:
     out: list[str] = []
     state = j["state"] or ""
+    if j["measured"]:
+        out.append("measured while it trained: its workload's decision comes from this run")
+    if j["sized_by"]:
+        out.append(f"right-sized in place while it waited, by job {j['sized_by']}'s "
+                   "measurement")
     if j["profiling"]:
         # Its size was chosen for the core sweep, not for training: nothing to advise.
         return [f"profiling run; resubmitted right-sized as {j['resubmitted_as']}"] \

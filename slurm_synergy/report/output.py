@@ -78,7 +78,8 @@ def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[l
     for _, j in shown.iterrows():
         used = j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] else None
         chain = (f"-> {j['resubmitted_as']}" if j["resubmitted_as"] else
-                 f"<- {j['profiled_as']}" if j["profiled_as"] else "")
+                 f"<- {j['profiled_as']}" if j["profiled_as"] else
+                 f"by {j['sized_by']}" if j["sized_by"] else "")
         energy = j["gpu_energy_j"]
         started = j["start"] is not None
         rows.append([

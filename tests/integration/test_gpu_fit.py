@@ -32,7 +32,8 @@ def fitted(slurm, tmp_path_factory):
     csv.write_text("name,arch,depth,batch,workers,gpus,gpu_type,cpus,mem,time,iterations\n"
                    "fit-big,mobilenet,,32,1,1,local1g,2,3G,00:15:00,2\n"
                    "fit-small,resnet,8,16,1,1,local1g,2,3G,00:15:00,2\n")
-    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile",
+                                  "--on-profiled", "resubmit"))
     first = finish(slurm, ids.values(), timeout=900)
     # fit-big moves to local4g unprofiled, is profiled there, and resubmits itself again.
     moved = resubmitted(ids["fit-big"])

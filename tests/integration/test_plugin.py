@@ -1,7 +1,9 @@
-"""The plugin on the real local cluster: an unprofiled workload is profiled, resubmits
-itself and is rewritten by the job_submit shim inside slurmctld; a second submission is
-rewritten at once; user mode does the same without the shim; and a missing, corrupt or
-hostile decision table lets every job through unchanged, with slurmctld's log saying why.
+"""The plugin on the real local cluster, where the site resubmits profiled jobs
+(on_profiled = resubmit): an unprofiled workload is profiled, resubmits itself and is
+rewritten by the job_submit shim inside slurmctld; a second submission is rewritten at
+once; user mode does the same without the shim; and a missing, corrupt or hostile
+decision table lets every job through unchanged, with slurmctld's log saying why. The
+default flow, measured in the run, is test_inrun.py's.
 """
 
 import os
@@ -17,11 +19,14 @@ from slurm_synergy.slurm import tres
 
 from slurm_synergy.shim.resubmit import read_chains
 
-from .conftest import ROOT, finish, resubmitted, submitted_ids, synergy
+from .conftest import finish, resubmitted, submitted_ids, synergy
 
 # A CPU-hungry workload (large JPEGs decoded and cropped) and a CPU-light one (a small
-# Transformer on text): the right-sizing example of README and `make demo`.
-CSV = ROOT / "jobs_csv" / "rightsize.csv"
+# Transformer on text): the workloads of `make demo`, one short job each.
+RIGHTSIZE = ("name,arch,depth,batch,workers,gpus,cpus,mem,time,iterations,args\n"
+             "rs-resnet8-jpeg512,resnet,8,32,1,1,2,3G,00:20:00,20,--image-size 512 --crop 32 "
+             "--dataset-size 256\n"
+             "rs-transformer,transformer,,32,1,1,2,3G,00:20:00,20,--dataset-size 2048\n")
 ACCT = ("JobID", "JobName", "State", "AllocCPUS", "ReqCPUS", "ReqMem", "ReqTRES", "AllocTRES",
         "Comment")
 
@@ -37,16 +42,24 @@ def table_entries(box):
 
 
 @pytest.fixture(scope="module")
-def rightsized(slurm, box, tmp_path_factory):
+def csv_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("rightsize-list") / "rightsize.csv"
+    path.write_text(RIGHTSIZE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def rightsized(slurm, box, tmp_path_factory, csv_path):
     """Both workloads submitted with nothing known about them, followed to the end of
     their resubmitted jobs."""
     out = tmp_path_factory.mktemp("rightsize")
-    first = submitted_ids(synergy("submit", str(CSV), "--out", str(out)))
+    first = submitted_ids(synergy("submit", str(csv_path), "--out", str(out),
+                                  "--on-profiled", "resubmit"))
     finish(slurm, first.values(), timeout=1200)
     second = {name: resubmitted(job) for name, job in first.items()}
     finish(slurm, second.values(), timeout=1200)
     acct = {r["JobID"]: r for r in slurm.sacct([*first.values(), *second.values()], ACCT)}
-    specs = {s.name: s for s in load_jobs(CSV)}
+    specs = {s.name: s for s in load_jobs(csv_path)}
     return specs, {n: acct[j] for n, j in first.items()}, {n: acct[j] for n, j in second.items()}
 
 
@@ -95,9 +108,9 @@ def test_hungry_and_light_workloads_get_different_allocations_and_explain_why(ri
 
 
 def test_a_second_submission_is_rewritten_at_once_without_profiling(slurm, box, rightsized,
-                                                                    tmp_path):
+                                                                    tmp_path, csv_path):
     specs, _, _ = rightsized
-    ids = submitted_ids(synergy("submit", str(CSV), "--out", str(tmp_path), "--hold",
+    ids = submitted_ids(synergy("submit", str(csv_path), "--out", str(tmp_path), "--hold",
                                 "--force"))
     try:
         # Held, so not run: slurmctld's view of the request (accounting gets the comment
@@ -116,9 +129,10 @@ def test_a_second_submission_is_rewritten_at_once_without_profiling(slurm, box, 
         slurm.cancel(list(ids.values()))
 
 
-def test_user_mode_applies_the_same_decision_in_the_script(slurm, box, rightsized, tmp_path):
+def test_user_mode_applies_the_same_decision_in_the_script(slurm, box, rightsized, tmp_path,
+                                                           csv_path):
     specs, _, _ = rightsized
-    ids = submitted_ids(synergy("submit", str(CSV), "--out", str(tmp_path), "--hold", "--force",
+    ids = submitted_ids(synergy("submit", str(csv_path), "--out", str(tmp_path), "--hold", "--force",
                                 "--mode", "user"))
     try:
         entries = table_entries(box)
@@ -145,17 +159,17 @@ def test_install_on_the_local_cluster_is_already_done(box):
 # --- faults: a made-up workload with a known decision, then the table broken ------------
 
 FP = "00000000000000aa"
-HEAD = ("synergy-decisions 1 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
+HEAD = ("synergy-decisions 2 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
         "max_mem_mb=20000 max_gpus=4 entries={n}\n")
-GOOD = HEAD.format(gen="a1", n=1) + f"{FP} 1 700 0 - 1 0\n"
+GOOD = HEAD.format(gen="a1", n=1) + f"{FP} 1 700 0 - 1 0 1\n"
 FAULTS = {
     "missing": (None, "cannot open the decision table"),
-    "corrupt": ("}{ not a table\n", "is not a version 1 decision table"),
-    "negative cores": (HEAD.format(gen="b2", n=1) + f"{FP} -1 700 0 - 1 0\n", "bad line(s)"),
-    "10^12 MB": (HEAD.format(gen="c3", n=1) + f"{FP} 1 1000000000000 0 - 1 0\n", "bad line(s)"),
-    "gres injection": (HEAD.format(gen="d4", n=1) + f'{FP} 1 700 1 a";os.exit(1) 1 0\n',
+    "corrupt": ("}{ not a table\n", "is not a version 2 decision table"),
+    "negative cores": (HEAD.format(gen="b2", n=1) + f"{FP} -1 700 0 - 1 0 1\n", "bad line(s)"),
+    "10^12 MB": (HEAD.format(gen="c3", n=1) + f"{FP} 1 1000000000000 0 - 1 0 1\n", "bad line(s)"),
+    "gres injection": (HEAD.format(gen="d4", n=1) + f'{FP} 1 700 1 a";os.exit(1) 1 0 1\n',
                        "bad line(s)"),
-    "cut short": (HEAD.format(gen="e5", n=3) + f"{FP} 1 700 0 - 1 0\n", "cut short"),
+    "cut short": (HEAD.format(gen="e5", n=3) + f"{FP} 1 700 0 - 1 0 1\n", "cut short"),
     "huge": (HEAD.format(gen="f6", n=1) + "#" * (17 << 20), "over the limit"),
     # Opened without O_NONBLOCK, a FIFO would hold every submission (plain ones too).
     "fifo": (os.mkfifo, "is not a regular file"),
@@ -222,7 +236,8 @@ def test_user_mode_profiles_and_resubmits_without_the_shim(slurm, box, tmp_path)
     csv = tmp_path / "user.csv"
     csv.write_text("name,arch,batch,workers,gpus,cpus,mem,time,iterations\n"
                    "um-lstm,lstm,16,1,1,2,3G,00:10:00,6\n")
-    ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path), "--mode", "user"))
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(tmp_path), "--mode", "user",
+                                "--on-profiled", "resubmit"))
     first = ids["um-lstm"]
     finish(slurm, [first], timeout=900)
     again = resubmitted(first)
@@ -233,3 +248,5 @@ def test_user_mode_profiles_and_resubmits_without_the_shim(slurm, box, tmp_path)
     cpus, mem = re.match(r"c(\d+),m(\d+),", link.decision).groups()
     assert rec.cpus == int(cpus) and mem_mb(rec.mem) == int(mem)
     assert f"decision={link.decision}" in rec.comment and f"from={first}" in rec.comment
+    # The one applier writes what was asked beside the decision, as the shim does.
+    assert "asked=c2,m3072,g1" in rec.comment

@@ -30,7 +30,8 @@ def profiled(slurm, tmp_path_factory):
     # generation settings would make those jobs refuse the folder.
     csv.write_text("name,arch,depth,batch,workers,cpus,mem,time,iterations\n"
                    "prof-resnet8,resnet,8,16,1,2,3G,00:10:00,4\n")
-    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
+    ids = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile",
+                                  "--on-profiled", "resubmit"))
     job = ids["prof-resnet8"]
     recs = finish(slurm, [job], timeout=900)
     spec = load_jobs(csv)[0]
@@ -96,7 +97,8 @@ def test_a_profiled_workload_is_not_profiled_again(slurm, profiled, tmp_path):
     _, _, spec, out, _ = profiled
     before = store().path(spec.fingerprint).stat().st_mtime_ns
     ids = submitted_ids(synergy("submit", str(out / "jobs.csv"), "--out", str(tmp_path),
-                                "--profile", "--force"))
+                                "--profile", "--force",
+                                "--on-profiled", "resubmit"))
     job = ids["prof-resnet8"]
     assert finish(slurm, [job])[job].state == "COMPLETED"
     log = next((tmp_path / "logs").glob(f"*-{job}.out")).read_text()

@@ -21,13 +21,13 @@ from PIL import Image
 from .conftest import finish, synergy
 
 DEMO_SUBMITTED = re.compile(r"^submitted \d+ jobs from .*: (.+)$", re.MULTILINE)
-DEMO_CHAIN = re.compile(r"^profiled, then resubmitted: (.+)$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
 def demo_jobs(box, tmp_path_factory) -> Iterator[list[str]]:
     """The demo's jobs, first run: on a profile store of its own (other tests profile the
-    same workloads), so it profiles, resubmits, and leaves chains to report. The report
+    same workloads), so each workload's first job is measured while it trains and its
+    second is right-sized in place, both left to report. The report
     reads that store while this module runs; the cluster's table goes back to the
     session's store right after the demo."""
     store = str(tmp_path_factory.mktemp("report-profiles"))
@@ -39,9 +39,6 @@ def demo_jobs(box, tmp_path_factory) -> Iterator[list[str]]:
         assert synergy("plugin", "sync").returncode == 0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ids = DEMO_SUBMITTED.search(proc.stdout).group(1).split(", ")
-    chain = DEMO_CHAIN.search(proc.stdout)
-    assert chain, proc.stdout
-    ids += [pair.split(" -> ")[1] for pair in chain.group(1).split(", ")]
     os.environ["SYNERGY_PROFILES"] = store
     yield ids
     del os.environ["SYNERGY_PROFILES"]
@@ -99,14 +96,16 @@ def test_every_figure_agrees_with_sacct(slurm, demo_jobs):
         core_s += int(line["AllocCPUS"]) * float(line["ElapsedRaw"])
     assert doc["cluster"]["core_hours_alloc"] == pytest.approx(core_s / 3600)
     assert doc["cluster"]["jobs"] == len(demo_jobs)
-    # The plugin's part: profiling runs point at their resubmissions, which carry the
-    # decision beside what the script asked; their profiles give the counterfactual.
-    resubmitted = [j for j in jobs.values() if j["profiled_as"]]
-    assert resubmitted, "the demo profiled nothing: run it on a fresh profile store"
-    for j in resubmitted:
+    # The plugin's part: a job right-sized in place names the measured job whose run
+    # decided it, and carries the decision beside what the script asked; the profile
+    # gives the counterfactual. Nothing was resubmitted.
+    in_place = [j for j in jobs.values() if j["sized_by"]]
+    assert in_place, "the demo measured nothing: run it on a fresh profile store"
+    for j in in_place:
         assert j["decided_cpus"] == j["alloc_cpus"] and j["asked_cpus"] == 2
-        assert jobs[j["profiled_as"]]["resubmitted_as"] == j["raw_id"]
+        assert jobs[j["sized_by"]]["measured"] and not jobs[j["sized_by"]]["profiling"]
         assert j["prop_elapsed_s"] is not None and j["samples_per_s"] > 0
+    assert not any(j["resubmitted_as"] or j["profiled_as"] for j in jobs.values())
 
 
 def test_the_report_files_render_in_headless_chromium(demo_jobs, tmp_path):

@@ -71,7 +71,8 @@ def corpus(slurm, box, data, tmp_path_factory):
     policy.write_text((ROOT / "etc" / "policy.toml").read_text().replace(
         "max_spread = 0.25", "max_spread = 1.0"))
     os.environ["SYNERGY_POLICY"] = str(policy)
-    first = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile"))
+    first = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile",
+                                  "--on-profiled", "resubmit"))
     finish(slurm, first.values(), timeout=2400)
     second = {name: resubmitted(job) for name, job in first.items()}
     finish(slurm, second.values(), timeout=2400)
@@ -165,7 +166,8 @@ def bad(slurm, tmp_path_factory):
     csv.write_text("name,script,cpus,mem,time\n" + "".join(
         f"{name},{CORPUS / script},2,2G,{'00:01:00' if state == 'TIMEOUT' else '00:05:00'}\n"
         for name, (script, state, _) in BAD.items()))
-    proc = subprocess.run([*SYNERGY, "submit", str(csv), "--out", str(out), "--profile"],
+    proc = subprocess.run([*SYNERGY, "submit", str(csv), "--out", str(out), "--profile",
+                           "--on-profiled", "resubmit"],
                           capture_output=True, text=True,
                           env=dict(os.environ, SYNERGY_POLICY=str(policy)))
     ids = submitted_ids(proc)

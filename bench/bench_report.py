@@ -55,7 +55,7 @@ def time_synthetic(n: int, out: Path) -> dict[str, float]:
     t = time.perf_counter()
     jobs = accounting.jobs_frame(rows)
     fold = time.perf_counter() - t
-    add_gpu_stats(jobs, out / "no-stats")
+    add_gpu_stats(jobs, "", out / "no-stats")
     for col in ("samples_per_s", "resubmitted_as", "profiled_as"):
         jobs[col] = None
     add_counterfactual(jobs, {}, None)

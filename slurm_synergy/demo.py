@@ -36,7 +36,8 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
     print(f"submitted {len(ids)} jobs from {csv}: {', '.join(ids)}")
     wait(slurm, ids)
     # Where the site resubmits profiled jobs (on_profiled = "resubmit"): follow them.
-    chain = {c.profiled_job: c.resubmitted_job for c in read_chains() if c.profiled_job in ids}
+    chain = {c.profiled_job: c.resubmitted_job for c in read_chains(slurm.cluster_name())
+             if c.profiled_job in ids}
     if chain:
         print("profiled, then resubmitted: "
               + ", ".join(f"{old} -> {new}" for old, new in chain.items()))

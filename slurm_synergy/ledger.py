@@ -50,9 +50,14 @@ def new_tag() -> str:
     return secrets.token_hex(6)
 
 
+def ledger_path(cluster: str) -> Path:
+    """One ledger per cluster: its job ids are that cluster's (paths.cluster_dir)."""
+    return paths.cluster_dir(cluster) / "ledger.json"
+
+
 class Ledger:
-    def __init__(self, path: Path | None = None):
-        self.path = path or paths.home_dir() / "ledger.json"
+    def __init__(self, path: Path):
+        self.path = path
         self.entries: dict[str, LedgerEntry] = {}
 
     @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -39,9 +40,37 @@ def home_dir() -> Path:
     return Path(os.environ.get("SYNERGY_HOME", default)).resolve()
 
 
-def outputs_dir() -> Path:
+_CLUSTER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _cluster_folder(root: Path, cluster: str) -> Path:
+    """`root`'s folder for one cluster's records: job ids are a cluster's own, and start
+    again when a cluster is rebuilt (the local cluster then takes a new name), so two
+    clusters sharing a home or a stats folder never mix them. "" (outside any cluster's
+    job, a test's hook) is the root itself."""
+    if not cluster:
+        return root
+    return root / "clusters" / (cluster if _CLUSTER_RE.match(cluster) else "unnamed")
+
+
+def cluster_dir(cluster: str) -> Path:
+    """The user's records that name jobs by id (ledger, chains, outputs), per cluster."""
+    return _cluster_folder(home_dir(), cluster)
+
+
+def cluster_stats_dir(cluster: str, env: dict[str, str] | None = None) -> Path:
+    """The node epilogs' per-job GPU stats of one cluster (gpu_stats_dir's folder)."""
+    return _cluster_folder(gpu_stats_dir(env), cluster)
+
+
+def job_cluster() -> str:
+    """The cluster of the job this process runs in (Slurm sets it), "" outside a job."""
+    return os.environ.get("SLURM_CLUSTER_NAME", "")
+
+
+def outputs_dir(cluster: str) -> Path:
     """job id -> the folder a job ran in (its summary.json), written by each job."""
-    return home_dir() / "outputs"
+    return cluster_dir(cluster) / "outputs"
 
 
 def local_slurm_conf() -> Path:

@@ -127,7 +127,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
         profile_default=int(profile),
         resubmit=resubmit and resubmit_command(head, script_path, comment, resubmit),
         decision=decision,
-        profile_only=profile_only, outputs_dir=paths.outputs_dir(),
+        profile_only=profile_only, clusters=paths.home_dir() / "clusters",
         watch=head.watch if head.watch is not None else policy.watch_runs,
         workers_option=head.workers_option,
         probe_workers="" if head.probe_workers is None else head.probe_workers,
@@ -178,7 +178,7 @@ def render_hetero(name: str, task: Task, out: Path, script_path: Path, tag: str 
         name=name, time=spec.time, partition=spec.partition, cpus=spec.cpus,
         mem_mb=spec.mem_mb, logs=out / "logs", parts=spec.hetero, comments=comments,
         envs=envs, argvs=argvs, wrapper=["bash", "-c", HETERO_TASK, "synergy-hetero"],
-        output=task.output, outputs_dir=paths.outputs_dir(), global_batch=spec.batch)
+        output=task.output, clusters=paths.home_dir() / "clusters", global_batch=spec.batch)
 
 
 def profiler_command(spec: JobSpec, first_batch: float) -> list[str]:

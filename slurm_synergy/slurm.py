@@ -112,6 +112,7 @@ class Slurm:
         self.conf = conf if conf is not None else paths.slurm_conf()
         # Health checks pass 0: they poll on their own and want a quick no.
         self.retry_s = retry_s
+        self._cluster: str | None = None
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -209,6 +210,12 @@ class Slurm:
             if sep:
                 conf[key.strip()] = value.strip()
         return conf
+
+    def cluster_name(self) -> str:
+        """slurm.conf's ClusterName: what names this cluster's job ids apart."""
+        if self._cluster is None:
+            self._cluster = self.config().get("ClusterName", "")
+        return self._cluster
 
     def nodes(self, partition: str | None = None) -> list[Node]:
         """The nodes of `partition` (default: the default partition; "" = all)."""

@@ -20,7 +20,7 @@ from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.model.jobspec import JobSpec
-from slurm_synergy.ledger import LedgerEntry, Ledger, new_tag, row_key
+from slurm_synergy.ledger import LedgerEntry, Ledger, ledger_path, new_tag, row_key
 from slurm_synergy.shim.decisions import Decider, resolve_mode
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
 from slurm_synergy.model.policy import load_policy
@@ -108,7 +108,12 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
                ledger: Ledger | None = None, log: Callable[[str], None] = print) -> SubmitResult:
     specs = load_jobs(csv_path)
     slurm = slurm or Slurm()
-    ledger = ledger or Ledger()
+    if ledger is None:
+        # A dry run may have no cluster to ask: it reads the ledger of no cluster.
+        try:
+            ledger = Ledger(ledger_path("" if opts.dry_run else slurm.cluster_name()))
+        except SlurmUnreachable as exc:
+            raise SynergyError(f"{exc}\nnothing was submitted") from exc
     result = SubmitResult()
     with ledger.transaction():
         if not opts.dry_run:

@@ -116,7 +116,7 @@ def catalog(partition: str | None = None) -> str:
 
 
 def chains() -> str:
-    links = read_chains()
+    links = read_chains(Slurm().cluster_name())
     if not links:
         return "no job has been resubmitted after profiling yet"
     return aligned(("Profiled", "Resubmitted", "Name", "Fingerprint", "Mode", "At"),

@@ -17,11 +17,12 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from slurm_synergy.csvjobs import load_jobs
-    from slurm_synergy.ledger import Ledger, row_key
+    from slurm_synergy.ledger import Ledger, ledger_path, row_key
     from slurm_synergy.reconcile import reconcile
     from slurm_synergy.slurm import Slurm
 
-    ledger = Ledger()
+    slurm = Slurm()
+    ledger = Ledger(ledger_path(slurm.cluster_name()))
     with ledger.transaction():
         if args.csv:
             keys = [row_key(s) for csv in args.csv for s in load_jobs(csv)]
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             keys = list(ledger.entries)
         names = {k: ledger.entries[k].name for k in keys}
-        done = reconcile(ledger, keys, Slurm())
+        done = reconcile(ledger, keys, slurm)
         ledger.save()
     for key in keys:
         if key in done.present:

@@ -9,7 +9,6 @@ start gets the tail of its log in the error.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -29,9 +28,8 @@ from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.table import TABLE_NAME, sync
 from slurm_synergy.render import environment
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.cluster import node as nodemod
+from slurm_synergy.cluster import kept, node as nodemod
 
-CLUSTER_NAME = "synergy"
 PARTITION = "gpu"
 MULTI_PARTITION = "multi"     # every node: jobs over several nodes or GPU types
 PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
@@ -100,7 +98,7 @@ class LocalCluster:
                     nodemod.make_fake_gpu(Path(dev))
         env = environment(paths.ETC)
         context = {
-            "cluster_name": CLUSTER_NAME, "partition": PARTITION,
+            "cluster_name": self.cluster_name(), "partition": PARTITION,
             "multi_partition": MULTI_PARTITION, "ports": PORTS,
             "state": str(self.state), "layout": layout, "cgroup_mode": mode,
             "job_submit": self.job_submit,
@@ -129,11 +127,11 @@ class LocalCluster:
         return HookPaths(stats_dir=self.state / "gpustats", log=self.state / "log" / "hooks.log",
                          run_dir=self.state / "run" / "hooks", policy=policy_path())
 
+    def cluster_name(self) -> str:
+        return kept.cluster_name(self.etc)
+
     def _db_password(self) -> str:
-        secret = self.etc / "dbpass"
-        if not secret.exists():
-            atomic_write_text(secret, secrets.token_hex(16), 0o600)
-        return secret.read_text().strip()
+        return kept.db_password(self.etc)
 
     # --- lifecycle ---------------------------------------------------------------
     def up(self, log: Callable[[str], None] = print) -> None:
@@ -318,8 +316,9 @@ class LocalCluster:
                  env=dict(os.environ, SLURM_CONF=str(self.conf)))
 
     def _register_cluster(self) -> None:
-        if CLUSTER_NAME not in self.slurm.clusters():
-            self.slurm.add_cluster(CLUSTER_NAME)
+        name = self.cluster_name()
+        if name not in self.slurm.clusters():
+            self.slurm.add_cluster(name)
 
     def _resume_node(self, node: str) -> None:
         """A node left down by an earlier run (its slurmd stopped) is put back in service;

@@ -103,7 +103,8 @@ def context(hook: str, env: dict[str, str] | None = None) -> HookContext:
         restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0)
         if env.get("SLURM_JOB_RESTART_COUNT", "0").isdigit() else 0,
         comment=env.get("SLURM_JOB_COMMENT", ""), policy=policy, policy_error=problem,
-        cap_w=cap_w, run_dir=run_dir, stats_dir=paths.gpu_stats_dir(env), log=log)
+        cap_w=cap_w, run_dir=run_dir,
+        stats_dir=paths.cluster_stats_dir(env.get("SLURM_CLUSTER_NAME", ""), env), log=log)
 
 
 def _policy(env: dict[str, str], run_dir: Path) -> tuple[Policy, str, float | None]:

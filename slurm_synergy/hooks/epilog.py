@@ -193,6 +193,11 @@ def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
     """Once per job run: an epilog run twice keeps the first record, but only one this
     account wrote (in a shared folder a user could plant a file for a future job)."""
     try:
+        # The cluster's own folder of the stats (paths.cluster_stats_dir), never a link.
+        out.parent.mkdir(mode=0o755, exist_ok=True)
+        if out.parent.is_symlink():
+            ctx.log(f"GPU stats folder {out.parent} is a link: not written")
+            return
         if out.lstat().st_uid == os.geteuid() and not out.is_symlink():
             ctx.log(f"GPU stats {out} exist already (epilog run twice): kept")
             return

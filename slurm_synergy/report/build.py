@@ -40,9 +40,10 @@ def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
     jobs = accounting.jobs_frame(accounting.fetch(slurm, job_ids, since, until, users))
     if jobs.empty:
         return Report(period, jobs, pd.DataFrame(), {}, [])
-    problems = enrich.add_gpu_stats(jobs, stats_dir)
-    enrich.add_throughput(jobs)
-    problems += enrich.add_chains(jobs)
+    cluster = slurm.cluster_name()
+    problems = enrich.add_gpu_stats(jobs, cluster, stats_dir)
+    enrich.add_throughput(jobs, cluster)
+    problems += enrich.add_chains(jobs, cluster)
     profiles, more = enrich.load_profiles(jobs)
     problems += more
     catalog = site_catalog(policy_path())

@@ -48,22 +48,24 @@ def _gpu_fields(gpus: int, stats: list[JobGpuStats] | None) -> dict[str, Any]:
     }
 
 
-def add_gpu_stats(jobs: pd.DataFrame, stats_dir: Path | None = None) -> list[str]:
+def add_gpu_stats(jobs: pd.DataFrame, cluster: str,
+                  stats_dir: Path | None = None) -> list[str]:
     """GPU columns in place; returns a line per stats file that could not be read."""
-    stats, problems = stats_for(stats_dir or paths.gpu_stats_dir(), set(jobs["raw_id"]))
+    stats, problems = stats_for(stats_dir or paths.cluster_stats_dir(cluster),
+                                set(jobs["raw_id"]))
     fields = [_gpu_fields(g, stats.get(r)) for g, r in zip(jobs["gpus"], jobs["raw_id"])]
     for col in GPU_COLUMNS:
         _column(jobs, col, [f[col] for f in fields])
     return problems
 
 
-def add_throughput(jobs: pd.DataFrame, outputs: Path | None = None) -> None:
+def add_throughput(jobs: pd.DataFrame, cluster: str) -> None:
     """samples/s and the share of each step spent waiting on data, as the job measured
     them: the script probe's record of the run (probe.json, any script run in watch mode),
     else the summary.json the built-in trainer writes. A job's folder is shared by its
     profiling run and its resubmission (and by reruns of the row), so a file counts only
     if it was written while this job ran."""
-    outputs = outputs or paths.outputs_dir()
+    outputs = paths.outputs_dir(cluster)
     rates: list[float | None] = []
     waits: list[float | None] = []
     for raw, start, end, profiling in zip(jobs["raw_id"], jobs["start"], jobs["end"],
@@ -103,12 +105,12 @@ def _dig(data: Any, keys: tuple[str, ...]) -> float | None:
     return float(data) if isinstance(data, (int, float)) and math.isfinite(data) else None
 
 
-def add_chains(jobs: pd.DataFrame) -> list[str]:
+def add_chains(jobs: pd.DataFrame, cluster: str) -> list[str]:
     """profiled_as: the job that profiled this one's workload and resubmitted it;
     resubmitted_as: the job a profiling job became. Returns what could not be read."""
     problems = []
     try:
-        links = read_chains()
+        links = read_chains(cluster)
     except (SynergyError, OSError, UnicodeDecodeError) as e:
         links, problems = [], [f"no profiling chains: {e}"]
     # A resubmission's comment names its profiling job (from=), so a chain whose record

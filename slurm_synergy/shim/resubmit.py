@@ -5,7 +5,7 @@ profiled job runs a fresh sbatch of its own script: the shim rewrites that submi
 from the new decision, or, in user mode, this module applies the decision itself. The
 new job carries SYNERGY_PROFILE=0, so it is never profiled again, and `from=<job>` in
 its comment. The chain (row -> profiling job -> resubmitted job) is kept in
-chains.jsonl in the user's synergy home.
+chains.jsonl in the user's synergy home, per cluster (paths.cluster_dir).
 """
 
 from __future__ import annotations
@@ -43,19 +43,21 @@ class ChainLink:
     at: float
 
 
-def chains_path() -> Path:
-    return paths.home_dir() / "chains.jsonl"
+def chains_path(cluster: str) -> Path:
+    return paths.cluster_dir(cluster) / "chains.jsonl"
 
 
 def record(link: ChainLink, path: Path | None = None) -> None:
-    path = path or chains_path()
+    path = path or chains_path(paths.job_cluster())
+    path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path.with_suffix(".lock")):
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(asdict(link), sort_keys=True) + "\n")
 
 
-def read_chains(path: Path | None = None) -> list[ChainLink]:
-    path = path or chains_path()
+def read_chains(cluster: str, path: Path | None = None) -> list[ChainLink]:
+    """The chains of jobs of `cluster` (slurm.Slurm.cluster_name)."""
+    path = path or chains_path(cluster)
     if not path.exists():
         return []
     links = []

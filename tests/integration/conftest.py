@@ -103,7 +103,7 @@ def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
 
 def resubmitted(job: str) -> str:
     """The job that `job` submitted after profiling, from the recorded chain."""
-    links = [c for c in read_chains() if c.profiled_job == job]
+    links = [c for c in read_chains(Slurm().cluster_name()) if c.profiled_job == job]
     assert len(links) == 1, f"job {job} did not resubmit itself once: {links}"
     return links[0].resubmitted_job
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy import paths
+from slurm_synergy.ledger import ledger_path
 
 from .conftest import SYNERGY, executable, synergy
 
@@ -56,10 +56,10 @@ def _live(slurm, names: list[str]) -> Counter:
                    if n in wanted and state != "CANCELLED")
 
 
-def _ledger_queued(names: list[str]) -> int:
+def _ledger_queued(names: list[str], ledger: Path) -> int:
     """Rows of this CSV that Slurm has answered for, as the ledger says."""
     try:
-        rows = json.loads((paths.home_dir() / "ledger.json").read_text())["rows"]
+        rows = json.loads(ledger.read_text())["rows"]
     except (OSError, ValueError, KeyError):
         return 0
     wanted = set(names)
@@ -100,6 +100,7 @@ def _exactly_once(slurm, csv: Path, names: list[str], out: Path) -> int:
 def test_controller_killed_during_a_300_row_submission(box, slurm, tmp_path, tag, moment):
     csv, names = _csv(tmp_path, tag, moment)
     out = tmp_path / "out"
+    ledger = ledger_path(slurm.cluster_name())
     try:
         proc = _submit(csv, out)
         if moment == "before":
@@ -107,7 +108,7 @@ def test_controller_killed_during_a_300_row_submission(box, slurm, tmp_path, tag
             _kill_controller(box)
         elif moment == "during":
             deadline = time.monotonic() + 300
-            while _ledger_queued(names) < 200 and proc.poll() is None:
+            while _ledger_queued(names, ledger) < 200 and proc.poll() is None:
                 assert time.monotonic() < deadline, "submission did not get going"
                 time.sleep(0.02)
             _kill_controller(box)

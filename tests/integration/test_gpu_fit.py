@@ -16,6 +16,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.shim.table import read, table_path
 
 from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.slurm import Slurm
 
 from .conftest import finish, resubmitted, submitted_ids, synergy
 
@@ -64,7 +65,7 @@ def test_a_job_too_big_for_its_gpu_type_moves_to_one_that_holds_it(slurm, fitted
     log = (out / "logs" / f"fit-big-{first.job_id}.out").read_text()
     assert "no step run on local1g" in log and "step 1:" not in log, log
     assert f"resubmitted as job {moved.job_id} (moved from local1g to local4g)" in log
-    (link,) = [c for c in read_chains() if c.profiled_job == first.job_id]
+    (link,) = [c for c in read_chains(Slurm().cluster_name()) if c.profiled_job == first.job_id]
     assert link.decision == "moved from local1g to local4g"
     marks = comment_format.marks(moved.comment)
     assert marks.get("profile") == "1" and marks.get("from") == first.job_id

@@ -15,7 +15,7 @@ import pytest
 
 from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.shim.table import TABLE_NAME, read
-from slurm_synergy.slurm import tres
+from slurm_synergy.slurm import Slurm, tres
 
 from slurm_synergy.shim.resubmit import read_chains
 
@@ -243,7 +243,7 @@ def test_user_mode_profiles_and_resubmits_without_the_shim(slurm, box, tmp_path)
     again = resubmitted(first)
     rec = finish(slurm, [again], timeout=900)[again]
     assert rec.state == "COMPLETED"
-    link = next(c for c in read_chains() if c.resubmitted_job == again)
+    link = next(c for c in read_chains(Slurm().cluster_name()) if c.resubmitted_job == again)
     assert link.mode == "user" and link.decision
     cpus, mem = re.match(r"c(\d+),m(\d+),", link.decision).groups()
     assert rec.cpus == int(cpus) and mem_mb(rec.mem) == int(mem)

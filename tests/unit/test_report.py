@@ -9,6 +9,7 @@ import pytest
 
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.units import duration_s, mem_mb
+from slurm_synergy import paths
 from slurm_synergy.report import accounting, advice, enrich, output, summary
 from slurm_synergy.report.build import Report
 from tests.unit.test_engine import profile
@@ -224,11 +225,14 @@ def test_a_profiling_chain_is_one_job_for_jct_and_pending_cancels_never_waited()
     assert c["wait_mean_s"] == 10                        # job 3 never waited to run
 
 
-def test_throughput_and_data_wait_come_from_what_the_job_wrote_while_it_ran(tmp_path):
+def test_throughput_and_data_wait_come_from_what_the_job_wrote_while_it_ran(tmp_path,
+                                                                          monkeypatch):
     import os
 
-    outputs = tmp_path / "outputs"
-    outputs.mkdir()
+    monkeypatch.setenv("SYNERGY_HOME", str(tmp_path / "home"))
+    # Jobs of cluster c1 point at their folders from their cluster's own folder.
+    outputs = paths.outputs_dir("c1")
+    outputs.mkdir(parents=True)
     start, end = pd.Timestamp("2026-11-22T10:00:10"), pd.Timestamp("2026-11-22T10:10:00")
     inside, before = start.timestamp() + 60, start.timestamp() - 3600
 
@@ -249,7 +253,7 @@ def test_throughput_and_data_wait_come_from_what_the_job_wrote_while_it_ran(tmp_
     jobs = pd.DataFrame({"raw_id": ["1", "2", "3", "4", "5"],
                          "start": [start] * 5, "end": [end] * 5,
                          "profiling": [False, False, False, True, False]})
-    enrich.add_throughput(jobs, outputs)
+    enrich.add_throughput(jobs, "c1")
     assert list(jobs["samples_per_s"]) == [812.5, 90.0, None, None, None]
     assert list(jobs["data_wait_share"]) == [0.25, 0.5, None, None, None]
 
@@ -258,7 +262,7 @@ def test_a_chain_shows_both_ways_from_the_comment_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("SYNERGY_HOME", str(tmp_path))          # no chain records there
     jobs = frame(line("1", comment=f"synergy:fp={FP} profile=1"),
                  line("2", comment=f"synergy:fp={FP} from=1 decision=c1,m1024,g1,w1"))
-    assert enrich.add_chains(jobs) == []
+    assert enrich.add_chains(jobs, "c1") == []
     assert list(jobs["resubmitted_as"]) == ["2", None]
     assert list(jobs["profiled_as"]) == [None, "1"]
 

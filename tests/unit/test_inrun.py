@@ -40,11 +40,18 @@ class Squares(Dataset):
 threads = torch.get_num_threads()
 total, end = 0.0, time.monotonic() + float(sys.argv[2])
 loader = DataLoader(Squares(), batch_size=8, num_workers=1, persistent_workers=True)
-while time.monotonic() < end:
-    for batch in loader:
-        total += float(batch.sum())
-        torch.mm(torch.ones(120, 120), torch.ones(120, 120))
-        if time.monotonic() >= end: break
+def train():
+    global total
+    while time.monotonic() < end:
+        for batch in loader:
+            total += float(batch.sum())
+            torch.mm(torch.ones(120, 120), torch.ones(120, 120))
+            if time.monotonic() >= end: break
+if sys.argv[4] == "thread":     # the loop in a thread of its own, as some trainers run it
+    import threading
+    t = threading.Thread(target=train); t.start(); t.join()
+else:
+    train()
 json.dump({"total_is_finite": total == total, "threads": torch.get_num_threads(),
            "threads_at_start": threads}, open(sys.argv[1], "w"))
 sys.exit(int(sys.argv[3]))
@@ -60,19 +67,21 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run_script(tmp_path: Path, seconds: float, status: int,
-               policy: Policy = FAST) -> tuple[int, dict, list[str]]:
+def run_script(tmp_path: Path, seconds: float, status: int, policy: Policy = FAST,
+               where: str = "main") -> tuple[int, dict, list[str]]:
     (tmp_path / "train.py").write_text(SCRIPT)
     lines: list[str] = []
     req = InRunRequest(FP, "t", (sys.executable, str(tmp_path / "train.py"),
-                                 str(tmp_path / "result.json"), str(seconds), str(status)),
+                                 str(tmp_path / "result.json"), str(seconds), str(status),
+                                 where),
                        tmp_path / "probe.json")
     rc = run_job(req, policy, Slurm(), lines.append)
     return rc, json.loads((tmp_path / "result.json").read_text()), lines
 
 
-def test_a_run_is_swept_while_it_trains_and_ends_as_the_script_ends(home):
-    rc, result, lines = run_script(home, 12.0, 3)
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_a_run_is_swept_while_it_trains_and_ends_as_the_script_ends(home, where):
+    rc, result, lines = run_script(home, 12.0, 3, where=where)
     assert rc == 3, "the job's exit status is its script's"
     assert result["total_is_finite"] and result["threads"] == result["threads_at_start"]
     profile = ProfileStore.default().load(FP)

@@ -43,7 +43,7 @@ def home_dir() -> Path:
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-def _cluster_folder(root: Path, cluster: str) -> Path:
+def cluster_folder(root: Path, cluster: str) -> Path:
     """`root`'s folder for one cluster's records: job ids are a cluster's own, and start
     again when a cluster is rebuilt (the local cluster then takes a new name), so two
     clusters sharing a home or a stats folder never mix them. "" (outside any cluster's
@@ -55,12 +55,12 @@ def _cluster_folder(root: Path, cluster: str) -> Path:
 
 def cluster_dir(cluster: str) -> Path:
     """The user's records that name jobs by id (ledger, chains, outputs), per cluster."""
-    return _cluster_folder(home_dir(), cluster)
+    return cluster_folder(home_dir(), cluster)
 
 
 def cluster_stats_dir(cluster: str, env: dict[str, str] | None = None) -> Path:
     """The node epilogs' per-job GPU stats of one cluster (gpu_stats_dir's folder)."""
-    return _cluster_folder(gpu_stats_dir(env), cluster)
+    return cluster_folder(gpu_stats_dir(env), cluster)
 
 
 def job_cluster() -> str:

@@ -4,6 +4,7 @@ import os
 import signal
 import time
 
+from slurm_synergy import paths
 from slurm_synergy.model.units import gpu_count, gpu_types
 
 from .conftest import epilogs_done, executable, finish, submitted_ids, synergy
@@ -79,9 +80,9 @@ srun bash -c 'echo "task $SLURM_PROCID on $(hostname) node=$SLURMD_NODENAME \
     assert rows[job][0] == "2" and "gres/gpu=2" in rows[job][3], rows
     assert rows[f"{job}.0"][:2] == ["2", "2"] and rows[f"{job}.batch"][0] == "1", rows
     assert set(slurm.run(["scontrol", "show", "hostnames", rows[job][2]]).split()) == set(hosts)
-    # Each node's epilog kept the job's GPU stats apart.
+    # Each node's epilog kept the job's GPU stats apart, in its cluster's own folder.
     epilogs_done(box, job)
-    stats = box.hook_paths.stats_dir
+    stats = paths.cluster_folder(box.hook_paths.stats_dir, slurm.cluster_name())
     deadline = time.monotonic() + 60
     while len(list(stats.glob(f"{job}.*.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.3)

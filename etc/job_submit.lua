@@ -388,9 +388,17 @@ local function plan(job_desc, tbl, part_list)
 	if entry.power_w > 0 then
 		summary = summary .. ",p" .. entry.power_w
 	end
-	-- What the job asked before the rewrite, so reports can set it beside the decision.
+	-- What the job asked before the rewrite, so reports can set it beside the decision;
+	-- a request a client applied its comment's decision to already (user mode) keeps
+	-- the asked= the client wrote.
 	local asked_mem = job_desc.pn_min_memory
-	local asked = string.format("c%s,m%s,g%s",
+	local prior = comment:match(" asked=([%w,:_%.%-]+)")
+	local pc, pm = comment:match(" decision=c(%d+),m(%d+),")
+	if not (prior and tonumber(pc) == job_desc.cpus_per_task
+			and tonumber(pm) == job_desc.pn_min_memory) then
+		prior = nil
+	end
+	local asked = prior or string.format("c%s,m%s,g%s",
 		-- cpus_per_task is 16-bit: 65534 (NO_VAL16) is "not set".
 		(is_set(job_desc.cpus_per_task) and job_desc.cpus_per_task < 65534)
 			and whole_text(job_desc.cpus_per_task) or "-",

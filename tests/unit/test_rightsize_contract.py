@@ -63,3 +63,13 @@ def test_a_job_of_several_tasks_or_nodes_is_left_as_asked():
     for asked in (Asked(2, 1024, 1, tasks=2), Asked(2, 1024, 1, nodes=2)):
         with pytest.raises(LeftAsAsked, match="more than one task or node"):
             rightsize(asked, decision(FP), False)
+
+
+def test_the_shim_keeps_what_a_client_recorded_as_asked(tmp_path):
+    """A user-mode submission (or resubmission) carries the decision already, with what
+    its row asked: the shim, deciding the same, keeps that asked=."""
+    job = {"name": "j", "comment": f"synergy:fp={FP} asked=c2,m3072,g1 decision=c1,m1024,g1,w1",
+           "cpus_per_task": "1", "min_cpus": "1", "pn_min_cpus": "1", "pn_min_memory": "1024",
+           "tres_per_node": "gres:gpu:1"}
+    (out,), _ = run(tmp_path, [job], table(decision(FP, 1, 1024, 1, "", 1, 0)))
+    assert out["comment"] == f"synergy:fp={FP} asked=c2,m3072,g1 decision=c1,m1024,g1,w1"

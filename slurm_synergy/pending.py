@@ -46,11 +46,10 @@ def _asked(job: QueuedJob, comment: str, slurm: Slurm) -> Asked:
     mem = job.mem_mb or None
     if mem and slurm.memory_per_cpu(job.job_id):
         mem *= max(1, job.cpus_per_task)
-    pinned = tuple(p for p in comment_format.marks(comment).get("req", "").split(",") if p)
     types = sorted(gpu_types(job.gres))
     return Asked(cpus=job.cpus_per_task or None, mem_mb=mem, gpus=job.gpus,
                  gpu_type=types[0] if len(types) == 1 else "", tasks=job.tasks,
-                 nodes=job.nodes, pinned=pinned)
+                 nodes=job.nodes, pinned=comment_format.pinned(comment))
 
 
 def rightsize_pending(fingerprint: str, by_job: str, slurm: Slurm, decider: Decider,

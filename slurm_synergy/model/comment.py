@@ -84,6 +84,11 @@ def marks(comment: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in words if "=" in w)
 
 
+def pinned(comment: str) -> tuple[str, ...]:
+    """What the row set itself (req=cpus,mem,gpus), which the site may let win."""
+    return tuple(p for p in marks(comment).get("req", "").split(",") if p)
+
+
 def without(comment: str, *names: str) -> str:
     """The comment less the named marks."""
     drop = re.compile(r"(?:^|\s+)(?:%s)=\S*" % "|".join(map(re.escape, names)))

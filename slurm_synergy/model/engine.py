@@ -26,7 +26,7 @@ from slurm_synergy.model.gpufit import fit_gpu_type
 from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.noise import cheaper_within_noise, counted
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.model.units import gpu_count, gpu_types
+from slurm_synergy.model.units import gpu_count, gpu_types, gres_text
 
 MEM_STEP_MB = 256          # decisions are rounded up to this, as people write --mem
 
@@ -77,10 +77,7 @@ class Decision:
     def gres_for(self, asked_type: str) -> str:
         """The --gres value: the decision's GPU type where it names one, else the type
         the job asked for (the shim follows the same rule)."""
-        if not self.gpus:
-            return ""
-        gtype = self.gpu_type or asked_type
-        return f"gpu:{gtype}:{self.gpus}" if gtype else f"gpu:{self.gpus}"
+        return gres_text(self.gpus, self.gpu_type or asked_type)
 
     def summary(self, asked_type: str = "") -> str:
         """The short form that goes into the job's comment (and so into sacct)."""

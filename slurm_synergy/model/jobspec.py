@@ -11,6 +11,7 @@ from typing import Sequence
 
 from slurm_synergy.model.comment import job_comment
 from slurm_synergy.model.options import without
+from slurm_synergy.model.units import gres_text
 
 # The built-in trainer's models and the kind of data each reads (profiler/models.py
 # MODELS and DATA_KINDS; a unit test keeps them equal). Listed here so that validating a
@@ -137,9 +138,7 @@ class JobSpec:
 
     @property
     def gres(self) -> str:
-        if not self.gpus:
-            return ""
-        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+        return gres_text(self.gpus, self.gpu_type)
 
     @property
     def resources(self) -> tuple:

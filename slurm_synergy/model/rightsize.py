@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from slurm_synergy.model.comment import asked_text, decision_text
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.throughput import workers_for
+from slurm_synergy.model.units import gres_text
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,7 @@ class Rightsized:
     @property
     def gres(self) -> str:
         """--gres's value ("" for a job without GPUs)."""
-        if not self.gpus:
-            return ""
-        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+        return gres_text(self.gpus, self.gpu_type)
 
 
 class LeftAsAsked(ValueError):

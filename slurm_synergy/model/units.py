@@ -30,6 +30,13 @@ def duration_s(text: str) -> float | None:
     return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(secs)
 
 
+def gres_text(gpus: int, gpu_type: str = "") -> str:
+    """--gres's value for `gpus` GPUs of `gpu_type` ("" = any type; "" for no GPUs)."""
+    if not gpus:
+        return ""
+    return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
+
+
 def gpu_count(gres: str) -> int:
     """GPUs in a gres list (gres:gpu:2, gpu:a100:4(IDX:0-3), gpu:0; gres:gpu is one)."""
     return sum(int(m.group(2) or 1) for m in _GPU_GRES.finditer(gres))

@@ -157,7 +157,7 @@ class Sweep:
             self.log(f"{PROG}: the job took no batch from a data loader (or ended) before "
                      "its sweep could start; no profile")
             return
-        started, t0 = _now(), time.monotonic()
+        started = _now()
         self.log(f"{PROG}: measuring {fp} ({self.req.job_name}) while job {self.job_id} "
                  f"trains: {len(allowed)} cores swept in windows of "
                  f"{self.policy.sweep_window_s:g}s")
@@ -165,7 +165,7 @@ class Sweep:
             runs = self._windows(windows)
         finally:
             windows.close(self.req.record_s)
-        profile = self._profile(windows, runs, started, t0)
+        profile = self._profile(windows, runs, started)
         if profile is None:
             self.log(f"{PROG}: no profile: " + "; ".join(windows.trouble.reasons or
                                                          ["no full window"]))
@@ -214,8 +214,8 @@ class Sweep:
                     active = [c for c in active if c >= k]
         return runs
 
-    def _profile(self, windows: RunWindows, runs: list[Window], started: str,
-                 t0: float) -> Profile | None:
+    def _profile(self, windows: RunWindows, runs: list[Window],
+                 started: str) -> Profile | None:
         full = [w for w in runs if w.cores == windows.top]
         if not full:
             return None

@@ -177,8 +177,7 @@ def _user_mode(fp: str, comment: str, script: Path,
                   mem_mb=int(env.get("SLURM_MEM_PER_NODE", "0")) or None,
                   gpus=int(env.get("SLURM_GPUS_ON_NODE", "0") or 0),
                   gpu_type=(gres.group(1) or "") if gres else "",
-                  pinned=tuple(p for p in comment_format.marks(comment).get("req", "").split(",")
-                               if p))
+                  pinned=comment_format.pinned(comment))
     sized = rightsize(asked, decision, policy.user_request_wins)
     options = [f"--cpus-per-task={sized.cpus}", f"--mem={sized.mem_mb}M"]
     if sized.gpus:

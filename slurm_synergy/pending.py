@@ -3,10 +3,11 @@
 Slurm cannot shrink a running job, but the owner of a pending job may change its cores,
 memory and GPUs (`scontrol update`): the job keeps its id, its priority age and its
 dependencies, so nobody waits in the queue twice. Only jobs marked for measuring
-(profile=1: submitted before the workload had a decision) are updated; their comments
-then carry asked= and decision= as the shim writes them, and by=<job>, the job whose run
-decided them. A job that started meanwhile, or that Slurm refuses to change, is left as
-it is, with one log line.
+(profile=1: submitted before the workload had a decision) are updated, and again those
+the same run updated before when its profile changes (a later memory peak); their
+comments then carry asked= and decision= as the shim writes them, and by=<job>, the job
+whose run decided them. A job that started meanwhile, or that Slurm refuses to change,
+is left as it is, with one log line.
 """
 
 from __future__ import annotations
@@ -42,19 +43,28 @@ def settings_for(r: Rightsized, asked_gpus: int) -> dict[str, str]:
     return out
 
 
-def _asked(job: QueuedJob, comment: str, slurm: Slurm) -> Asked:
+def _asked(job: QueuedJob, comment: str, by_job: str, slurm: Slurm) -> Asked:
+    pinned = comment_format.pinned(comment)
+    before = comment_format.asked(comment)
+    if before is not None and comment_format.marks(comment).get("by") == by_job:
+        # Updated by this run already: the queue shows its earlier decision, the
+        # comment what the job asked for.
+        return Asked(cpus=before.cpus, mem_mb=before.mem_mb, gpus=before.gpus,
+                     gpu_type=before.gpu_type, tasks=job.tasks, nodes=job.nodes,
+                     pinned=pinned)
     mem = job.mem_mb or None
     if mem and slurm.memory_per_cpu(job.job_id):
         mem *= max(1, job.cpus_per_task)
     types = sorted(gpu_types(job.gres))
     return Asked(cpus=job.cpus_per_task or None, mem_mb=mem, gpus=job.gpus,
                  gpu_type=types[0] if len(types) == 1 else "", tasks=job.tasks,
-                 nodes=job.nodes, pinned=comment_format.pinned(comment))
+                 nodes=job.nodes, pinned=pinned)
 
 
 def rightsize_pending(fingerprint: str, by_job: str, slurm: Slurm, decider: Decider,
                       policy: Policy, log: Callable[[str], None]) -> InPlace:
-    """Right-size this user's pending, marked jobs of `fingerprint` in place."""
+    """Right-size this user's pending jobs of `fingerprint` in place: those marked for
+    measuring, and those `by_job` right-sized before (its profile changed since)."""
     done = InPlace()
     for job in slurm.queue(users=[getpass.getuser()]):
         if job.state != "PENDING" or job.job_id.split("_")[0] == by_job.split("_")[0]:
@@ -65,7 +75,8 @@ def rightsize_pending(fingerprint: str, by_job: str, slurm: Slurm, decider: Deci
             done.left.append((job.job_id, str(e)))
             continue
         marks = comment_format.marks(comment)
-        if comment_format.fingerprint(comment) != fingerprint or marks.get("profile") != "1":
+        if comment_format.fingerprint(comment) != fingerprint or (
+                marks.get("profile") != "1" and marks.get("by") != by_job):
             continue
         why = _update(job, comment, by_job, slurm, decider, policy, done)
         if why:
@@ -83,7 +94,7 @@ def _update(job: QueuedJob, comment: str, by_job: str, slurm: Slurm, decider: De
     if decision is None:
         return decider.problems[-1] if decider.problems else "no decision"
     try:
-        asked = _asked(job, comment, slurm)
+        asked = _asked(job, comment, by_job, slurm)
         r = rightsize(asked, decision, policy.user_request_wins)
     except (LeftAsAsked, SynergyError) as e:
         return str(e)

@@ -1,0 +1,115 @@
+"""Right-sizing a workload's pending jobs in place (pending.py): which jobs, what their
+comments say after, and what a refused update leaves. The queue is a fixture here; the
+real scontrol update runs in tests/integration/test_inrun.py."""
+
+import getpass
+
+from slurm_synergy.model import comment as comment_format
+from slurm_synergy.model.engine import Decision
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.pending import rightsize_pending
+from slurm_synergy.slurm import QueuedJob
+
+FP = "0123456789abcdef"
+
+
+def queued(job_id: str, state: str = "PENDING", cpus: int = 2, mem_mb: int = 3072,
+           tasks: int = 1) -> QueuedJob:
+    return QueuedJob(job_id, getpass.getuser(), state, "", cpus, tasks, mem_mb, 1, 1, "gpu",
+                     "gres:gpu:1", "", False)
+
+
+class Queue:
+    """squeue, the comments and scontrol update of a few jobs; `refuse` names jobs whose
+    update Slurm refuses."""
+
+    def __init__(self, jobs: dict[str, tuple[QueuedJob, str]], refuse: tuple[str, ...] = ()):
+        self.jobs, self.refuse = jobs, refuse
+        self.updates: list[tuple[str, dict[str, str]]] = []
+
+    def queue(self, users=()):
+        return [job for job, _ in self.jobs.values()]
+
+    def comment(self, job_id):
+        return self.jobs[job_id][1]
+
+    def memory_per_cpu(self, job_id):
+        return False
+
+    def update_job(self, job_id, settings):
+        if job_id in self.refuse:
+            raise SynergyError("scontrol update: Access/permission denied")
+        self.updates.append((job_id, settings))
+        job, comment = self.jobs[job_id]
+        cpus = int(settings["CPUsPerTask"])
+        self.jobs[job_id] = (QueuedJob(job.job_id, job.user, job.state, job.reason, cpus,
+                                       job.tasks, int(settings["MinMemoryNode"]), job.gpus,
+                                       job.nodes, job.partition, job.gres, job.features,
+                                       job.array), settings["Comment"])
+
+
+class Decider:
+    def __init__(self, cpus: int, mem_mb: int):
+        self.problems: list[str] = []
+        self.cpus, self.mem_mb = cpus, mem_mb
+
+    def decision(self, fingerprint, partition):
+        return Decision(fingerprint, "job", self.cpus, self.mem_mb, 1, "", 1, 0,
+                        100.0, 100.0, 2, 8000, ("because",))
+
+
+def marked(extra: str = "") -> str:
+    return (comment_format.job_comment(FP) + " profile=1 " + extra).strip()
+
+
+def test_only_this_workloads_marked_pending_jobs_are_updated():
+    other = "fedcba9876543210"
+    q = Queue({"10": (queued("10", "RUNNING"), marked()),
+               "11": (queued("11"), marked()),
+               "12": (queued("12"), comment_format.job_comment(FP)),       # decided already
+               "13": (queued("13"), comment_format.job_comment(other) + " profile=1"),
+               "14": (queued("14"), "a comment of the user's own")})
+    done = rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lambda line: None)
+    assert [j for j, _ in done.updated] == ["11"] and done.left == []
+    job, comment = q.jobs["11"]
+    assert (job.cpus_per_task, job.mem_mb) == (1, 1280)
+    marks = comment_format.marks(comment)
+    assert marks["asked"] == "c2,m3072,g1" and marks["decision"] == "c1,m1280,g1,w1"
+    assert marks["by"] == "10" and "profile" not in marks
+
+
+def test_a_later_peak_updates_the_same_jobs_again_and_keeps_what_they_asked():
+    q = Queue({"11": (queued("11"), marked())})
+    rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lambda line: None)
+    # The run's memory peaked later: a second decision, from the same run.
+    done = rightsize_pending(FP, "10", q, Decider(1, 2048), Policy(), lambda line: None)
+    assert [j for j, _ in done.updated] == ["11"]
+    job, comment = q.jobs["11"]
+    assert job.mem_mb == 2048
+    marks = comment_format.marks(comment)
+    assert marks["asked"] == "c2,m3072,g1" and marks["decision"] == "c1,m2048,g1,w1"
+    # Another run's decision does not touch a job this one sized.
+    done = rightsize_pending(FP, "20", q, Decider(2, 4096), Policy(), lambda line: None)
+    assert done.updated == [] and q.jobs["11"][0].mem_mb == 2048
+
+
+def test_a_refused_update_leaves_the_job_and_its_comment_as_they_were():
+    lines: list[str] = []
+    q = Queue({"11": (queued("11"), marked()), "12": (queued("12"), marked())},
+              refuse=("11",))
+    done = rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lines.append)
+    assert [j for j, _ in done.updated] == ["12"]
+    assert done.left == [("11", "Slurm refused the update (scontrol update: "
+                                "Access/permission denied)")]
+    assert q.jobs["11"] == (queued("11"), marked())
+    assert lines == ["slurm-synergy: job 11 left as asked: Slurm refused the update "
+                     "(scontrol update: Access/permission denied)"]
+
+
+def test_a_job_of_several_tasks_is_left_as_asked():
+    q = Queue({"11": (queued("11", tasks=4), marked())})
+    done = rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lambda line: None)
+    assert done.updated == [] and done.left == [("11", "more than one task or node: "
+                                                       "left as asked")]
+    assert q.updates == []

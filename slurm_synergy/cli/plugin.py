@@ -12,6 +12,7 @@ import time
 from slurm_synergy import paths
 from slurm_synergy.columns import aligned
 from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.profile import Profile
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.engine import Decision, NoDecision, decide
@@ -56,6 +57,20 @@ def describe(d: Decision) -> str:
             f"worker(s), power limit {power}")
 
 
+def measuring_cost(profile: Profile, resubmitted_as: str | None) -> str:
+    """What measuring the workload cost its user: training lost to the sweep's windows,
+    or a profiling prolog and, where the job was then submitted again, a second wait."""
+    job = profile.allocation.job_id or "?"
+    if profile.allocation.launcher == "in-run":
+        return (f"measured while job {job} trained: {profile.profiling_s:.0f} s of training "
+                "at fewer cores; no second queue wait")
+    spent = f"profiled in {profile.profiling_s:.0f} s of job {job}'s allocation"
+    if resubmitted_as:
+        return (f"{spent}, then submitted again as job {resubmitted_as} (on_profiled = "
+                "resubmit): a second queue wait, with its priority age started again")
+    return f"{spent}; no second queue wait"
+
+
 def explain(fingerprint: str, partition: str | None = None) -> str:
     store = ProfileStore.default()
     profile = store.load(fingerprint)
@@ -73,6 +88,10 @@ def explain(fingerprint: str, partition: str | None = None) -> str:
              f"{d.share_mem_mb} MB",
              f"policy: {policy_path()}", "why:"]
     lines += [f"  - {r}" for r in d.reasons]
+    again = next((c.resubmitted_job for c in read_chains(Slurm().cluster_name())
+                  if c.fingerprint == fingerprint
+                  and c.profiled_job == profile.allocation.job_id), None)
+    lines.append(f"cost: {measuring_cost(profile, again)}")
     path = table_path()
     try:
         _, entries = read(path)

@@ -100,3 +100,5 @@ def test_explain_names_the_run_that_measured_it(sweep):
     assert proc.returncode == 0, proc.stderr
     assert f"measured in job {ids[names[0]]}" in proc.stdout
     assert "model fitted to in-run" in proc.stdout
+    assert re.search(rf"cost: measured while job {ids[names[0]]} trained: \d+ s of training "
+                     r"at fewer cores; no second queue wait", proc.stdout), proc.stdout

@@ -91,6 +91,10 @@ def test_hungry_and_light_workloads_get_different_allocations_and_explain_why(ri
         assert f"workload {spec.fingerprint} ({name})" in text
         assert "tolerance" in text and "GPU-proportional share" in text
         assert "the shim applies this decision" in text
+        # What measuring cost: the profiled job was submitted again, a second wait.
+        assert re.search(r"cost: profiled in \d+ s of job \d+'s allocation, then submitted "
+                         r"again as job \d+ \(on_profiled = resubmit\): a second queue wait",
+                         text), text
         # The decision follows the measurements: 2 cores only if they gave 5% more, by
         # more than the runs' spreads (each counted as at least 5%) can blur.
         cores = re.search(r"unless marked: 1c ([\d.]+) ±(\d+)%, 2c ([\d.]+) ±(\d+)%", text)

@@ -263,6 +263,15 @@ class Profile:
         return sorted((p for p in self.points if p.measure == "train" and p.gpus is None),
                       key=lambda p: p.cores)
 
+    def summary(self) -> str:
+        """One line for a job's log: samples/s by cores (± their runs' spread), the
+        model's held-out error where it has one."""
+        pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s"
+                        + (f" ±{p.spread:.1%}" if p.spread is not None else "")
+                        for p in self.train_points())
+        err = self.model.mean_error
+        return f"{pts}; model error {err:.1%}" if err is not None else pts
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 

@@ -171,7 +171,8 @@ class Sweep:
                                                          ["no full window"]))
             return
         path = self.store.save(profile)
-        self.log(f"{PROG}: {fp}: {_summary(profile)}; saved {path}")
+        self.log(f"{PROG}: {fp}: {profile.summary()}; peak {profile.model.footprint_mb:.0f} MB; "
+                 f"{profile.notes[0]}; saved {path}")
         self._mark_measured()
         self._apply(profile)
         # The job trains on: a later peak (validation, a bigger epoch) must count.
@@ -321,13 +322,6 @@ def _with_peak(profile: Profile, windows: RunWindows) -> Profile:
                    for p in profile.points)
     return replace(profile, points=points,
                    model=replace(profile.model, footprint_mb=peak, anon_mb=anon))
-
-
-def _summary(profile: Profile) -> str:
-    pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s"
-                    + (f" ±{p.spread:.1%}" if p.spread is not None else "")
-                    for p in profile.train_points())
-    return f"{pts}; peak {profile.model.footprint_mb:.0f} MB; " + profile.notes[0]
 
 
 def _now() -> str:

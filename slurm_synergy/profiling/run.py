@@ -181,7 +181,7 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         profiler_version=__version__, gpu_memory=gpu_memory,
         notes=tuple(notes) + ((runner.note,) if runner.note else ()))
     path = store.save(profile)
-    log(f"{PROG}: {fp}: {summary_line(profile)}; {profile.profiling_s:.0f}s; saved {path}")
+    log(f"{PROG}: {fp}: {profile.summary()}; {profile.profiling_s:.0f}s; saved {path}")
     return profile
 
 
@@ -196,11 +196,3 @@ def _noise_test(log: Callable[[str], None]) -> Callable[[dict[int, Sequence[floa
         policy = Policy()
     return lambda runs: unsettled(runs, policy.tolerance, policy.min_spread,
                                   policy.max_spread)
-
-
-def summary_line(profile: Profile) -> str:
-    pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s"
-                    + (f" ±{p.spread:.1%}" if p.spread is not None else "")
-                    for p in profile.train_points())
-    err = profile.model.mean_error
-    return f"{pts}; model error {err:.1%}" if err is not None else pts

@@ -37,21 +37,29 @@ def box(tmp_path_factory) -> Iterator[LocalCluster]:
     # One generated dataset for the whole session, shared by every training job.
     os.environ["SYNERGY_DATA"] = str(home / "data")
     cluster = LocalCluster()
+    was_up, _ = cluster.status()
     # `up` also compiles the decision table from this session's (empty) profile store,
     # so no decision from an earlier run rewrites this session's jobs.
     cluster.up(log=lambda line: print(line, file=sys.stderr))
     hooks_log = cluster.state / "log" / "hooks.log"
     start = hooks_log.stat().st_size if hooks_log.exists() else 0
-    yield cluster
-    # The suite's ordinary jobs must never drain the node: an epilog fails only when it
-    # cannot enforce the power cap, which only test_node_hooks provokes.
-    with open(hooks_log, encoding="utf-8") as fh:
-        fh.seek(start)
-        failed = {line.split("job=")[1].split()[0] for line in fh
-                  if line.split()[1:2] == ["epilog"] and "node will drain" in line}
-    assert failed <= EXPECTED_DRAINS, f"epilogs failed for jobs {sorted(failed - EXPECTED_DRAINS)}"
-    states = [n.state for n in cluster.slurm.nodes("")]
-    assert not any("drain" in s for s in states), f"node left {states}"
+    try:
+        yield cluster
+        # The suite's ordinary jobs must never drain the node: an epilog fails only when
+        # it cannot enforce the power cap, which only test_node_hooks provokes.
+        with open(hooks_log, encoding="utf-8") as fh:
+            fh.seek(start)
+            failed = {line.split("job=")[1].split()[0] for line in fh
+                      if line.split()[1:2] == ["epilog"] and "node will drain" in line}
+        assert failed <= EXPECTED_DRAINS, \
+            f"epilogs failed for jobs {sorted(failed - EXPECTED_DRAINS)}"
+        states = [n.state for n in cluster.slurm.nodes("")]
+        assert not any("drain" in s for s in states), f"node left {states}"
+    finally:
+        # A cluster the suite started is stopped with it (a clean clone's CI leaves no
+        # daemon behind); one that was up before stays up.
+        if not was_up:
+            cluster.down(log=lambda line: None)
 
 
 @pytest.fixture(scope="session")

@@ -322,6 +322,19 @@ class Slurm:
                                   gpu_count(v[5]), gpu_count(v[6]))
         return list(nodes.values())
 
+    def cancel_all(self, wait_s: float = 30) -> int:
+        """Cancel every job of the cluster, then wait up to `wait_s` seconds for them to
+        end (their epilogs run); how many there were. For stopping a cluster of one's own."""
+        ids = self.run(["squeue", "--noheader", "--format=%i"]).split()
+        if ids:
+            self.cancel(ids)
+        deadline = time.monotonic() + wait_s
+        while ids and time.monotonic() < deadline and self.run(
+                ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING",
+                 "--format=%i"]).strip():
+            time.sleep(0.5)
+        return len(ids)
+
     def update_job(self, job_id: str, settings: dict[str, str]) -> None:
         """`scontrol update` of one job; Slurm itself refuses what the caller may not do."""
         self.run(["scontrol", "update", f"JobId={job_id}",

@@ -34,7 +34,6 @@ PARTITION = "gpu"
 MULTI_PARTITION = "multi"     # every node: jobs over several nodes or GPU types
 PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
 START_TIMEOUT_S = 60
-CANCEL_WAIT_S = 30           # for cancelled jobs to end (their epilogs run) before the daemons stop
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 
 
@@ -173,29 +172,16 @@ class LocalCluster:
 
     def down(self, log: Callable[[str], None] = print) -> None:
         with locked(self.state / ".lock"):
-            self._cancel_jobs(log)
-            for name in [d.name for d in self.slurmds] + ["slurmctld", "slurmdbd", "mariadbd",
-                                                          "munged"]:
+            # A running job's slurmstepd outlives its slurmd: the jobs are cancelled first.
+            if self.conf.exists() and self.slurm.ping():
+                try:
+                    if cancelled := self.slurm.cancel_all():
+                        log(f"cancelled {cancelled} job(s)")
+                except SynergyError as e:
+                    log(f"jobs not cancelled: {e}")
+            for name in [*(d.name for d in self.slurmds), "slurmctld", "slurmdbd", "mariadbd", "munged"]:
                 if self._stop(name):
                     log(f"stopped {name}")
-
-    def _cancel_jobs(self, log: Callable[[str], None]) -> None:
-        """The cluster's jobs cancelled first: a job's slurmstepd outlives its slurmd, and
-        would go on running its training after the cluster is down."""
-        if not (self.conf.exists() and self._alive("slurmctld") and self.slurm.ping()):
-            return
-        try:
-            ids = [j.job_id for j in self.slurm.queue()]
-            if ids:
-                self.slurm.cancel(ids)
-                log(f"cancelled {len(ids)} job(s)")
-            deadline = time.monotonic() + CANCEL_WAIT_S
-            while ids and time.monotonic() < deadline and self.slurm.run(
-                    ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING",
-                     "--format=%i"]).strip():
-                time.sleep(0.5)
-        except SynergyError as e:
-            log(f"jobs not cancelled: {e}")
 
     def status(self) -> tuple[bool, list[str]]:
         lines, healthy = [], True

@@ -66,6 +66,7 @@ bench: setup
 	$(PY) bench/bench_loaders.py
 	$(PY) bench/bench_profiles.py
 	$(PY) bench/bench_inrun.py
+	$(PY) bench/bench_styles.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_gpumem.py
 	$(PY) bench/bench_sampler.py

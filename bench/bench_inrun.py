@@ -24,6 +24,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,14 +66,16 @@ def suite_csv(work: Path) -> Path:
     return path
 
 
-def inrun_round(work: Path) -> list[Profile]:
+def inrun_round(work: Path, rows: Callable[[Path], Path] = suite_csv) -> list[Profile]:
+    """One round from scratch: the CSV that `rows` writes into `work`, submitted in the
+    default flow into a fresh store; each row's profile, or SystemExit naming what failed."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     store = ProfileStore(work / "store")
     env = dict(os.environ, SYNERGY_PROFILES=str(store.root), SYNERGY_HOME=str(work / "home"),
                SYNERGY_DATA=str(work.parent / "data"),
                SYNERGY_DECISIONS=str(work / "decisions.tbl"))
-    path = suite_csv(work)
+    path = rows(work)
     # User mode: this command marks the jobs from the bench's own (empty) store.
     proc = subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "submit", str(path),
                            "--out", str(work / "jobs"), "--mode", "user"],
@@ -88,6 +91,31 @@ def inrun_round(work: Path) -> list[Profile]:
         raise SystemExit(f"jobs not completed: {[(r.name, r.state) for r in failed]}; "
                          f"not measured: {missing}; logs in {work / 'jobs' / 'logs'}")
     return [store.load(s.fingerprint) for s in specs]
+
+
+def site_decider(slurm: Slurm) -> Callable[[Profile], str]:
+    """A profile's decision with the site policy on this cluster's node, as "2c 1024M"."""
+    policy, catalog = load_policy(policy_path()), site_catalog(policy_path())
+    shape = node_shape(slurm, slurm.default_partition())
+
+    def decision(profile: Profile) -> str:
+        try:
+            d = decide(profile, shape, policy, catalog)
+        except NoDecision as e:
+            return f"none ({e.reasons[-1][:60]})"
+        return f"{d.cpus}c {d.mem_mb}M"
+    return decision
+
+
+def figures(profile: Profile, decider: Callable[[Profile], str], round_no: int) -> dict:
+    """One round's figures for one profile: its decision, rates, spreads and cost."""
+    points = {p.cores: p for p in profile.train_points()}
+    return {"round": round_no, "decision": decider(profile),
+            "rates": {k: [round(x, 1) for x in p.repeats] for k, p in points.items()},
+            "spread": {k: p.spread for k, p in points.items()},
+            "lost_s": profile.profiling_s,
+            "lost_share_of_hour": profile.profiling_s / JOB_HOUR_S,
+            "model_error": profile.model.mean_error, "notes": list(profile.notes)}
 
 
 def rate(runs: list[dict], k: int) -> str:
@@ -108,26 +136,14 @@ def main() -> int:
     # The shim would size a job the cluster's table decides: none of the suite may be.
     decided_already(load_jobs(SUITE))
     slurm = Slurm()
-    policy, catalog = load_policy(policy_path()), site_catalog(policy_path())
-    shape = node_shape(slurm, slurm.default_partition())
+    decider = site_decider(slurm)
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "synergy-bench-inrun"
     rows: dict[str, list[dict]] = {}
     for r in range(args.rounds):
         for profile in inrun_round(work / f"round{r + 1}"):
-            points = {p.cores: p for p in profile.train_points()}
-            try:
-                d = decide(profile, shape, policy, catalog)
-                decision = f"{d.cpus}c {d.mem_mb}M"
-            except NoDecision as e:
-                decision = f"none ({e.reasons[-1][:60]})"
-            rows.setdefault(profile.job_name, []).append({
-                "round": r + 1, "decision": decision,
-                "rates": {k: [round(x, 1) for x in p.repeats] for k, p in points.items()},
-                "spread": {k: p.spread for k, p in points.items()},
-                "lost_s": profile.profiling_s,
-                "lost_share_of_hour": profile.profiling_s / JOB_HOUR_S,
-                "model_error": profile.model.mean_error, "notes": list(profile.notes)})
-            print(f"round {r + 1} {profile.job_name}: {decision}, lost "
+            row = figures(profile, decider, r + 1)
+            rows.setdefault(profile.job_name, []).append(row)
+            print(f"round {r + 1} {profile.job_name}: {row['decision']}, lost "
                   f"{profile.profiling_s:.1f}s", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,8 +1,10 @@
 """Quick-and-dirty training script: no arguments, everything hard-coded.
 
 The kind of thing people copy from a tutorial: a synthetic signal dataset whose
-__getitem__ computes spectral features with numpy, a small MLP, three epochs.
+__getitem__ computes spectral features with numpy, a small MLP, three epochs (or as many as its one bare argument says).
 """
+import sys
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -11,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 N_SAMPLES = 2000
 SIGNAL_LEN = 2048
 N_CLASSES = 5
+EPOCHS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 
 
 class SignalDataset(Dataset):
@@ -43,7 +46,7 @@ loss_fn = nn.CrossEntropyLoss()
 
 if __name__ == "__main__":
     loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4)
-    for epoch in range(3):
+    for epoch in range(EPOCHS):
         total, correct, running = 0, 0, 0.0
         for x, y in loader:
             out = model(x)

@@ -1,0 +1,109 @@
+"""The six user-script styles of tests/corpus, measured while they train and by the
+offline profiler, three rounds each, interleaved: the in-run decision beside the offline
+one, where the offline profiler's own rounds agree.
+
+Each round profiles the styles offline (--profile-only, one job after another) into a
+fresh store, then submits them in the default flow (measured in the run, on_profiled =
+continue) into another, each long enough for its sweep, and decides from every profile
+with the site policy against this cluster's node. Writes bench/results/styles.md and
+bench/results/styles.json.
+
+    make bench          # or: .venv/bin/python bench/bench_styles.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+from bench_inrun import figures, inrun_round, rate, site_decider  # noqa: E402
+from bench_profiles import decided_already, profile_round  # noqa: E402
+from profiler.datagen import ensure_image_dataset  # noqa: E402
+from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
+from slurm_synergy.csvjobs import load_jobs  # noqa: E402
+from slurm_synergy.slurm import Slurm  # noqa: E402
+
+CORPUS = ROOT / "tests" / "corpus"
+COLUMNS = "name,script,dataset,batch,workers,epochs,iterations,launcher,nproc,cpus,mem,time,args"
+
+
+def styles_csv(data: Path, work: Path) -> Path:
+    """The styles as tests/integration/test_user_scripts.py submits them, each training
+    about two minutes at two cores (measured 2026-11-26) so that its sweep fits."""
+    images, inet, c = data / "images", data / "inet", CORPUS
+    rows = [f"s-examples,{c}/examples_imagenet.py,,16,1,160,,,,2,3G,00:20:00,\"{inet} -p 64\"",
+            f"s-synergy,{c}/synergy_contract.py,{images},16,1,,3600,,,2,3G,00:20:00,"
+            "\"--epochs 1000 --log_interval 100\"",
+            f"s-torchloader,{c}/torchloader_contract.py,{images},16,1,90,,,,2,3G,00:20:00,"
+            "--arch resnet",
+            f"s-plain,{c}/plain_loop.py,,,2,,,,,2,3G,00:20:00,75",
+            f"s-dali,{c}/dali_cpu.py,,16,,300,,,,2,3G,00:20:00,\"{images} --threads 3\"",
+            f"s-ddp,{c}/ddp_gloo.py,,16,1,50,,torchrun,2,2,3G,00:20:00,\"--print-freq 200\""]
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "styles.csv"
+    path.write_text("\n".join([COLUMNS, *rows]) + "\n")
+    return path
+
+
+def data_folder(root: Path) -> Path:
+    """The corpus' JPEG folder, and the same under train/ for pytorch/examples' style."""
+    ensure_image_dataset(root / "images", num_images=512, image_size=96)
+    (root / "inet").mkdir(parents=True, exist_ok=True)
+    if not (root / "inet" / "train").exists():
+        (root / "inet" / "train").symlink_to(root / "images")
+    return root
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = p.parse_args()
+    LocalCluster().up(log=lambda line: None)
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / "synergy-bench-styles"
+    data = data_folder(work / "corpus-data")
+    decided_already(load_jobs(styles_csv(data, work)))
+    decide = site_decider(Slurm())
+    rows: dict[str, dict[str, list[dict]]] = {}
+    for r in range(args.rounds):
+        offline = profile_round(styles_csv(data, work / f"offline{r + 1}"),
+                                work / f"offline{r + 1}" / "run")
+        inrun = inrun_round(work / f"inrun{r + 1}", lambda into: styles_csv(data, into))
+        for how, profiles in (("offline", offline), ("inrun", inrun)):
+            for profile in profiles:
+                row = figures(profile, decide, r + 1)
+                rows.setdefault(profile.job_name, {}).setdefault(how, []).append(row)
+                print(f"round {r + 1} {how} {profile.job_name}: {row['decision']}",
+                      flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    (args.out / "styles.json").write_text(json.dumps({"at": when, "styles": rows},
+                                                     indent=1) + "\n")
+    lines = [f"User-script styles, in the run and offline, {args.rounds} rounds from scratch "
+             f"({when}; `bench/bench_styles.py`):", "",
+             "| style | in-run 1 core / 2 cores | in-run decision per round | "
+             "offline decision per round | same where offline agrees | lost, share of 1 h |",
+             "|---|---|---|---|---|---|"]
+    for name, both in rows.items():
+        inrun_d = [x["decision"] for x in both["inrun"]]
+        offline_d = [x["decision"] for x in both["offline"]]
+        agree = len(set(offline_d)) == 1
+        same = ("yes" if all(d == offline_d[0] for d in inrun_d) else "no") if agree \
+            else "offline differs"
+        lost = [x["lost_share_of_hour"] for x in both["inrun"]]
+        lines.append(f"| {name} | {rate(both['inrun'], 1)} ; {rate(both['inrun'], 2)} | "
+                     f"{' / '.join(inrun_d)} | {' / '.join(offline_d)} | {same} | "
+                     f"{min(lost):.2%}-{max(lost):.2%} |")
+    (args.out / "styles.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

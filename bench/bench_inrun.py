@@ -37,7 +37,7 @@ from slurm_synergy.model.policy import load_policy, site_catalog  # noqa: E402
 from slurm_synergy.model.profile import Profile  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S  # noqa: E402
-from slurm_synergy.profiles import ProfileStore  # noqa: E402
+from slurm_synergy.profiles import ProfileStore, user_folder  # noqa: E402
 from slurm_synergy.shim.table import node_shape  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
@@ -71,8 +71,9 @@ def inrun_round(work: Path, rows: Callable[[Path], Path] = suite_csv) -> list[Pr
     default flow into a fresh store; each row's profile, or SystemExit naming what failed."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    store = ProfileStore(work / "store")
-    env = dict(os.environ, SYNERGY_PROFILES=str(store.root), SYNERGY_HOME=str(work / "home"),
+    (work / "store").mkdir(parents=True, exist_ok=True)
+    store = ProfileStore(user_folder(work / "store"))
+    env = dict(os.environ, SYNERGY_PROFILES=str(work / "store"), SYNERGY_HOME=str(work / "home"),
                SYNERGY_DATA=str(work.parent / "data"),
                SYNERGY_DECISIONS=str(work / "decisions.tbl"))
     path = rows(work)

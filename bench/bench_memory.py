@@ -34,7 +34,7 @@ from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import wait
 from slurm_synergy.model.profile import FetchRates
 from slurm_synergy.model.throughput import cached_fraction, predict
-from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiles import ProfileStore, user_folder
 from slurm_synergy.slurm import Slurm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,8 +114,9 @@ def main() -> int:
               f"{e.strerror}); run as root on a cgroup v1 host, or pass --storage-mb-s 0",
               file=sys.stderr)
         return 1
-    store = ProfileStore(work / "store")
-    env = {"SYNERGY_PROFILES": str(store.root), "SYNERGY_DECISIONS": str(work / "t.tbl")}
+    (work / "store").mkdir(parents=True, exist_ok=True)
+    store = ProfileStore(user_folder(work / "store"))
+    env = {"SYNERGY_PROFILES": str(work / "store"), "SYNERGY_DECISIONS": str(work / "t.tbl")}
     fp = "00000000000be7c4"
     job = sbatch(slurm, work / "profile", "mem-profile", 3072,
                  [py, "-m", "profiler.offline_profiler", "--fingerprint", fp, "--force",

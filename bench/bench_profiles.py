@@ -38,8 +38,8 @@ from slurm_synergy.model.profile import Point, Profile  # noqa: E402
 from slurm_synergy.model.throughput import fit_components  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot  # noqa: E402
-from slurm_synergy.profiles import ProfileStore  # noqa: E402
-from slurm_synergy.shim.table import node_shape, read, table_path  # noqa: E402
+from slurm_synergy.profiles import ProfileStore, user_folder  # noqa: E402
+from slurm_synergy.shim.table import entries_of, node_shape, read, table_path  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 
@@ -47,9 +47,10 @@ def profile_round(csv: Path, work: Path, steps: str = "warm") -> list[Profile]:
     """The suite profiled once from scratch, its steps forked from a warm interpreter
     or each a new process (`steps`); SystemExit naming what failed."""
     shutil.rmtree(work, ignore_errors=True)
-    store = ProfileStore(work / "store")
+    (work / "store").mkdir(parents=True)
+    store = ProfileStore(user_folder(work / "store"))
     # The profiles' decisions go to a table of the bench's own, not the cluster's.
-    env = dict(os.environ, SYNERGY_PROFILES=str(store.root), SYNERGY_HOME=str(work / "home"),
+    env = dict(os.environ, SYNERGY_PROFILES=str(work / "store"), SYNERGY_HOME=str(work / "home"),
                SYNERGY_DATA=str(work.parent / "data"),
                SYNERGY_DECISIONS=str(work / "decisions.tbl"),
                SYNERGY_FRESH_STEPS="1" if steps == "fresh" else "0")
@@ -75,7 +76,7 @@ def decided_already(specs: list[JobSpec]) -> None:
     path = table_path()
     if not path.exists():
         return
-    _, entries = read(path)
+    entries = entries_of(read(path)[1])
     known = [s.name for s in specs if s.fingerprint in entries]
     if known:
         raise SystemExit(f"{path} decides {', '.join(known)} already (a `make demo` of the "
@@ -281,7 +282,7 @@ def main() -> int:
         for mode in modes if r % 2 else modes[::-1]:
             work = args.results / "profiles-run" / f"round{r}" / mode
             if args.decide_only:
-                store = ProfileStore(work / "store")
+                store = ProfileStore(user_folder(work / "store"))
                 profiles = [refitted(store.load(spec.fingerprint))
                             for spec in load_jobs(args.csv)]
             else:

@@ -37,12 +37,13 @@ from slurm_synergy.model.policy import Policy  # noqa: E402
 from slurm_synergy.shim.table import TABLE_NAME, render, sync, write  # noqa: E402
 
 FP = "0123456789abcdef"
+ME = os.geteuid()      # the bench submits as this user; the table sizes its jobs
 
 
 def bench_table(path: Path, entries: int) -> None:
     ds = [Decision(fp, "bench", 1, 512, 1, "", 1, 0, 1.0, 1.0, 1, 2000, ())
           for fp in [FP] + [f"{i:016x}" for i in range(1, entries)]]
-    write(path, render(ds, Policy(), NodeShape(2, 8000, 4)))
+    write(path, render([(ME, d) for d in ds], Policy(), NodeShape(2, 8000, 4)))
 
 
 def rpc_usec(box: LocalCluster, ids: list[str]) -> list[int]:
@@ -85,16 +86,16 @@ def hostile(path: Path, kind: str) -> None:
     elif kind == "noise":
         path.write_bytes(os.urandom(1 << 20))
     elif kind == "17 MB":
-        path.write_text(render([ok], Policy(), NodeShape(2, 8000, 4)) + "#" * (17 << 20))
+        path.write_text(render([(ME, ok)], Policy(), NodeShape(2, 8000, 4)) + "#" * (17 << 20))
     elif kind == "missing GPU type":
-        write(path, render([replace(ok, gpu_type="h100")], Policy(),
+        write(path, render([(ME, replace(ok, gpu_type="h100"))], Policy(),
                            NodeShape(2, 8000, 4, ("a100",))))
     elif kind == "other partition":
-        write(path, render([ok], Policy(), NodeShape(2, 8000, 4), partition="elsewhere"))
+        write(path, render([(ME, ok)], Policy(), NodeShape(2, 8000, 4), partition="elsewhere"))
     elif kind == "65,536-core nodes":
-        write(path, render([replace(ok, cpus=65536)], Policy(), NodeShape(65536, 8000, 4)))
+        write(path, render([(ME, replace(ok, cpus=65536))], Policy(), NodeShape(65536, 8000, 4)))
     elif kind == "body changed under its header":
-        text = render([ok], Policy(), NodeShape(2, 8000, 4))
+        text = render([(ME, ok)], Policy(), NodeShape(2, 8000, 4))
         path.write_text(text.replace(f"{FP} 1 512", f"{FP} 2 512"))
 
 

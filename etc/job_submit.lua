@@ -2,7 +2,8 @@
 --
 -- A job whose comment carries a workload fingerprint (synergy:fp=<16 hex digits>, as
 -- `synergy submit` writes it):
---   * with a decision in the table: its cores (cpus_per_task, min_cpus, pn_min_cpus),
+--   * with a decision in the table for this fingerprint and the submitting uid (a
+--     decision comes from the profile of the user whose jobs it sizes): its cores (cpus_per_task, min_cpus, pn_min_cpus),
 --     memory and GPUs are rewritten, the loader workers and GPU power limit go into its
 --     environment, and the decision is noted in its comment (so sacct shows it);
 --   * without one: it is marked for profiling (SYNERGY_PROFILE=1), if the site's policy
@@ -37,7 +38,7 @@ local posix_ok, P = pcall(function()
 		unistd = require("posix.unistd") }
 end)
 
-local cache = nil    -- { id = file identity, racy, head, entries, broken = bad fingerprints }
+local cache = nil    -- { id = file identity, racy, head, entries, broken = bad "uid fp" keys }
 local last_fault = { msg = nil, at = 0 }
 
 -- A fault is logged when it changes, and at most once a minute while it lasts.
@@ -62,8 +63,8 @@ local function parse_header(line)
 		return nil, "is empty"
 	end
 	local version, rest = line:match("^synergy%-decisions (%d+) (.*)$")
-	if version ~= "2" then
-		return nil, "is not a version 2 decision table"
+	if version ~= "3" then
+		return nil, "is not a version 3 decision table"
 	end
 	local h = {}
 	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-,]*)") do
@@ -96,11 +97,16 @@ local function parse_header(line)
 	return head
 end
 
+-- A table entry's key: the submitting uid and the fingerprint.
+local function key(uid, fp)
+	return tostring(uid) .. " " .. fp
+end
+
 -- One entry line, checked against the header's limits and the hard ones; nil if bad.
 local function parse_entry(line, head)
-	local fp, c, m, g, t, w, p, n = line:match(
-		"^(%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+) (%d+)$")
-	if fp == nil or #fp ~= 16 or fp:match("[A-F]") or #t > 32 then
+	local u, fp, c, m, g, t, w, p, n = line:match(
+		"^(%d+) (%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+) (%d+)$")
+	if fp == nil or #fp ~= 16 or fp:match("[A-F]") or #t > 32 or #u > 10 then
 		return nil
 	end
 	local e = {
@@ -116,7 +122,7 @@ local function parse_entry(line, head)
 			or e.power_w == nil or e.procs == nil then
 		return nil
 	end
-	return fp, e
+	return key(tonumber(u), fp), e
 end
 
 -- What identifies one version of the file: any write changes its ctime, which nobody
@@ -196,15 +202,15 @@ local function load_table()
 		if count > head.entries then
 			break
 		end
-		local fp, e = parse_entry(line, head)
-		if fp then
-			entries[fp] = e
+		local k, e = parse_entry(line, head)
+		if k then
+			entries[k] = e
 		else
 			bad = bad + 1
 			first_bad = first_bad or (count + 1)
-			local lead = line:match("^(%x+) ")
+			local u, lead = line:match("^(%d+) (%x+) ")
 			if lead then
-				broken[lead] = true
+				broken[key(tonumber(u), lead)] = true
 			end
 		end
 	end
@@ -319,17 +325,17 @@ local function leave_alone(job_desc, head, entry, part_list)
 end
 
 -- What to change in a job, worked out without touching it: nil when nothing.
-local function plan(job_desc, tbl, part_list)
+local function plan(job_desc, tbl, part_list, submit_uid)
 	local comment = job_desc.comment
 	if comment == nil then
 		return nil
 	end
 	local fp = comment:match("^synergy:fp=(%x+)")
-	if fp == nil or #fp ~= 16 or fp:match("[A-F]") or tbl.broken[fp] then
+	if fp == nil or #fp ~= 16 or fp:match("[A-F]") or tbl.broken[key(submit_uid, fp)] then
 		return nil
 	end
 	local env = job_desc.environment
-	local entry = tbl.entries[fp]
+	local entry = tbl.entries[key(submit_uid, fp)]
 	if entry == nil then
 		if tbl.head.profile_new and env ~= nil and env.SYNERGY_PROFILE == nil then
 			-- (user mode may have marked the comment already)
@@ -459,7 +465,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		end
 		-- A fault that ends and comes back is logged again.
 		last_fault.msg = nil
-		local p = plan(job_desc, tbl, part_list)
+		local p = plan(job_desc, tbl, part_list, submit_uid)
 		if p == nil then
 			return
 		end

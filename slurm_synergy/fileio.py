@@ -1,13 +1,25 @@
-"""Files that others read while they change: written whole, under a lock."""
+"""Files that others read while they change, and files others may have written: written
+whole, locked for a bounded time, and read without following links or blocking."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
+
+from slurm_synergy.model.errors import SynergyError
+
+LOCK_WAIT_S = 60.0       # a lock held longer than this is someone else's fault
+
+
+class UntrustedFile(SynergyError):
+    """A file that is not what a reader may trust: named with what and where."""
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
@@ -28,12 +40,69 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
         raise
 
 
+def read_untrusted(path: Path, max_bytes: int, owner: int | None = None) -> str:
+    """The text of a regular file that someone else may have written, or UntrustedFile.
+
+    Opened without following a link and without blocking (a FIFO or a device would hold
+    the reader for ever), checked on the open descriptor (a path can be swapped between
+    a check and an open): a regular file, owned by `owner` when given, at most
+    `max_bytes` long (a sparse 50 GB file is refused by its size, never read)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise
+        why = "is a link" if e.errno == errno.ELOOP else e.strerror
+        raise UntrustedFile(f"{path}: not read: {why}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFile(f"{path}: not read: not a regular file")
+        if owner is not None and st.st_uid != owner:
+            raise UntrustedFile(f"{path}: not read: owned by uid {st.st_uid}, "
+                                f"not uid {owner}")
+        if st.st_size > max_bytes:
+            raise UntrustedFile(f"{path}: not read: {st.st_size} bytes, over the "
+                                f"{max_bytes} a reader takes")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise UntrustedFile(f"{path}: not read: grew past {max_bytes} bytes while read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UntrustedFile(f"{path}: not read: not UTF-8 text ({e.reason})") from None
+
+
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on `path` (created if missing) for the block."""
+def locked(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `path` (created 0600 if missing, never through
+    a link) for the block; SynergyError when it cannot be opened or stays held `wait_s`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise SynergyError(f"cannot open the lock {path}: {e.strerror}") from None
+    with os.fdopen(fd, "r+") as fh:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise SynergyError(f"the lock {path} stayed held for {wait_s:.0f} s; "
+                                       "gave up") from None
+                time.sleep(0.2)
         try:
             yield
         finally:

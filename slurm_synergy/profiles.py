@@ -1,36 +1,69 @@
-"""The profile store: one JSON file per workload fingerprint, in the user's synergy home
-or the folder SYNERGY_PROFILES names (a site shares one store that way). Profiles are
-read by the decision engine and the reports while profilers write new ones, so they are
-written whole (temporary file + rename)."""
+"""The profile store: one JSON file per workload fingerprint, in a folder of the user's own.
+
+Without a site store, that folder is profiles/ in the user's synergy home. A site shares
+one store by pointing SYNERGY_PROFILES at a folder every user may create a folder in
+(mode 1777, as /tmp); each user's profiles go to <store>/<uid>/, mode 0700, so that a
+profile belongs to the user who measured it: the table sync compiles a folder's profiles
+for that uid's jobs alone, and only from regular files that uid owns (docs/install.md).
+Profiles are read while profilers write new ones, so they are written whole (temporary
+file + rename), readable by their owner alone (they hold the user's command line).
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from slurm_synergy import paths
-from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.fileio import UntrustedFile, atomic_write_text, read_untrusted
 from slurm_synergy.model.profile import FINGERPRINT_RE, Profile, ProfileError, profile_from_json
+
+MAX_PROFILE_BYTES = 1 << 20      # a profile is a few kB
+PROFILE_MODE = 0o600
+USER_FOLDER_MODE = 0o700
+
+
+def site_store_root() -> Path | None:
+    """The site's shared store (SYNERGY_PROFILES), or None when each user keeps their own."""
+    env = os.environ.get("SYNERGY_PROFILES")
+    return Path(env).resolve() if env else None
 
 
 def store_dir() -> Path:
-    """The profile store: SYNERGY_PROFILES, else profiles/ in the user's synergy home.
+    """This user's profile folder: <uid>/ in the site's store, else profiles/ in the
+    user's synergy home."""
+    site = site_store_root()
+    return user_folder(site) if site else paths.home_dir() / "profiles"
 
-    A site shares one store (on a shared filesystem) by pointing SYNERGY_PROFILES at it.
-    """
-    env = os.environ.get("SYNERGY_PROFILES")
-    return Path(env).resolve() if env else paths.home_dir() / "profiles"
+
+def user_folder(site: Path, uid: int | None = None) -> Path:
+    """A user's folder (the caller's unless told) in a site's shared store."""
+    return site / str(os.geteuid() if uid is None else uid)
 
 
 @dataclass(frozen=True)
 class ProfileStore:
+    """One user's profiles: `root` holds them, and only files `owner` owns are read."""
+
     root: Path
+    owner: int = field(default_factory=os.geteuid)
 
     @classmethod
     def default(cls) -> "ProfileStore":
         return cls(store_dir())
+
+    @classmethod
+    def named(cls, folder: Path) -> "ProfileStore":
+        """A folder named on a command line (--store): its profiles are read as its owner's
+        (an admin looking into a user's folder), never through a link."""
+        folder = folder.resolve()
+        try:
+            return cls(folder, folder.lstat().st_uid)
+        except FileNotFoundError:
+            return cls(folder)
 
     def path(self, fingerprint: str) -> Path:
         if not FINGERPRINT_RE.match(fingerprint):
@@ -39,16 +72,19 @@ class ProfileStore:
         return self.root / f"{fingerprint}.json"
 
     def has(self, fingerprint: str) -> bool:
-        return self.path(fingerprint).is_file()
+        try:
+            return stat.S_ISREG(self.path(fingerprint).lstat().st_mode)
+        except FileNotFoundError:
+            return False
 
     def load(self, fingerprint: str) -> Profile:
         path = self.path(fingerprint)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_untrusted(path, MAX_PROFILE_BYTES, self.owner)
         except FileNotFoundError:
             raise ProfileError(f"no profile for {fingerprint} in {self.root}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ProfileError(f"cannot read profile {path}: {e}") from None
+        except UntrustedFile as e:
+            raise ProfileError(str(e)) from None
         profile = profile_from_json(text, str(path))
         if profile.fingerprint != fingerprint:
             raise ProfileError(f"profile {path} holds fingerprint {profile.fingerprint}, "
@@ -56,15 +92,78 @@ class ProfileStore:
         return profile
 
     def save(self, profile: Profile) -> Path:
+        self.claim()
         path = self.path(profile.fingerprint)
-        atomic_write_text(path, profile.to_json())
+        atomic_write_text(path, profile.to_json(), PROFILE_MODE)
         return path
 
+    def claim(self) -> None:
+        """Make the folder (mode 0700 in a site's store), or ProfileError when a folder
+        there is not this user's own: someone else's could be read or swapped by them."""
+        site = site_store_root()
+        if site is None or self.root.parent != site:
+            self.root.mkdir(parents=True, exist_ok=True)
+            return
+        try:
+            os.mkdir(self.root, USER_FOLDER_MODE)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            # The site makes its store (mode 1777): a user who made it would own it, and
+            # could remove the other users' folders from it.
+            raise ProfileError(f"the site's profile store {site} does not exist; the site "
+                               "makes it (docs/install.md)") from None
+        except OSError as e:
+            raise ProfileError(f"cannot make the profile folder {self.root}: {e.strerror}") \
+                from None
+        st = self.root.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise ProfileError(f"{self.root} is not a folder of uid {os.geteuid()} (it belongs "
+                               f"to uid {st.st_uid}); no profile is kept there: ask the site "
+                               "to remove it")
+
     def fingerprints(self) -> list[str]:
-        if not self.root.is_dir():
+        """The fingerprints filed here, by name: what each file is, load() checks."""
+        try:
+            with os.scandir(self.root) as it:
+                names = [e.name[:-5] for e in it if e.name.endswith(".json")]
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(p.stem for p in self.root.glob("*.json") if FINGERPRINT_RE.match(p.stem))
+        return sorted(n for n in names if FINGERPRINT_RE.fullmatch(n))
 
     def __iter__(self) -> Iterator[Profile]:
         for fp in self.fingerprints():
             yield self.load(fp)
+
+
+def user_stores(root: Path) -> tuple[list[ProfileStore], list[str]]:
+    """Each user's folder in a site's store, with what was left out and why: a folder
+    counts only when it is a real folder (not a link) owned by the uid it is named for."""
+    stores, skipped = [], []
+    try:
+        with os.scandir(root) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        return [], [f"{root}: not read: {e.strerror}"]
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as e:
+            skipped.append(f"{entry.path}: not read: {e.strerror}")
+            continue
+        if not entry.name.isdigit() or not stat.S_ISDIR(st.st_mode):
+            skipped.append(f"{entry.path}: not a user's folder (a folder named for its uid)")
+        elif st.st_uid != int(entry.name):
+            skipped.append(f"{entry.path}: owned by uid {st.st_uid}, not uid {entry.name}")
+        else:
+            stores.append(ProfileStore(user_folder(root, int(entry.name)), int(entry.name)))
+    return stores, skipped
+
+
+def stores_to_compile() -> tuple[list[ProfileStore], list[str]]:
+    """What the decision table is compiled from: every user's folder of the site's store,
+    else the caller's own profiles."""
+    site = site_store_root()
+    return user_stores(site) if site else ([ProfileStore.default()], [])

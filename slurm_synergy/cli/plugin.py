@@ -20,7 +20,7 @@ from slurm_synergy.shim.install import apply, plan_text
 from slurm_synergy.model.policy import load_catalog, load_site
 from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.resubmit import NothingToGain, read_chains, resubmit
-from slurm_synergy.shim.table import node_shape, read, sync, table_path
+from slurm_synergy.shim.table import entries_of, node_shape, read, sync, table_path
 
 NOTHING_TO_GAIN = 3      # the job script then trains in place (templates/sbatch.sh.j2)
 
@@ -94,7 +94,7 @@ def explain(fingerprint: str, partition: str | None = None) -> str:
     lines.append(f"cost: {measuring_cost(profile, again)}")
     path = table_path()
     try:
-        _, entries = read(path)
+        entries = entries_of(read(path)[1])
     except SynergyError as e:
         lines.append(f"decision table: {e}")
     else:

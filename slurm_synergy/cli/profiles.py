@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from slurm_synergy.profiles import ProfileStore
     from slurm_synergy.profile_table import plot, profiles_table
 
-    store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
+    store = ProfileStore.named(args.store) if args.store else ProfileStore.default()
     fps = args.fingerprints or store.fingerprints()
     profiles, broken = [], 0
     for fp in fps:

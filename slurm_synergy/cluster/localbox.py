@@ -136,7 +136,7 @@ class LocalCluster:
     # --- lifecycle ---------------------------------------------------------------
     def up(self, log: Callable[[str], None] = print) -> None:
         _require_binaries()
-        with locked(self.state / ".lock"):
+        with locked(self.state / ".lock", wait_s=900):  # another up or down: minutes
             layout, mode, changed = self.render()
             nodemod.add_hosts([n.name for n in layout.nodes])
             # The slurmds of the configuration before this one: a changed layout stops them.
@@ -171,7 +171,7 @@ class LocalCluster:
             log(f"SLURM_CONF={self.conf}")
 
     def down(self, log: Callable[[str], None] = print) -> None:
-        with locked(self.state / ".lock"):
+        with locked(self.state / ".lock", wait_s=900):  # another up or down: minutes
             # A running job's slurmstepd outlives its slurmd: the jobs are cancelled first.
             if self.conf.exists() and self.slurm.ping():
                 try:

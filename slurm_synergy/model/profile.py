@@ -348,6 +348,8 @@ def profile_from_json(text: str, source: str) -> Profile:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ProfileError(f"profile {source} is not JSON: {e}") from None
+    except RecursionError:
+        raise ProfileError(f"profile {source} nests deeper than a profile does") from None
     if not isinstance(data, dict):
         raise ProfileError(f"profile {source} is not a JSON object")
     version = data.get("version")

@@ -40,7 +40,7 @@ from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, PointError, Profile,
-                                         ThroughputModel)
+                                         ProfileError, ThroughputModel)
 from slurm_synergy.model.throughput import predict
 from slurm_synergy.paths import policy_path
 from slurm_synergy.pending import rightsize_pending
@@ -117,7 +117,7 @@ def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
                 return _watch(req, command, workers, None)
             sweep = Sweep(req, policy, store, slurm, job_id, log)
             return _watch(req, command, workers, sweep.during)
-    except OSError as e:
+    except (OSError, ProfileError) as e:
         log(f"{PROG}: cannot take {req.fingerprint}'s measuring lock in {store.root} ({e}); "
             f"job {job_id} trains as submitted")
         return _watch(req, command, workers, None)

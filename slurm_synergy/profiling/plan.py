@@ -156,7 +156,7 @@ def plan_profiling(args: argparse.Namespace) -> Plan:
     record_batch = int(batch_text) if batch_text and batch_text.isdigit() else 0
     procs = args.torchrun or 1
     fp = args.fingerprint or default_fingerprint(args.script, script_args, ngpus, procs)
-    store = ProfileStore(args.store.resolve()) if args.store else ProfileStore.default()
+    store = ProfileStore.named(args.store) if args.store else ProfileStore.default()
     try:
         store.path(fp)
     except SynergyError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from typing import Callable, Iterator
 
 from slurm_synergy.model.errors import SynergyError
@@ -16,8 +17,10 @@ from slurm_synergy.profiling.errors import PROG
 def profiling_lock(store: ProfileStore, fp: str) -> Iterator[bool]:
     """True when this process holds the right to profile `fp`: the tasks of an array, or
     two jobs of one workload, would otherwise all profile it at the same time."""
-    store.root.mkdir(parents=True, exist_ok=True)
-    with open(store.root / f".{fp}.lock", "a") as fh:
+    store.claim()
+    fd = os.open(store.root / f".{fp}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "r+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

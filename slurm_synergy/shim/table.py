@@ -5,16 +5,21 @@ matches with one pattern each, and its first line carries a generation (a hash o
 rest) and what the partition's nodes have; the shim reads it again whenever the file's
 inode, size or times change.
 
-    synergy-decisions 2 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
+    synergy-decisions 3 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
         max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 entries=2      (one line)
-    <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers> <power_limit_w or 0>
-        <training processes per task>
+    <uid> <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers>
+        <power_limit_w or 0> <training processes per task>
+
+An entry is the decision from one user's profile, and the shim applies it to that
+submitting uid's jobs alone: a profile one user writes never sizes another user's job.
 
 Decisions are sized for one partition's nodes (the default one unless told): the header
 holds what its smallest node has (from sinfo), no entry goes beyond it, and the shim
 leaves jobs that will run in another partition alone. The table lives beside slurm.conf (where
 slurmctld finds job_submit.lua), is written whole (temporary file + rename), readable by
-all and writable only by its owner.
+all and writable only by its owner. Compiling it reads files users wrote, so every
+profile is read as untrusted (profiles.py), a bad one is left out and named, and the
+numbers are capped: per user, in all, and in time.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -30,7 +36,7 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text, locked
 from slurm_synergy.model.profile import ProfileError
-from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiles import ProfileStore, stores_to_compile
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.engine import Decision, NodeShape, decide, shape_of
 from slurm_synergy.model.gpus import Catalog
@@ -39,19 +45,29 @@ from slurm_synergy.paths import policy_path
 
 TABLE_NAME = "synergy-decisions.tbl"
 MAGIC = "synergy-decisions"
-FORMAT = 2
+FORMAT = 3
 # Hard bounds the shim also enforces, whatever the header says.
 MAX_CPUS = 65536
 MAX_MEM_MB = 64 * 1024 * 1024
 MAX_GPUS = 64
-ENTRY_RE = re.compile(r"^([0-9a-f]{16}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{1,32}) (\d+) (\d+) "
-                      r"(\d+)$")
+MAX_UID = 2**32 - 2
+# The shim refuses a table of more entries (job_submit.lua's MAX_ENTRIES): a user past
+# their cap, or a table past the total, loses the rest, never the whole table.
+MAX_PER_USER = 2000
+MAX_ENTRIES = 200000
+SYNC_BUDGET_S = 120.0
+SHOWN_SKIPPED = 20           # a flood of bad files is counted, not listed
+ENTRY_RE = re.compile(r"^(\d{1,10}) ([0-9a-f]{16}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{1,32}) "
+                      r"(\d+) (\d+) (\d+)$")
+Owned = tuple[int, Decision]        # a decision and the uid whose jobs it sizes
 
 
 @dataclass(frozen=True)
 class TableEntry:
-    """One line of the table: what the shim applies to a job of this fingerprint."""
+    """One line of the table: what the shim applies to a job of this fingerprint that
+    this uid submits."""
 
+    uid: int
     fingerprint: str
     cpus: int
     mem_mb: int
@@ -70,11 +86,11 @@ def table_path() -> Path:
     return conf.parent / TABLE_NAME
 
 
-def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape,
+def render(decisions: Sequence[Owned], policy: Policy, shape: NodeShape,
            partition: str = "") -> str:
-    body = "".join(f"{d.fingerprint} {d.cpus} {d.mem_mb} {d.gpus} {d.gpu_type or '-'} "
+    body = "".join(f"{uid} {d.fingerprint} {d.cpus} {d.mem_mb} {d.gpus} {d.gpu_type or '-'} "
                    f"{d.workers} {d.power_limit_w} {d.procs}\n"
-                   for d in sorted(decisions, key=lambda d: d.fingerprint))
+                   for uid, d in sorted(decisions, key=lambda o: (o[0], o[1].fingerprint)))
     gen = hashlib.sha256(body.encode()).hexdigest()[:12]
     head = (f"{MAGIC} {FORMAT} gen={gen} partition={partition} "
             f"user_wins={int(policy.user_request_wins)} "
@@ -84,8 +100,9 @@ def render(decisions: Sequence[Decision], policy: Policy, shape: NodeShape,
     return head + body
 
 
-def read(path: Path) -> tuple[dict[str, str], dict[str, TableEntry]]:
-    """The header's fields and the entries; SynergyError naming the line if malformed."""
+def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry]]:
+    """The header's fields and the entries by (uid, fingerprint); SynergyError naming the
+    line if malformed."""
     try:
         lines = path.read_text(encoding="ascii").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -98,10 +115,18 @@ def read(path: Path) -> tuple[dict[str, str], dict[str, TableEntry]]:
         m = ENTRY_RE.match(line)
         if not m:
             raise SynergyError(f"{path} line {number} is malformed: {line[:80]!r}")
-        fp, cpus, mem, gpus, gtype, workers, power, procs = m.groups()
-        entries[fp] = TableEntry(fp, int(cpus), int(mem), int(gpus), "" if gtype == "-" else gtype,
-                                 int(workers), int(power), int(procs))
+        uid, fp, cpus, mem, gpus, gtype, workers, power, procs = m.groups()
+        entries[int(uid), fp] = TableEntry(int(uid), fp, int(cpus), int(mem), int(gpus),
+                                           "" if gtype == "-" else gtype, int(workers),
+                                           int(power), int(procs))
     return header, entries
+
+
+def entries_of(entries: dict[tuple[int, str], TableEntry],
+               uid: int | None = None) -> dict[str, TableEntry]:
+    """The entries that size the jobs `uid` (the caller) submits, by fingerprint."""
+    uid = os.geteuid() if uid is None else uid
+    return {fp: e for (owner, fp), e in entries.items() if owner == uid}
 
 
 def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
@@ -111,22 +136,38 @@ def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
     return shape_of(nodes)
 
 
-def compile_decisions(store: ProfileStore, shape: NodeShape, policy: Policy,
-                      catalog: Catalog | None = None) -> tuple[list[Decision], list[str]]:
-    """A decision per usable profile; a profile that cannot be read or decided from is
-    left out (its jobs are profiled again) and named in the second list."""
-    decisions, skipped = [], []
-    for fp in store.fingerprints():
-        try:
-            decision = decide(store.load(fp), shape, policy, catalog)
-        except (ProfileError, ValueError, ArithmeticError) as e:
-            skipped.append(f"{fp}: {e}")
-            continue
-        beyond = beyond_shape(decision, shape)
-        if beyond:
-            skipped.append(f"{fp}: {beyond}")
-        else:
-            decisions.append(decision)
+def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: Policy,
+                      catalog: Catalog | None = None,
+                      budget_s: float = SYNC_BUDGET_S) -> tuple[list[Owned], list[str]]:
+    """A decision per usable profile, for the uid whose store holds it; a profile that
+    cannot be read or decided from is left out (its jobs are profiled again) and named in
+    the second list, as are a user's profiles past MAX_PER_USER, the table's past
+    MAX_ENTRIES, and whatever was not reached within `budget_s`."""
+    decisions: list[Owned] = []
+    skipped: list[str] = []
+    deadline = time.monotonic() + budget_s
+    for store in stores:
+        fps = store.fingerprints()
+        room = min(MAX_PER_USER, MAX_ENTRIES - len(decisions))
+        if len(fps) > room:
+            skipped.append(f"{store.root}: {len(fps) - room} profile(s) past the cap "
+                           f"({MAX_PER_USER} a user, {MAX_ENTRIES} in all) left out")
+            fps = fps[:room]
+        for n, fp in enumerate(fps):
+            if time.monotonic() > deadline:
+                skipped.append(f"{store.root}: {len(fps) - n} profile(s) not reached "
+                               f"within the sync's {budget_s:.0f} s")
+                break
+            try:
+                decision = decide(store.load(fp), shape, policy, catalog)
+            except (ProfileError, ValueError, ArithmeticError) as e:
+                skipped.append(f"{fp}: {e}")
+                continue
+            beyond = beyond_shape(decision, shape)
+            if beyond:
+                skipped.append(f"{fp}: {beyond}")
+            else:
+                decisions.append((store.owner, decision))
     return decisions, skipped
 
 
@@ -145,19 +186,25 @@ def beyond_shape(d: Decision, shape: NodeShape) -> str:
     return ""
 
 
-def write(path: Path, text: str) -> None:
-    """Write the table whole; only its owner may replace it (root keeps the owner)."""
-    owner = None
+def owned_by_other(path: Path) -> tuple[int, int] | None:
+    """The table's owner when it is not the caller and the caller is root (who keeps the
+    owner), None when it is the caller's or missing; SynergyError for anyone else, before
+    any lock is taken: only its owner compiles it."""
     try:
         st = path.stat()
-        if st.st_uid != os.geteuid():
-            if os.geteuid() != 0:
-                raise SynergyError(f"the decision table {path} belongs to uid {st.st_uid}; "
-                                   "only its owner compiles it (synergy plugin sync as that "
-                                   "user)")
-            owner = (st.st_uid, st.st_gid)
     except FileNotFoundError:
-        pass
+        return None
+    if st.st_uid == os.geteuid():
+        return None
+    if os.geteuid() != 0:
+        raise SynergyError(f"the decision table {path} belongs to uid {st.st_uid}; only its "
+                           "owner compiles it (synergy plugin sync as that user)")
+    return st.st_uid, st.st_gid
+
+
+def write(path: Path, text: str) -> None:
+    """Write the table whole; only its owner may replace it (root keeps the owner)."""
+    owner = owned_by_other(path)
     try:
         atomic_write_text(path, text, 0o644)
         if owner:
@@ -166,23 +213,32 @@ def write(path: Path, text: str) -> None:
         raise SynergyError(f"cannot write the decision table {path}: {e.strerror}") from None
 
 
-def sync(store: ProfileStore | None = None, policy: Policy | None = None,
+def sync(stores: Sequence[ProfileStore] | None = None, policy: Policy | None = None,
          slurm: Slurm | None = None, path: Path | None = None,
          partition: str | None = None) -> str:
-    """Compile the table from the profile store; returns a line saying what was written."""
-    store = store or ProfileStore.default()
+    """Compile the table from the profile stores (every user's folder of the site's store,
+    else the caller's own); returns a line saying what was written and what was left out."""
+    skipped: list[str] = []
+    if stores is None:
+        stores, skipped = stores_to_compile()
     policy, catalog = (policy, site_catalog(policy_path())) if policy else \
         load_site(policy_path())
     path = path or table_path()
+    owned_by_other(path)
     slurm = slurm or Slurm()
     partition = partition or slurm.default_partition()
     shape = node_shape(slurm, partition)
     # One sync at a time: two profiles finishing together must not let the older
     # store's table land last.
     with locked(path.with_name(f".{path.name}.lock")):
-        decisions, skipped = compile_decisions(store, shape, policy, catalog)
+        decisions, left_out = compile_decisions(stores, shape, policy, catalog)
         write(path, render(decisions, policy, shape, partition))
-    line = f"decision table {path}: {len(decisions)} decision(s) from {store.root}"
+    skipped += left_out
+    where = ", ".join(str(s.root) for s in stores[:3]) + (", ..." if len(stores) > 3 else "")
+    line = (f"decision table {path}: {len(decisions)} decision(s) from {len(stores)} "
+            f"store(s) ({where or 'none'})")
     if skipped:
-        line += f"; {len(skipped)} unreadable profile(s) left out:\n  " + "\n  ".join(skipped)
+        shown = skipped[:SHOWN_SKIPPED] + ([f"... and {len(skipped) - SHOWN_SKIPPED} more"]
+                                           if len(skipped) > SHOWN_SKIPPED else [])
+        line += f"; {len(skipped)} left out:\n  " + "\n  ".join(shown)
     return line

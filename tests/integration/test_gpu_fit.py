@@ -13,7 +13,7 @@ from slurm_synergy import paths
 from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.shim.table import read, table_path
+from slurm_synergy.shim.table import entries_of, read, table_path
 
 from slurm_synergy.shim.resubmit import read_chains
 from slurm_synergy.slurm import Slurm
@@ -112,7 +112,7 @@ def test_a_bad_catalog_changes_nothing_and_rejects_nothing(slurm, fitted, tmp_pa
     try:
         sync = synergy("plugin", "sync")
         assert sync.returncode == 0, sync.stderr
-        _, entries = read(table_path())
+        entries = entries_of(read(table_path())[1])
         big = entries[specs["fit-big"].fingerprint]
         assert big.gpu_type == ""       # no move: the job keeps what it asked
         one = tmp_path / "one.csv"

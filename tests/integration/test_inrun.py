@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.shim.table import TABLE_NAME, read
+from slurm_synergy.shim.table import TABLE_NAME, entries_of, read
 
 from .conftest import finish, submitted_ids, synergy
 
@@ -72,7 +72,7 @@ def test_the_first_job_is_measured_and_the_pending_ones_right_sized_in_place(box
     first = ids[names[0]]
     assert "measured=run" in acct[first]["Comment"]
     assert int(acct[first]["AllocCPUS"]) == 2, "it trained at the size it asked for"
-    d = read(box.etc / TABLE_NAME)[1][fp]
+    d = entries_of(read(box.etc / TABLE_NAME)[1])[fp]
     log = next((out / "logs").glob(f"{names[0]}-{first}.out")).read_text()
     assert f"inrun: measuring {fp}" in log and "right-sized in place:" in log
     sized = [n for n in names[1:] if f"by={first}" in acct[ids[n]]["Comment"]]

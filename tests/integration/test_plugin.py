@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.shim.table import TABLE_NAME, read
+from slurm_synergy.shim.table import TABLE_NAME, entries_of, read
 from slurm_synergy.slurm import Slurm, tres
 
 from slurm_synergy.shim.resubmit import read_chains
@@ -38,7 +38,7 @@ def mem_mb(text: str) -> int:
 
 
 def table_entries(box):
-    return read(box.etc / TABLE_NAME)[1]
+    return entries_of(read(box.etc / TABLE_NAME)[1])
 
 
 @pytest.fixture(scope="module")
@@ -163,17 +163,18 @@ def test_install_on_the_local_cluster_is_already_done(box):
 # --- faults: a made-up workload with a known decision, then the table broken ------------
 
 FP = "00000000000000aa"
-HEAD = ("synergy-decisions 2 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
+ME = os.getuid()        # the tests submit as this user
+HEAD = ("synergy-decisions 3 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
         "max_mem_mb=20000 max_gpus=4 entries={n}\n")
-GOOD = HEAD.format(gen="a1", n=1) + f"{FP} 1 700 0 - 1 0 1\n"
+GOOD = HEAD.format(gen="a1", n=1) + f"{ME} {FP} 1 700 0 - 1 0 1\n"
 FAULTS = {
     "missing": (None, "cannot open the decision table"),
-    "corrupt": ("}{ not a table\n", "is not a version 2 decision table"),
-    "negative cores": (HEAD.format(gen="b2", n=1) + f"{FP} -1 700 0 - 1 0 1\n", "bad line(s)"),
-    "10^12 MB": (HEAD.format(gen="c3", n=1) + f"{FP} 1 1000000000000 0 - 1 0 1\n", "bad line(s)"),
-    "gres injection": (HEAD.format(gen="d4", n=1) + f'{FP} 1 700 1 a";os.exit(1) 1 0 1\n',
+    "corrupt": ("}{ not a table\n", "is not a version 3 decision table"),
+    "negative cores": (HEAD.format(gen="b2", n=1) + f"{ME} {FP} -1 700 0 - 1 0 1\n", "bad line(s)"),
+    "10^12 MB": (HEAD.format(gen="c3", n=1) + f"{ME} {FP} 1 1000000000000 0 - 1 0 1\n", "bad line(s)"),
+    "gres injection": (HEAD.format(gen="d4", n=1) + f'{ME} {FP} 1 700 1 a";os.exit(1) 1 0 1\n',
                        "bad line(s)"),
-    "cut short": (HEAD.format(gen="e5", n=3) + f"{FP} 1 700 0 - 1 0 1\n", "cut short"),
+    "cut short": (HEAD.format(gen="e5", n=3) + f"{ME} {FP} 1 700 0 - 1 0 1\n", "cut short"),
     "huge": (HEAD.format(gen="f6", n=1) + "#" * (17 << 20), "over the limit"),
     # Opened without O_NONBLOCK, a FIFO would hold every submission (plain ones too).
     "fifo": (os.mkfifo, "is not a regular file"),

@@ -12,7 +12,7 @@ import pytest
 
 from profiler.datagen import ensure_image_dataset
 from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.shim.table import TABLE_NAME, read
+from slurm_synergy.shim.table import TABLE_NAME, entries_of, read
 from slurm_synergy.profiles import ProfileStore
 
 from .conftest import SYNERGY, ROOT, finish, resubmitted, submitted_ids, synergy
@@ -102,7 +102,7 @@ def test_each_style_is_profiled_and_resubmitted_with_its_decision(box, corpus, n
     assert (profile.model.shared_core_s is not None) == bool(pair)
     assert all(p.samples_per_s > 0 and p.peak_rss_mb > 0 for p in profile.points)
     assert profile.model.basis == "components" and len(profile.model.held_out) == 2
-    decision = read(box.etc / TABLE_NAME)[1][spec.fingerprint]
+    decision = entries_of(read(box.etc / TABLE_NAME)[1])[spec.fingerprint]
     again = second[name]
     assert again["State"] == "COMPLETED"
     assert int(again["AllocCPUS"]) == decision.cpus
@@ -114,7 +114,7 @@ def test_each_style_is_profiled_and_resubmitted_with_its_decision(box, corpus, n
 def test_the_probe_gives_scripts_without_a_worker_option_the_decided_workers(box, corpus):
     specs, _, second, out = corpus
     for name in ("u-plain", "u-dali"):
-        decision = read(box.etc / TABLE_NAME)[1][specs[name].fingerprint]
+        decision = entries_of(read(box.etc / TABLE_NAME)[1])[specs[name].fingerprint]
         result = json.loads((out / name / "probe.json").read_text())
         assert result["mode"] == "watch" and result["measurement"]["samples_per_s"] > 0
         assert {p["workers_set"] for p in result["processes"]} == {decision.workers}
@@ -132,7 +132,7 @@ def test_the_ddp_script_is_probed_in_every_rank(corpus):
 
 def test_the_builtin_and_its_own_file_as_a_users_script_decide_alike(box, corpus):
     specs, _, second, _ = corpus
-    table = read(box.etc / TABLE_NAME)[1]
+    table = entries_of(read(box.etc / TABLE_NAME)[1])
     builtin, script = (table[specs[n].fingerprint] for n in ("u-builtin", "u-trainpy"))
     assert specs["u-builtin"].fingerprint != specs["u-trainpy"].fingerprint
     assert (builtin.cpus, builtin.gpus, builtin.workers) == (script.cpus, script.gpus,

@@ -7,7 +7,7 @@ import pytest
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.engine import Decision, NodeShape
 from slurm_synergy.model.policy import Policy, load_policy
-from slurm_synergy.shim.table import read, render, write
+from slurm_synergy.shim.table import entries_of, read, render, write
 from slurm_synergy import paths
 
 
@@ -18,29 +18,34 @@ def decision(fp="0123456789abcdef", cpus=2, mem_mb=1024, gpus=1, gpu_type="", wo
 
 
 def test_render_and_read_round_trip(tmp_path):
-    ds = [decision(), decision("fedcba9876543210", 1, 512, 0, "", 1, 250),
-          decision("00000000000000aa", 4, 2048, 2, "a100", 3, 0)]
+    ds = [(1000, decision()), (1000, decision("fedcba9876543210", 1, 512, 0, "", 1, 250)),
+          (1000, decision("00000000000000aa", 4, 2048, 2, "a100", 3, 0)),
+          (1001, decision(cpus=6))]
     path = tmp_path / "t.tbl"
     write(path, render(ds, Policy(user_request_wins=True), NodeShape(8, 32000, 4)))
     header, entries = read(path)
-    assert header["user_wins"] == "1" and header["entries"] == "3"
+    assert header["user_wins"] == "1" and header["entries"] == "4"
     assert header["max_cpus"] == "8" and header["max_mem_mb"] == "32000"
-    assert entries["00000000000000aa"].gpu_type == "a100"
-    assert entries["fedcba9876543210"].power_limit_w == 250
+    assert entries[1000, "00000000000000aa"].gpu_type == "a100"
+    assert entries[1000, "fedcba9876543210"].power_limit_w == 250
+    # One workload, two users: each user's line sizes that user's jobs alone.
+    assert entries[1000, "0123456789abcdef"].cpus == 2
+    assert entries[1001, "0123456789abcdef"].cpus == 6
+    assert set(entries_of(entries, 1001)) == {"0123456789abcdef"}
     assert oct(path.stat().st_mode & 0o777) == "0o644"
 
 
 def test_generation_changes_with_the_content():
     shape = NodeShape(8, 32000, 4)
-    a = render([decision()], Policy(), shape).splitlines()[0]
-    b = render([decision(cpus=3)], Policy(), shape).splitlines()[0]
+    a = render([(0, decision())], Policy(), shape).splitlines()[0]
+    b = render([(0, decision(cpus=3))], Policy(), shape).splitlines()[0]
     assert a != b and a.split()[2] != b.split()[2]
 
 
 def test_reading_a_tampered_table_names_the_line(tmp_path):
     path = tmp_path / "t.tbl"
-    path.write_text(render([decision()], Policy(), NodeShape(8, 32000, 4))
-                    + "0123456789abcdef 2 1024 1 a;b 1 0\n")
+    path.write_text(render([(0, decision())], Policy(), NodeShape(8, 32000, 4))
+                    + "0 0123456789abcdef 2 1024 1 a;b 1 0\n")
     with pytest.raises(SynergyError, match="line 3"):
         read(path)
 
@@ -104,7 +109,7 @@ def test_a_profile_too_noisy_to_decide_is_left_out_of_the_table_with_its_reason(
     store = ProfileStore(tmp_path)
     store.save(profile("000000000000000a", (99.0, 100.0)))
     store.save(profile("000000000000000b", (50.0, 100.0)))       # ±33%
-    decisions, skipped = compile_decisions(store, NodeShape(2, 8000, 1), Policy())
-    assert [d.fingerprint for d in decisions] == ["000000000000000a"]
+    decisions, skipped = compile_decisions([store], NodeShape(2, 8000, 1), Policy())
+    assert [(uid, d.fingerprint) for uid, d in decisions] == [(0, "000000000000000a")]
     assert len(skipped) == 1 and skipped[0].startswith("000000000000000b: no decision: ")
     assert "max_spread" in skipped[0]

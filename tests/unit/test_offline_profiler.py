@@ -63,6 +63,7 @@ def fake(tmp_path) -> Path:
 
 
 def profile(tmp_path, *args, mode="", cores=None):
+    (tmp_path / "store").mkdir(exist_ok=True)
     env = dict(os.environ, FAKE_MODE=mode, SYNERGY_PROFILES=str(tmp_path / "store"))
     for key in [k for k in env if k.startswith("SLURM_")]:
         del env[key]
@@ -73,8 +74,13 @@ def profile(tmp_path, *args, mode="", cores=None):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
 
 
+def own_store(tmp_path) -> ProfileStore:
+    """This user's folder of the test's site store."""
+    return ProfileStore(tmp_path / "store" / str(os.geteuid()))
+
+
 def stored(tmp_path):
-    return ProfileStore(tmp_path / "store").fingerprints()
+    return own_store(tmp_path).fingerprints()
 
 
 def test_core_sweep_halves_then_steps_down_by_the_gpu_count():
@@ -160,7 +166,7 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
                    "--workers", "7", cores="0,1")
     assert proc.returncode == 0, proc.stderr
     assert stored(tmp_path) == ["00000000000000aa"]
-    p = ProfileStore(tmp_path / "store").load("00000000000000aa")
+    p = own_store(tmp_path).load("00000000000000aa")
     assert [(x.measure, x.cores, x.workers) for x in p.points] == [
         ("train", 2, 1), ("train", 1, 1), ("loader", 2, 1), ("compute", 1, 1),
         ("loader", 1, 1), ("shared", 1, 1)]
@@ -253,7 +259,7 @@ def test_one_core_is_too_small_to_sweep(tmp_path, fake):
 def test_table_and_plot_of_stored_profiles(tmp_path, fake):
     assert profile(tmp_path, "--job-name", "fake", "--fingerprint", "00000000000000cc",
                    "--max-iterations", "3", str(fake), cores="0,1").returncode == 0
-    profiles = list(ProfileStore(tmp_path / "store"))
+    profiles = list(own_store(tmp_path))
     text = profiles_table(profiles)
     assert "fake" in text and "2c:" in text and "1c:" in text
     assert markdown(profiles).startswith("| job |")
@@ -265,8 +271,8 @@ def test_a_workload_another_job_is_profiling_exits_3(tmp_path, fake):
     import fcntl
 
     fp = "00000000000000bb"
-    (tmp_path / "store").mkdir()
-    with open(tmp_path / "store" / f".{fp}.lock", "a") as held:
+    own_store(tmp_path).root.mkdir(parents=True)
+    with open(own_store(tmp_path).root / f".{fp}.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         proc = profile(tmp_path, "--fingerprint", fp, str(fake), cores="0,1")
     assert proc.returncode == 3 and "being profiled by another job" in proc.stderr
@@ -275,12 +281,12 @@ def test_a_workload_another_job_is_profiling_exits_3(tmp_path, fake):
 
 def test_a_corrupt_profile_is_measured_again(tmp_path, fake):
     fp = "00000000000000cc"
-    (tmp_path / "store").mkdir()
-    (tmp_path / "store" / f"{fp}.json").write_text("{ not json")
+    own_store(tmp_path).root.mkdir(parents=True)
+    (own_store(tmp_path).root / f"{fp}.json").write_text("{ not json")
     proc = profile(tmp_path, "--fingerprint", fp, "--max-iterations", "3", str(fake),
                    cores="0,1")
     assert proc.returncode == 0 and "measuring again" in proc.stderr, proc.stderr
-    assert ProfileStore(tmp_path / "store").load(fp).fingerprint == fp
+    assert own_store(tmp_path).load(fp).fingerprint == fp
 
 
 def test_slow_steps_measure_a_window_of_seconds_not_all_their_iterations():
@@ -299,7 +305,7 @@ def test_the_components_run_again_only_within_the_budget(tmp_path, fake):
     proc = profile(tmp_path, "--fingerprint", "00000000000000ab", "--max-iterations", "3",
                    "--budget", "0", str(fake), cores="0,1")
     assert proc.returncode == 0, proc.stderr
-    p = ProfileStore(tmp_path / "store").load("00000000000000ab")
+    p = own_store(tmp_path).load("00000000000000ab")
     # One run of each: the budget was spent; their noise is unknown, not counted.
     assert all(x.repeats == () for x in p.points if x.measure in ("loader", "compute"))
     assert all(len(x.repeats) == 2 for x in p.points if x.measure == "train")
@@ -311,7 +317,7 @@ def test_steps_started_anew_pair_on_one_core_too(tmp_path, fake):
     proc = profile(tmp_path, "--fingerprint", "00000000000000ac", "--max-iterations", "3",
                    "--fresh-steps", str(fake), cores="0,1")
     assert proc.returncode == 0, proc.stderr
-    p = ProfileStore(tmp_path / "store").load("00000000000000ac")
+    p = own_store(tmp_path).load("00000000000000ac")
     assert [(x.measure, x.cores) for x in p.points[-2:]] == [("loader", 1), ("shared", 1)]
     assert p.model.shared_core_s is not None
     pair = next((tmp_path / "work").glob("step*-shared-1c"))

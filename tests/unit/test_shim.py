@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).parent / "lua" / "harness.lua"
 LUA = shutil.which("lua5.1")
 FP = "0123456789abcdef"
+UID = 1000          # the harness submits every job as uid 1000
 OURS = {"name": "j", "comment": f"synergy:fp={FP} req=cpus,mem", "cpus_per_task": "2",
         "min_cpus": "2", "pn_min_cpus": "2", "pn_min_memory": "3072",
         "tres_per_node": "gres:gpu:2"}
@@ -60,7 +61,7 @@ DEFAULT_SHAPE = NodeShape(16, 64000, 4)
 
 def table(*decisions, policy: Policy | None = None, shape: NodeShape = DEFAULT_SHAPE,
           partition: str = "") -> str:
-    return render(list(decisions), policy or Policy(), shape, partition)
+    return render([(UID, d) for d in decisions], policy or Policy(), shape, partition)
 
 
 def unchanged(job: dict) -> bool:
@@ -129,9 +130,9 @@ HOSTILE = {
     "missing": None,
     "empty": "",
     "not a table": "hello\n",
-    "header out of range": f"synergy-decisions 2 gen=ab user_wins=0 profile_new=1 "
+    "header out of range": f"synergy-decisions 3 gen=ab user_wins=0 profile_new=1 "
                            f"max_cpus=999999999 max_mem_mb=1 max_gpus=1 entries=1\n"
-                           f"{FP} 2 1024 1 - 1 0 1\n",
+                           f"{UID} {FP} 2 1024 1 - 1 0 1\n",
     "negative cores": None,
     "10^12 MB": None,
     "gres injection": None,
@@ -141,12 +142,12 @@ HOSTILE = {
 
 
 def hostile(kind: str) -> str | None:
-    head = ("synergy-decisions 2 gen=abc user_wins=0 profile_new=1 max_cpus=16 "
+    head = ("synergy-decisions 3 gen=abc user_wins=0 profile_new=1 max_cpus=16 "
             "max_mem_mb=64000 max_gpus=4 entries=1\n")
-    lines = {"negative cores": f"{FP} -4 1024 1 - 1 0 1\n",
-             "10^12 MB": f"{FP} 2 1000000000000 1 - 1 0 1\n",
-             "gres injection": f'{FP} 2 1024 1 a100";os.execute("id") 1 0 1\n',
-             "count mismatch": f"{FP} 2 1024 1 - 1 0 1\n{FP} 2 1024 1 - 1 0 1\n"}
+    lines = {"negative cores": f"{UID} {FP} -4 1024 1 - 1 0 1\n",
+             "10^12 MB": f"{UID} {FP} 2 1000000000000 1 - 1 0 1\n",
+             "gres injection": f'{UID} {FP} 2 1024 1 a100";os.execute("id") 1 0 1\n',
+             "count mismatch": f"{UID} {FP} 2 1024 1 - 1 0 1\n{UID} {FP} 2 1024 1 - 1 0 1\n"}
     if kind in lines:
         return head + lines[kind]
     if kind == "huge file":
@@ -225,7 +226,7 @@ def fifo(path: Path) -> None:
 @pytest.mark.parametrize("make,why", [
     (fifo, "is not a regular file"),
     (Path.mkdir, "is not a regular file"),
-    (lambda p: p.write_bytes(os.urandom(4096)), "is not a version 2 decision table"),
+    (lambda p: p.write_bytes(os.urandom(4096)), "is not a version 3 decision table"),
 ])
 def test_a_fifo_directory_or_noise_at_the_tables_path_blocks_nothing(tmp_path, make, why):
     # A FIFO would block an open() without O_NONBLOCK for ever; run() would time out.

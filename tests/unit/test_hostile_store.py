@@ -1,0 +1,189 @@
+"""A site's shared profile store holds files any user may have written: each user's
+profiles size that user's jobs alone, and no file (a forgery, a FIFO, a deep JSON, a
+sparse giant, a link, a flood) can stall the table's compiling or change another user's
+decision. Run as root (as make test is), which owns files as any uid it names."""
+
+import os
+import signal
+import time
+from dataclasses import replace
+
+import pytest
+
+from slurm_synergy.fileio import locked
+from slurm_synergy.model.engine import NodeShape
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.profile import ProfileError
+from slurm_synergy.profiles import MAX_PROFILE_BYTES, ProfileStore, user_stores
+from slurm_synergy.shim.table import MAX_PER_USER, compile_decisions
+
+from .test_profile_store import make_profile
+
+VICTIM, ATTACKER = 1000, 1001
+FP = "0123456789abcdef"
+SHAPE = NodeShape(16, 64000, 4)
+
+
+@pytest.fixture(autouse=True)
+def as_root():
+    assert os.geteuid() == 0, "run the tests as root, as make test does"
+    # Whatever a test leaves open, a blocked read fails it instead of hanging the suite.
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+
+
+def user_folder(site, uid, owner=None):
+    folder = site / str(uid)
+    folder.mkdir(mode=0o700)
+    os.chown(folder, owner if owner is not None else uid, 0)
+    return folder
+
+
+def saved(folder, uid, profile):
+    path = ProfileStore(folder, 0).save(profile)
+    os.chown(path, uid, 0)
+    return path
+
+
+def decisions(site):
+    stores, skipped = user_stores(site)
+    made, left_out = compile_decisions(stores, SHAPE, Policy())
+    return {(uid, d.fingerprint): d for uid, d in made}, skipped + left_out
+
+
+def test_each_users_profile_sizes_that_users_jobs_alone(tmp_path):
+    victim = user_folder(tmp_path, VICTIM)
+    attacker = user_folder(tmp_path, ATTACKER)
+    saved(victim, VICTIM, make_profile())
+    # The attacker's forgery of the victim's workload: same fingerprint, one core
+    # ten times faster. Filed under the attacker, it sizes the attacker's jobs only.
+    honest = make_profile()
+    forged = replace(honest, points=tuple(
+        replace(p, samples_per_s=p.samples_per_s * 10) if p.cores == 1 else p
+        for p in honest.points))
+    saved(attacker, ATTACKER, forged)
+    made, skipped = decisions(tmp_path)
+    assert set(made) == {(VICTIM, FP), (ATTACKER, FP)} and not skipped
+    alone = decisions_of_victim_alone(tmp_path)
+    assert made[VICTIM, FP] == alone
+
+
+def decisions_of_victim_alone(site):
+    folder = site / str(VICTIM)
+    made, _ = compile_decisions([ProfileStore(folder, VICTIM)], SHAPE, Policy())
+    return made[0][1]
+
+
+def test_a_forgery_in_the_victims_folder_is_left_out_and_named(tmp_path):
+    victim = user_folder(tmp_path, VICTIM)
+    victim.chmod(0o777)                  # a careless user's folder
+    saved(victim, ATTACKER, make_profile())
+    made, skipped = decisions(tmp_path)
+    assert made == {} and f"owned by uid {ATTACKER}, not uid {VICTIM}" in skipped[0]
+
+
+def test_a_folder_squatted_or_linked_under_the_victims_uid_counts_for_nobody(tmp_path):
+    squat = user_folder(tmp_path, VICTIM, owner=ATTACKER)
+    saved(squat, ATTACKER, make_profile())
+    elsewhere = user_folder(tmp_path, ATTACKER)
+    (tmp_path / "1002").symlink_to(elsewhere)
+    (tmp_path / "notes").mkdir()
+    stores, skipped = user_stores(tmp_path)
+    assert [s.owner for s in stores] == [ATTACKER]
+    assert any(f"{squat}: owned by uid {ATTACKER}, not uid {VICTIM}" in s for s in skipped)
+    assert any("1002: not a user's folder" in s for s in skipped)
+    assert any("notes: not a user's folder" in s for s in skipped)
+
+
+@pytest.mark.parametrize("kind,why", [
+    ("fifo", "not a regular file"),
+    ("deep json", "nests deeper than a profile does"),
+    ("sparse 50 GB", f"over the {MAX_PROFILE_BYTES} a reader takes"),
+    ("link to /dev/zero", "is a link"),
+    ("folder", "not a regular file"),
+])
+def test_a_hostile_file_is_left_out_named_and_stalls_nothing(tmp_path, kind, why):
+    victim = user_folder(tmp_path, VICTIM)
+    saved(victim, VICTIM, make_profile())
+    attacker = user_folder(tmp_path, ATTACKER)
+    path = attacker / "fedcba9876543210.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "deep json":
+        path.write_text("[" * 200000 + "]" * 200000)
+    elif kind == "sparse 50 GB":
+        with open(path, "wb") as fh:
+            fh.truncate(50 << 30)
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    os.chown(path, ATTACKER, 0, follow_symlinks=False)
+    start = time.monotonic()
+    made, skipped = decisions(tmp_path)
+    assert set(made) == {(VICTIM, FP)}
+    assert len(skipped) == 1 and str(path) in skipped[0] and why in skipped[0], skipped
+    assert time.monotonic() - start < 30      # the alarm's bound, never reached
+
+
+def test_a_flood_of_files_is_capped_per_user_and_the_others_keep_theirs(tmp_path):
+    victim = user_folder(tmp_path, VICTIM)
+    saved(victim, VICTIM, make_profile())
+    attacker = user_folder(tmp_path, ATTACKER)
+    for n in range(200000):
+        fd = os.open(attacker / f"{n:016x}.json", os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+    made, skipped = decisions(tmp_path)
+    assert set(made) == {(VICTIM, FP)}
+    assert f"{200000 - MAX_PER_USER} profile(s) past the cap" in skipped[0]
+    # What was read of the flood was each refused on its own, by its owner's check.
+    assert len(skipped) == 1 + MAX_PER_USER
+
+
+def test_a_sync_past_its_budget_leaves_the_rest_out_and_says_so(tmp_path):
+    victim = user_folder(tmp_path, VICTIM)
+    saved(victim, VICTIM, make_profile())
+    stores, _ = user_stores(tmp_path)
+    made, skipped = compile_decisions(stores, SHAPE, Policy(), budget_s=0.0)
+    assert made == [] and "1 profile(s) not reached within the sync's 0 s" in skipped[0]
+
+
+def test_a_held_table_lock_is_given_up_on_not_waited_for_for_ever(tmp_path):
+    lock = tmp_path / ".t.lock"
+    with locked(lock):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with locked(lock, wait_s=0.5):
+                    os._exit(0)
+            except SynergyError as e:
+                os._exit(7 if "stayed held" in str(e) else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 7
+    assert oct(lock.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_users_folder_someone_else_made_is_refused_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNERGY_PROFILES", str(tmp_path))
+    user_folder(tmp_path, os.geteuid(), owner=ATTACKER)
+    with pytest.raises(ProfileError, match=f"belongs to uid {ATTACKER}"):
+        ProfileStore.default().save(make_profile())
+
+
+def test_a_users_own_folder_and_profiles_are_theirs_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNERGY_PROFILES", str(tmp_path))
+    store = ProfileStore.default()
+    path = store.save(make_profile())
+    assert store.root == tmp_path / str(os.geteuid())
+    assert oct(store.root.stat().st_mode & 0o777) == "0o700"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert store.load(FP) == make_profile()
+
+
+def test_a_site_store_nobody_made_is_named_not_made_by_the_first_user(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNERGY_PROFILES", str(tmp_path / "missing"))
+    with pytest.raises(ProfileError, match="does not exist; the site makes it"):
+        ProfileStore.default().save(make_profile())
+    assert not (tmp_path / "missing").exists()

@@ -3,7 +3,9 @@
 The wrappers go beside slurm.conf (one file each, naming this installation's Python and
 the folders the hooks use); slurm.conf gets Prolog=, Epilog= and a PrologEpilogTimeout
 that leaves the hooks' own deadline room. A site that runs its own prolog already keeps
-it: install then says how to call ours from it instead of replacing it.
+it: install then says how to call ours from it instead of replacing it. The hooks run as
+root, so --apply refuses an interpreter, package or policy file that another user could
+change (hooks/trust.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from slurm_synergy.shim.install import ConfChange, read_conf, write_conf
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.render import environment
+from slurm_synergy.hooks.trust import untrusted
 
 WRAPPERS = {"prolog": "synergy-prolog", "epilog": "synergy-epilog"}
 
@@ -52,13 +55,14 @@ class HookPaths:
                    Path("/run/slurm-synergy"), policy_path())
 
 
-def render_wrappers(conf_dir: Path, where: HookPaths) -> list[ConfChange]:
+def render_wrappers(conf_dir: Path, where: HookPaths,
+                    python: Path = Path(sys.executable)) -> list[ConfChange]:
     env = environment(paths.ETC)
     timeout = load_policy(where.policy).hook_timeout_s
     changes = []
     for hook, name in WRAPPERS.items():
         text = env.get_template("node_hook.sh.j2").render(
-            hook=hook, key=hook.capitalize(), python=sys.executable, policy=where.policy,
+            hook=hook, key=hook.capitalize(), python=python, policy=where.policy,
             stats_dir=where.stats_dir, log=where.log, run_dir=where.run_dir,
             kill_after_s=kill_after_s(timeout))
         target = conf_dir / name
@@ -98,10 +102,15 @@ def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[
     return text, changes
 
 
-def plan_text(conf: Path, where: HookPaths) -> str:
+def plan_text(conf: Path, where: HookPaths, python: Path = Path(sys.executable)) -> str:
     _, changes = conf_edit(read_conf(conf), conf.parent, load_policy(where.policy).hook_timeout_s)
-    lines = [f"# slurm-synergy node hooks for the cluster of {conf}",
-             "# 1. slurm.conf on every node (then: scontrol reconfigure)"]
+    lines = [f"# slurm-synergy node hooks for the cluster of {conf}"]
+    found = untrusted(python, where.policy)
+    if found:
+        lines += ["# 0. --apply refuses: a user other than root could change what the hooks",
+                  "#    would run or read as root (docs/install.md: a root-owned install)",
+                  *(f"#    {why}" for why in found)]
+    lines += ["# 1. slurm.conf on every node (then: scontrol reconfigure)"]
     lines += [c.planned for c in changes]
     lines += [
         "# 2. the wrappers, beside slurm.conf on every GPU node (root-owned, mode 0755):",
@@ -114,11 +123,24 @@ def plan_text(conf: Path, where: HookPaths) -> str:
     return "\n".join(lines)
 
 
-def apply(conf: Path, where: HookPaths) -> list[str]:
+def refuse_untrusted(python: Path, policy: Path) -> None:
+    """SynergyError naming what the hooks would run or read as root that another user
+    can change; nothing is written then."""
+    found = untrusted(python, policy)
+    if found:
+        raise SynergyError("refused: the node hooks run as root, and a user other than root "
+                           "could change what they would run or read:\n  "
+                           + "\n  ".join(found) + "\ninstall slurm-synergy root-owned "
+                           "(docs/install.md, \"Node hooks: a root-owned install\") and run "
+                           "this from there")
+
+
+def apply(conf: Path, where: HookPaths, python: Path = Path(sys.executable)) -> list[str]:
     from slurm_synergy.slurm import Slurm
+    refuse_untrusted(python, where.policy)
     text = read_conf(conf)
     new, changes = conf_edit(text, conf.parent, load_policy(where.policy).hook_timeout_s)
-    changes += render_wrappers(conf.parent, where)   # before slurm.conf names them
+    changes += render_wrappers(conf.parent, where, python)   # before slurm.conf names them
     changed = write_conf(conf, text, new)
     out = [c.applied for c in changes]
     if changed:

@@ -17,9 +17,9 @@ ECHO_ARGS = ("import argparse, json, sys\n"
              "print(json.dumps(sys.argv[1:]))\n")
 
 
-def rendered(tmp_path: Path, csv_text: str) -> Path:
+def rendered(tmp_path: Path, csv_text: str, csv_name: str = "jobs.csv") -> Path:
     (tmp_path / "echo_args.py").write_text(ECHO_ARGS)
-    csv = tmp_path / "jobs.csv"
+    csv = tmp_path / csv_name
     csv.write_text(csv_text)
     spec = load_jobs(csv)[0]
     out = tmp_path / "out"
@@ -46,6 +46,15 @@ def test_shell_metacharacters_in_args_are_inert(tmp_path):
     assert argv == ["--arch", "mine", "--batch", "8", "--x", f"; touch {marker}",
                     f"$(touch {marker})", f"`touch {marker}`", "--y"]
     assert not marker.exists()
+
+
+def test_a_newline_in_the_csv_files_name_stays_inside_its_comment_line(tmp_path):
+    marker = tmp_path / "pwned"
+    script = rendered(tmp_path, "name,arch,batch,script\nj1,mine,8,echo_args.py\n",
+                      csv_name="jobs\ntouch pwned\n.csv")      # run() runs in tmp_path
+    assert run(script, tmp_path)[:2] == ["--arch", "mine"]
+    assert not marker.exists()
+    assert "jobs\\ntouch pwned\\n.csv" in script.read_text().splitlines()[1]
 
 
 def test_directives_and_fingerprint(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 from typing import Callable
@@ -195,8 +196,15 @@ def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
     try:
         # The cluster's own folder of the stats (paths.cluster_stats_dir), never a link.
         out.parent.mkdir(mode=0o755, exist_ok=True)
-        if out.parent.is_symlink():
+        folder = out.parent.lstat()
+        if stat.S_ISLNK(folder.st_mode):
             ctx.log(f"GPU stats folder {out.parent} is a link: not written")
+            return
+        # Reports trust a record only as the folder's owner's: a folder a user made, or
+        # one others may write, would let them stand in for the epilog.
+        if folder.st_uid != os.geteuid() or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            ctx.log(f"GPU stats folder {out.parent} is not this account's alone (uid "
+                    f"{folder.st_uid}, mode {stat.S_IMODE(folder.st_mode):04o}): not written")
             return
         if out.lstat().st_uid == os.geteuid() and not out.is_symlink():
             ctx.log(f"GPU stats {out} exist already (epilog run twice): kept")

@@ -2,21 +2,24 @@
 sampler's running totals, and the per-job GPU stats the epilog leaves for reports.
 
 All are JSON written whole (temporary file + rename); readers treat a file they cannot
-parse as absent and say so, never as zeros.
+parse as absent and say so, never as zeros. Reports read the stats as the epilogs' only
+from a folder no one but its owner writes, and only files that owner wrote.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.fileio import UntrustedFile, atomic_write_text, read_untrusted
 
 JOB_ID = re.compile(r"^\d{1,12}$")
 NODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_RECORD_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,12 @@ class RecordError(Exception):
     """A hook file that exists but cannot be read back."""
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path, owner: int | None = None) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        data = json.loads(read_untrusted(path, MAX_RECORD_BYTES, owner))
+    except UntrustedFile as e:
+        raise RecordError(str(e)) from None
+    except (OSError, ValueError, RecursionError) as e:
         raise RecordError(f"{path}: {e}") from None
     if not isinstance(data, dict):
         raise RecordError(f"{path}: not a JSON object")
@@ -133,8 +138,10 @@ def read_prolog(path: Path) -> PrologRecord:
     return _build(PrologRecord, {**data, "gpus": gpus}, path)
 
 
-def read_stats(path: Path) -> JobGpuStats:
-    data = _load(path)
+def read_stats(path: Path, owner: int | None = None) -> JobGpuStats:
+    """One stats record; RecordError unless it is a regular file (owned by `owner`, when
+    given) that parses."""
+    data = _load(path, owner)
     gpus = tuple(_build(GpuUse, g, path) for g in data.pop("gpus", []))
     return _build(JobGpuStats, {**data, "gpus": gpus}, path)
 
@@ -150,14 +157,21 @@ def stats_for(stats_dir: Path, job_ids: set[str]) -> tuple[dict[str, list[JobGpu
     """The stats of these jobs (raw job ids), and a line for each file that is unreadable."""
     found: dict[str, list[JobGpuStats]] = {}
     problems: list[str] = []
-    if not stats_dir.is_dir():
+    try:
+        folder = stats_dir.lstat()
+    except FileNotFoundError:
         return found, problems
+    if not stat.S_ISDIR(folder.st_mode) or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # Anyone could have written its records: none is read as the epilogs'.
+        return found, [f"GPU stats folder {stats_dir} is not a folder only its owner writes "
+                       f"(mode {stat.S_IMODE(folder.st_mode):04o}): its records are ignored"]
     for path in sorted(stats_dir.glob("*.json")):
         job_id = path.name.split(".", 1)[0]
         if job_id not in job_ids:
             continue
         try:
-            stats = read_stats(path)
+            # The epilogs write as the folder's owner; another account's file is not theirs.
+            stats = read_stats(path, folder.st_uid)
         except RecordError as e:
             problems.append(f"GPU stats {e}")
             continue

@@ -332,3 +332,38 @@ def test_a_requeued_job_gets_a_record_per_run_and_a_planted_one_is_replaced(tmp_
     epilog.run(c, backend(gpu))
     assert read_stats(planted).job_id == "102"
     assert "which the epilog did not write" in (tmp_path / "hooks.log").read_text()
+
+
+def test_reports_read_only_the_records_the_epilogs_account_wrote(tmp_path):
+    gpu = FakeGpu(0)
+    c = ctx(tmp_path)
+    prolog.run(c, backend(gpu), no_sampler)
+    gpu.run_for(2)
+    epilog.run(c, backend(gpu))
+    # Another user's record for a job of theirs (say, to show it used no energy).
+    forged = stats_path(tmp_path / "stats", "103", "n1")
+    forged.write_text(stats_path(tmp_path / "stats", "101", "n1").read_text()
+                      .replace('"101"', '"103"'))
+    os.chown(forged, 1000, 1000)
+    found, problems = stats_for(tmp_path / "stats", {"101", "103"})
+    assert set(found) == {"101"}
+    assert problems == [f"GPU stats {forged}: not read: owned by uid 1000, not uid 0"]
+    # A folder others may write: none of its records is the epilogs'.
+    (tmp_path / "stats").chmod(0o777)
+    found, problems = stats_for(tmp_path / "stats", {"101", "103"})
+    assert found == {} and "its records are ignored" in problems[0]
+
+
+@pytest.mark.parametrize("how", ["another user's", "writable by others"])
+def test_the_epilog_writes_no_stats_into_a_folder_not_its_own(tmp_path, how):
+    gpu = FakeGpu(0)
+    c = ctx(tmp_path)
+    (tmp_path / "stats").mkdir(mode=0o755)
+    if how == "another user's":
+        os.chown(tmp_path / "stats", 1000, 1000)
+    else:
+        (tmp_path / "stats").chmod(0o777)
+    prolog.run(c, backend(gpu), no_sampler)
+    assert epilog.run(c, backend(gpu)) == 0           # the GPU is restored all the same
+    assert not stats_path(tmp_path / "stats", "101", "n1").exists()
+    assert "is not this account's alone" in (tmp_path / "hooks.log").read_text()

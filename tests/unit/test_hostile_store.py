@@ -4,9 +4,12 @@ sparse giant, a link, a flood) can stall the table's compiling or change another
 decision. Run as root (as make test is), which owns files as any uid it names."""
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +190,85 @@ def test_a_site_store_nobody_made_is_named_not_made_by_the_first_user(tmp_path, 
     with pytest.raises(ProfileError, match="does not exist; the site makes it"):
         ProfileStore.default().save(make_profile())
     assert not (tmp_path / "missing").exists()
+
+
+def as_user(uid, action) -> str:
+    """`action()` run in a child process as `uid` (root forks it and drops to it); what it
+    returns, or the name and message of what it raised."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            out = str(action())
+        except BaseException as e:      # the child reports everything, then exits
+            out = f"{type(e).__name__}: {e}"
+        os.write(write, out.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        out = fh.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.fixture
+def open_tmp():
+    """A folder other users can reach (pytest's own is root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="synergy-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.fixture
+def site(open_tmp, monkeypatch):
+    """A site's store as docs/install.md makes it: root's, mode 1777."""
+    site = open_tmp / "profiles"
+    site.mkdir()
+    site.chmod(0o1777)
+    monkeypatch.setenv("SYNERGY_PROFILES", str(site))
+    return site
+
+
+def test_as_users_each_files_their_own_and_cannot_touch_the_others(site):
+    assert as_user(VICTIM, lambda: ProfileStore.default().save(make_profile())) == \
+        str(site / str(VICTIM) / f"{FP}.json")
+    victim = ProfileStore(site / str(VICTIM), VICTIM)
+
+    # What a hostile user would do by hand, not through this package's checks.
+    def forge():
+        (victim.root / f"{FP}.json").write_text("{}")
+
+    def hold_lock():
+        return open(victim.root / f".{FP}.lock", "a")
+
+    def squat_later():
+        return os.mkdir(site / str(VICTIM))
+
+    assert as_user(ATTACKER, forge).startswith("PermissionError")
+    assert as_user(ATTACKER, hold_lock).startswith("PermissionError")
+    assert as_user(ATTACKER, squat_later).startswith("FileExistsError")
+    assert as_user(ATTACKER, lambda: ProfileStore.default().save(make_profile())) == \
+        str(site / str(ATTACKER) / f"{FP}.json")
+    made, skipped = decisions(site)
+    assert set(made) == {(VICTIM, FP), (ATTACKER, FP)} and not skipped
+
+
+def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tmp, monkeypatch):
+    from slurm_synergy.profiling.store import sync_decisions
+    table = open_tmp / "synergy-decisions.tbl"
+    table.write_text("root's\n")
+    monkeypatch.setenv("SYNERGY_DECISIONS", str(table))
+    lines: list[str] = []
+
+    def sync_as_user():
+        sync_decisions(lines.append)
+        return "\n".join(lines)
+
+    out = as_user(VICTIM, sync_as_user)
+    assert "decision table not updated" in out and "belongs to uid 0" in out, out
+    assert table.read_text() == "root's\n"

@@ -50,7 +50,6 @@ FORMAT = 3
 MAX_CPUS = 65536
 MAX_MEM_MB = 64 * 1024 * 1024
 MAX_GPUS = 64
-MAX_UID = 2**32 - 2
 # The shim refuses a table of more entries (job_submit.lua's MAX_ENTRIES): a user past
 # their cap, or a table past the total, loses the rest, never the whole table.
 MAX_PER_USER = 2000

@@ -88,6 +88,17 @@ def test_the_gpu_type_the_job_asked_for_is_kept(tmp_path):
     assert job["tres_per_node"] == "gres:gpu:a100:1"
 
 
+def test_another_users_decision_for_the_same_workload_sizes_none_of_this_users_jobs(tmp_path):
+    # Uid 1001 profiled (or forged a profile of) this workload; uid 1000 submits it.
+    theirs = render([(UID + 1, decision(FP, cpus=1, mem_mb=100, gpus=0))], Policy(),
+                    DEFAULT_SHAPE)
+    (job,), logs = run(tmp_path, [OURS], theirs)
+    assert (job["cpus_per_task"], job["pn_min_memory"], job["tres_per_node"]) == (
+        "2", "3072", "gres:gpu:2")
+    # This user's own first job of it is measured, as for a workload nobody measured.
+    assert job["env.SYNERGY_PROFILE"] == "1" and job["comment"].endswith(" profile=1")
+
+
 def test_without_a_decision_the_job_is_marked_for_profiling(tmp_path):
     other = "fedcba9876543210"
     jobs, _ = run(tmp_path, [OURS, dict(OURS, **{"env.SYNERGY_PROFILE": "0"})],

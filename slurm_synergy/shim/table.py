@@ -233,9 +233,9 @@ def sync(stores: Sequence[ProfileStore] | None = None, policy: Policy | None = N
         decisions, left_out = compile_decisions(stores, shape, policy, catalog)
         write(path, render(decisions, policy, shape, partition))
     skipped += left_out
-    where = ", ".join(str(s.root) for s in stores[:3]) + (", ..." if len(stores) > 3 else "")
-    line = (f"decision table {path}: {len(decisions)} decision(s) from {len(stores)} "
-            f"store(s) ({where or 'none'})")
+    where = str(stores[0].root) if len(stores) == 1 else \
+        f"{len(stores)} users' folders" + (f" of {stores[0].root.parent}" if stores else "")
+    line = f"decision table {path}: {len(decisions)} decision(s) from {where}"
     if skipped:
         shown = skipped[:SHOWN_SKIPPED] + ([f"... and {len(skipped) - SHOWN_SKIPPED} more"]
                                            if len(skipped) > SHOWN_SKIPPED else [])

@@ -63,6 +63,7 @@ lint: setup
 bench: setup
 	$(PY) bench/bench_submit.py
 	$(PY) bench/bench_shim.py
+	$(PY) bench/bench_store.py
 	$(PY) bench/bench_loaders.py
 	$(PY) bench/bench_profiles.py
 	$(PY) bench/bench_inrun.py

@@ -121,6 +121,9 @@ class ProfileStore:
             raise ProfileError(f"{self.root} is not a folder of uid {os.geteuid()} (it belongs "
                                f"to uid {st.st_uid}); no profile is kept there: ask the site "
                                "to remove it")
+        if stat.S_IMODE(st.st_mode) != USER_FOLDER_MODE:
+            # Opened up by hand: others could remove or read what is filed here.
+            os.chmod(self.root, USER_FOLDER_MODE)
 
     def fingerprints(self) -> list[str]:
         """The fingerprints filed here, by name: what each file is, load() checks."""

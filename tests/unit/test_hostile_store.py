@@ -185,6 +185,14 @@ def test_a_users_own_folder_and_profiles_are_theirs_alone(tmp_path, monkeypatch)
     assert store.load(FP) == make_profile()
 
 
+def test_a_users_folder_opened_up_by_hand_is_closed_again_at_the_next_profile(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("SYNERGY_PROFILES", str(tmp_path))
+    user_folder(tmp_path, os.geteuid()).chmod(0o777)
+    ProfileStore.default().save(make_profile())
+    assert oct((tmp_path / str(os.geteuid())).stat().st_mode & 0o777) == "0o700"
+
+
 def test_a_site_store_nobody_made_is_named_not_made_by_the_first_user(tmp_path, monkeypatch):
     monkeypatch.setenv("SYNERGY_PROFILES", str(tmp_path / "missing"))
     with pytest.raises(ProfileError, match="does not exist; the site makes it"):

@@ -30,7 +30,7 @@ from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.table import read as read_table
-from slurm_synergy.shim.table import table_path
+from slurm_synergy.shim.table import entries_of, table_path
 
 @dataclass(frozen=True)
 class ChainLink:
@@ -141,7 +141,8 @@ def _decided(fp: str, comment: str, script: Path, mode: str, slurm: Slurm) -> _A
                       comment_format.with_marks(comment, asked=sized.asked,
                                                 decision=sized.decided), sized.decided)
     try:
-        decided = fp in read_table(table_path())[1]
+        # The shim sizes the resubmission by this user's own entry.
+        decided = fp in entries_of(read_table(table_path())[1])
     except SynergyError:
         decided = False
     if not decided:

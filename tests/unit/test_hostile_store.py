@@ -23,6 +23,7 @@ from slurm_synergy.shim.table import MAX_PER_USER, compile_decisions
 
 from .test_profile_store import make_profile
 
+ROOT = Path(__file__).resolve().parents[2]
 VICTIM, ATTACKER = 1000, 1001
 FP = "0123456789abcdef"
 SHAPE = NodeShape(16, 64000, 4)
@@ -271,6 +272,11 @@ def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tm
     table = open_tmp / "synergy-decisions.tbl"
     table.write_text("root's\n")
     monkeypatch.setenv("SYNERGY_DECISIONS", str(table))
+    # The site's policy, where every user can read it (a checkout may be root's alone).
+    policy = open_tmp / "policy.toml"
+    shutil.copy(ROOT / "etc" / "policy.toml", policy)
+    policy.chmod(0o644)
+    monkeypatch.setenv("SYNERGY_POLICY", str(policy))
     lines: list[str] = []
 
     def sync_as_user():

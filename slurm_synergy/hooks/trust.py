@@ -37,9 +37,10 @@ def _chain(path: Path) -> list[Path]:
 def problems(path: Path, tree: bool = False) -> list[str]:
     """Why a non-root user could change `path` (and, with `tree`, anything under it)."""
     out = []
+    itself = {Path(os.path.abspath(path)), Path(os.path.realpath(path))}
     for p in _chain(path):
         try:
-            why = _why(p, p.lstat(), p != path and p != Path(os.path.realpath(path)))
+            why = _why(p, p.lstat(), p not in itself)
         except OSError as e:
             why = f"{p}: {e.strerror}"
         if why:

@@ -9,13 +9,24 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # lua5.1 runs the job_submit shim's unit tests outside slurmctld; chromium renders the
 # report page in its test.
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
-                slurm-wlm-mysql-plugin procps util-linux lua5.1 lua-posix chromium
+                slurm-wlm-mysql-plugin procps util-linux lua5.1 lua-posix chromium \
+                python3-venv
+# The venv is made from Debian's interpreter, which every user can run: the local
+# cluster's ordinary users run `.venv/bin/synergy` and their jobs `.venv/bin/python`
+# (a python3 under root's home, as pyenv's, is root's alone).
+BASE_PYTHON := /usr/bin/python3
 CSV ?= jobs_csv/example.csv
 ARGS ?=
 
-.PHONY: setup apt-packages cluster cluster-stop cluster-status demo submit report test lint bench
+.PHONY: setup apt-packages venv-base cluster cluster-stop cluster-status demo submit report test lint bench
 
-setup: apt-packages $(VENV)/.installed
+setup: apt-packages venv-base $(VENV)/.installed
+
+# A venv made from another interpreter is made again.
+venv-base:
+	@if [ -e $(PY) ] && [ "$$(readlink -f $(PY))" != "$$(readlink -f $(BASE_PYTHON))" ]; then \
+	  echo "$(VENV) runs $$(readlink -f $(PY)), not $(BASE_PYTHON): making it again"; \
+	  rm -f $(VENV)/.installed; fi
 
 # Idempotent and quick: installs only what dpkg says is missing.
 apt-packages:
@@ -29,9 +40,7 @@ apt-packages:
 	fi
 
 $(VENV)/.installed: pyproject.toml setup.py
-	@python3 -m venv --help >/dev/null 2>&1 || { \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv; }
-	python3 -m venv $(VENV)
+	$(BASE_PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install -q -e '.[dev,train]'
 	touch $@
 

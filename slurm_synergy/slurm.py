@@ -2,7 +2,8 @@
 
 pyslurm is bound to one Slurm major.minor, so this speaks the stable command-line
 interfaces (`sbatch --parsable`, `sacct --parsable2`, `scontrol`, `sinfo`) instead.
-Every call honours SLURM_CONF (see paths.slurm_conf).
+Every call honours SLURM_CONF (see paths.slurm_conf). Long because every Slurm command
+the product runs is here, and only here (tests/unit/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SlurmUnreachable, SlurmError
@@ -351,6 +352,27 @@ class Slurm:
 
     def add_cluster(self, name: str) -> None:
         self.run(["sacctmgr", "-i", "add", "cluster", name])
+
+    def associations(self) -> set[tuple[str, str]]:
+        """(account, user) of every association accounting holds; a user of "" is the
+        account's own."""
+        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
+                        "format=account,user"])
+        return {(a, u) for a, _, u in (line.partition("|") for line in out.splitlines())}
+
+    def add_user(self, user: str, account: str, limits: Mapping[str, str] | None = None) -> None:
+        """`user` may submit under `account` (each made where missing), with its
+        association's `limits` set as sacctmgr names them (MaxTRESPerJob="cpu=1"; -1
+        clears one). sacctmgr refuses to add what exists, so only what is missing is
+        added."""
+        have = self.associations()
+        if (account, "") not in have:
+            self.run(["sacctmgr", "-i", "add", "account", account])
+        if (account, user) not in have:
+            self.run(["sacctmgr", "-i", "add", "user", user, f"account={account}"])
+        if limits:
+            self.run(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
+                      f"account={account}", "set", *(f"{k}={v}" for k, v in limits.items())])
 
     def reconfigure(self) -> None:
         """Have slurmctld and every slurmd read slurm.conf (and the shim) again."""

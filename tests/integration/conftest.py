@@ -7,15 +7,21 @@ every test here errors with the daemon's log: they fail loudly, never skip.
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import records, wait
 from slurm_synergy.shim.resubmit import read_chains
@@ -65,6 +71,83 @@ def box(tmp_path_factory) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="session")
 def slurm(box) -> Slurm:
     return box.slurm
+
+
+# Ordinary users of the local cluster: Unix accounts made for the suite (and removed
+# after it, where it made them) with Slurm associations under one account.
+TENANTS = ("synergy-alice", "synergy-bob")
+TENANT_ACCOUNT = "synergy-tenants"
+# What ordinary users run: the venv, made from Debian's interpreter (Makefile).
+TENANT_PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    uid: int
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """Two ordinary users and a folder both can write (mode 1777, as /tmp)."""
+
+    alice: Tenant
+    bob: Tenant
+    shared: Path
+
+    def run(self, who: Tenant, args, env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        """`args` run as `who`, in the shared folder, with Slurm's and our environment."""
+        base = {"PATH": os.environ["PATH"], "SLURM_CONF": str(paths.local_slurm_conf()),
+                "SYNERGY_HOME": str(self.shared / who.name), "HOME": str(self.shared)}
+        return subprocess.run(["runuser", "-u", who.name, "--", *args], capture_output=True,
+                              text=True, env={**base, **(env or {})}, cwd=self.shared,
+                              timeout=timeout)
+
+    def synergy(self, who: Tenant, *args: str, env: dict[str, str] | None = None):
+        return self.run(who, [str(ROOT / ".venv" / "bin" / "synergy"), *args], env)
+
+
+def _reachable_checkout() -> list[tuple[Path, int]]:
+    """o+x on each parent of the checkout that lacks it, o+r on the checkout (Python
+    lists it): a fresh clone lives in a 0700 folder. Returns what to put back."""
+    changed = []
+    for folder in [ROOT, *ROOT.parents]:
+        mode = folder.stat().st_mode
+        need = stat.S_IXOTH | (stat.S_IROTH if folder == ROOT else 0)
+        if mode & need != need:
+            folder.chmod(mode | need)
+            changed.append((folder, mode))
+    return changed
+
+
+@pytest.fixture(scope="session")
+def tenants(slurm) -> Iterator[Tenants]:
+    made = []
+    for name in TENANTS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                            "--shell", "/usr/sbin/nologin", name], check=True)
+            made.append(name)
+        slurm.add_user(name, TENANT_ACCOUNT)
+    changed = _reachable_checkout()
+    shared = Path(tempfile.mkdtemp(prefix="synergy-tenants-"))     # pytest's is 0700
+    shared.chmod(0o1777)
+    try:
+        users = Tenants(*(Tenant(n, pwd.getpwnam(n).pw_uid) for n in TENANTS), shared)
+        can = users.run(users.alice, [TENANT_PYTHON, "-c", "import slurm_synergy, torch"])
+        assert can.returncode == 0, \
+            f"an ordinary user cannot run {TENANT_PYTHON} ({os.path.realpath(TENANT_PYTHON)}): " \
+            f"{can.stderr.strip()}; `make setup` makes the venv from Debian's python3"
+        yield users
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+        for folder, mode in changed:
+            folder.chmod(mode)
+        for name in made:
+            subprocess.run(["userdel", name], check=False)
 
 
 @pytest.fixture
@@ -125,5 +208,5 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["EXPECTED_DRAINS", "epilogs_done", "synergy", "executable", "submitted_ids", "finish",
-           "job_names_in_queue", "records", "resubmitted", "ROOT"]
+__all__ = ["EXPECTED_DRAINS", "Tenant", "Tenants", "epilogs_done", "synergy", "executable",
+           "submitted_ids", "finish", "job_names_in_queue", "records", "resubmitted", "ROOT"]

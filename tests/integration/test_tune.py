@@ -1,25 +1,18 @@
 """`synergy tune` on the real local cluster: a pending job that cannot start at its ideal
 size starts at its GPU-proportional share; running jobs and, without admin rights, other
-users' jobs are never changed. The second user is `nobody`, through runuser."""
+users' jobs are never changed. The second user is an ordinary one (conftest's tenants)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
 import subprocess
-import sys
-import sysconfig
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
-from slurm_synergy import paths
 
-from .conftest import ROOT, SYNERGY, finish
+from .conftest import SYNERGY, finish
 
 pytestmark = pytest.mark.cluster
 
@@ -38,51 +31,9 @@ def _wait_state(slurm, job, state, timeout=60, reasons=None):
     raise AssertionError(f"job {job} never reached {state}: {_queued(slurm, job)}")
 
 
-@pytest.fixture
-def nobody_can_run_us():
-    """Let `nobody` reach this checkout's venv (a fresh clone lives in a 0700 folder):
-    o+x on each parent that lacks it, put back afterwards."""
-    changed = []
-    for folder in [ROOT, *ROOT.parents]:
-        mode = folder.stat().st_mode
-        # Python's import lists the checkout itself (read); the parents need only search.
-        need = stat.S_IXOTH | (stat.S_IROTH if folder == ROOT else 0)
-        if mode & need != need:
-            folder.chmod(mode | need)
-            changed.append((folder, mode))
-    shared = Path(tempfile.mkdtemp(prefix="synergy-nobody-"))   # pytest's is 0700
-    shared.chmod(0o1777)
-    yield shared
-    shutil.rmtree(shared, ignore_errors=True)
-    for folder, mode in changed:
-        folder.chmod(mode)
-
-
-# The venv's interpreter may live under root's 0700 home (pyenv); nobody runs Debian's,
-# of the same version, on this checkout and the venv's packages.
-NOBODY_PYTHON = "/usr/bin/python3"
-
-
-def _nobody_synergy() -> list[str]:
-    version = subprocess.run([NOBODY_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True).stdout.strip()
-    assert version == str(sys.version_info[:2]), \
-        f"{NOBODY_PYTHON} is {version}, the venv {sys.version_info[:2]}: cannot share packages"
-    return [NOBODY_PYTHON, "-m", "slurm_synergy.cli"]
-
-
-def _as_nobody(args, shared: Path):
-    env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(paths.local_slurm_conf()),
-           "SYNERGY_HOME": str(shared), "SYNERGY_TUNE_LOG": str(shared / "tune.jsonl"),
-           "HOME": str(shared),
-           "PYTHONPATH": f"{ROOT}:{sysconfig.get_paths()['purelib']}"}
-    return subprocess.run(["runuser", "-u", "nobody", "--", *args], capture_output=True,
-                          text=True, env=env, cwd=shared)
-
-
 def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_path, tag,
-                                                                     nobody_can_run_us):
-    shared = nobody_can_run_us
+                                                                     tenants):
+    bob, shared = tenants.bob, tenants.shared
     node = slurm.node_use()[0]
     assert node.cpus_alloc == 0, f"the node is busy before the test: {node}"
     out = f"--output={shared}/%j.out"
@@ -96,18 +47,18 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
                           f"-c{node.cpus}", "--gres=gpu:1", "--mem=4000", "--time=2",
                           "--comment=synergy:fp=0123456789abcdef decision=c2,m4000,g1,w1",
                           "--wrap", "sleep 5"]).strip()
-        theirs_sub = _as_nobody(["sbatch", "--parsable", f"--job-name=theirs-{tag}", out,
+        theirs_sub = tenants.run(bob, ["sbatch", "--parsable", f"--job-name=theirs-{tag}", out,
                                  f"-c{node.cpus}", "--gres=gpu:1", "--mem=3000", "--time=2", "--wrap",
-                                 "sleep 5"], shared)
+                                 "sleep 5"])
         assert theirs_sub.returncode == 0, theirs_sub.stderr
         theirs = theirs_sub.stdout.strip()
         _wait_state(slurm, mine, "PENDING", reasons=("Resources", "Priority"))
         _wait_state(slurm, theirs, "PENDING", reasons=("Resources", "Priority"))
-        # Without admin rights: only nobody's own job is considered, and it is tuned.
-        ran = _as_nobody([*_nobody_synergy(), "tune"], shared)
+        # Without admin rights: only bob's own job is considered, and it is tuned.
+        ran = tenants.synergy(bob, "tune", env={"SYNERGY_TUNE_LOG": str(shared / "tune.jsonl")})
         assert ran.returncode == 0, ran.stderr
         assert "own jobs only" in ran.stderr
-        assert f"tuned {theirs} (nobody)" in ran.stdout, ran.stdout
+        assert f"tuned {theirs} ({bob.name})" in ran.stdout, ran.stdout
         assert mine not in ran.stdout
         untouched = _queued(slurm, mine)
         assert (untouched.state, untouched.cpus_per_task, untouched.mem_mb) == \

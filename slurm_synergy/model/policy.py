@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -39,6 +40,9 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
 # Knobs that name one of a few ways.
 ON_PROFILED = ("continue", "resubmit")
 _CHOICES: dict[str, tuple[str, ...]] = {"on_profiled": ON_PROFILED}
+# Knobs that name something of the system's; "" names nothing.
+_NAMES = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+_NAMED = ("share_group",)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,10 @@ class Policy:
     on_profiled: str = "continue"
     sweep_window_s: float = 5.0       # a window of the in-run core sweep, at least
     sweep_repeats: int = 3            # windows at each swept core count
+    # A Unix group whose members share decisions: a member's profile also sizes the
+    # other members' jobs of that workload, where they have no profile of their own.
+    # "" (the default): each user's profiles size that user's jobs alone.
+    share_group: str = ""
 
 
 def _read_toml(path: Path, error: type[SynergyError], missing: str) -> dict[str, Any]:
@@ -117,9 +125,15 @@ def _policy_of(data: dict[str, Any], path: Path) -> Policy:
     unknown = sorted(set(data) - {f.name for f in fields(Policy)} - {CATALOG_KEY})
     if unknown:
         raise SynergyError(f"site policy {path}: unknown setting(s) {', '.join(unknown)}")
-    values = {}
+    values: dict[str, Any] = {}
     for name, value in data.items():
         if name == CATALOG_KEY:
+            continue
+        if name in _NAMED:
+            if not isinstance(value, str) or (value and not _NAMES.fullmatch(value)):
+                raise SynergyError(f"site policy {path}: {name} must name a group, "
+                                   f"not {value!r}")
+            values[name] = value
             continue
         if name in _CHOICES:
             if value not in _CHOICES[name]:

@@ -11,7 +11,9 @@ inode, size or times change.
         <power_limit_w or 0> <training processes per task>
 
 An entry is the decision from one user's profile, and the shim applies it to that
-submitting uid's jobs alone: a profile one user writes never sizes another user's job.
+submitting uid's jobs alone: a profile one user writes never sizes another user's job,
+unless the site names a group whose members share decisions (policy share_group): then
+a member's decision is also an entry for each other member without one of their own.
 
 Decisions are sized for one partition's nodes (the default one unless told): the header
 holds what its smallest node has (from sinfo), no entry goes beyond it, and the shim
@@ -24,8 +26,10 @@ numbers are capped: per user, in all, and in time.
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
+import pwd
 import re
 import time
 from dataclasses import dataclass
@@ -167,7 +171,41 @@ def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: 
                 skipped.append(f"{fp}: {beyond}")
             else:
                 decisions.append((store.owner, decision))
+    if policy.share_group:
+        try:
+            decisions = shared(decisions, group_members(policy.share_group))
+        except KeyError:
+            skipped.append(f"share_group {policy.share_group!r}: no such group, so no "
+                           "decision is shared")
     return decisions, skipped
+
+
+def group_members(name: str) -> set[int]:
+    """The uids of a Unix group: its listed members and the users whose primary group it
+    is. KeyError if there is no such group."""
+    group = grp.getgrnam(name)
+    uids = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == group.gr_gid}
+    for member in group.gr_mem:
+        try:
+            uids.add(pwd.getpwnam(member).pw_uid)
+        except KeyError:
+            continue        # a listed name with no account shares nothing
+    return uids
+
+
+def shared(decisions: Sequence[Owned], members: set[int]) -> list[Owned]:
+    """Each member's decisions also for every other member who has none of their own for
+    that workload (the lowest uid's where several members have one), within MAX_ENTRIES."""
+    out = list(decisions)
+    have = {(uid, d.fingerprint) for uid, d in decisions}
+    for uid, d in sorted(decisions, key=lambda o: (o[0], o[1].fingerprint)):
+        if uid not in members:
+            continue
+        for other in sorted(members):
+            if (other, d.fingerprint) not in have and len(out) < MAX_ENTRIES:
+                out.append((other, d))
+                have.add((other, d.fingerprint))
+    return out
 
 
 def beyond_shape(d: Decision, shape: NodeShape) -> str:

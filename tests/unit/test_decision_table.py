@@ -71,6 +71,8 @@ def test_the_shipped_policy_is_the_default_policy():
     ("min_mem_mb = 1.5\n", "min_mem_mb must be a int"),
     ("tolerence = 0.1\n", "unknown setting(s) tolerence"),
     ("tolerance = \n", "cannot be read"),
+    ("share_group = 7\n", "share_group must name a group, not 7"),
+    ("share_group = 'a b'\n", "share_group must name a group, not 'a b'"),
 ])
 def test_a_bad_policy_is_refused_naming_the_setting(tmp_path, text, words):
     path = tmp_path / "policy.toml"

@@ -19,7 +19,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import ProfileError
 from slurm_synergy.profiles import MAX_PROFILE_BYTES, ProfileStore, user_stores
-from slurm_synergy.shim.table import MAX_PER_USER, compile_decisions
+from slurm_synergy.shim.table import MAX_PER_USER, compile_decisions, group_members, shared
 
 from .test_profile_store import make_profile
 
@@ -286,3 +286,36 @@ def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tm
     out = as_user(VICTIM, sync_as_user)
     assert "decision table not updated" in out and "belongs to uid 0" in out, out
     assert table.read_text() == "root's\n"
+
+
+def test_a_group_the_site_names_shares_its_members_decisions_and_no_one_elses(tmp_path):
+    member, outsider, other_member = VICTIM, ATTACKER, 1002
+    saved(user_folder(tmp_path, member), member, make_profile())
+    # other_member's own profile of the workload, told apart by its name.
+    own = replace(make_profile(), job_name="other-members-own")
+    stores, _ = user_stores(tmp_path)
+    alone, _ = compile_decisions(stores, SHAPE, Policy())
+    assert [uid for uid, _ in alone] == [member]
+    saved(user_folder(tmp_path, other_member), other_member, own)
+    stores, _ = user_stores(tmp_path)
+    made, _ = compile_decisions(stores, SHAPE, Policy())
+    by_uid = dict(made)
+    group = shared(made, {member, other_member, 1003})
+    got = {uid: d for uid, d in group}
+    # 1003 has no profile: it gets the lowest member's; other_member keeps its own; the
+    # outsider gets nothing; nobody's own entry is replaced.
+    assert set(got) == {member, other_member, 1003} and outsider not in got
+    assert got[1003] == by_uid[member] and got[other_member] == by_uid[other_member]
+    assert got[other_member].job_name == "other-members-own" != got[member].job_name
+    assert shared(made, set()) == made
+
+
+def test_share_group_is_off_unless_named_and_an_unknown_group_shares_nothing(tmp_path):
+    assert Policy().share_group == ""
+    saved(user_folder(tmp_path, VICTIM), VICTIM, make_profile())
+    stores, _ = user_stores(tmp_path)
+    made, skipped = compile_decisions(stores, SHAPE, Policy(share_group="no-such-group-x"))
+    assert [uid for uid, _ in made] == [VICTIM]
+    assert skipped == ["share_group 'no-such-group-x': no such group, so no decision is shared"]
+    # root's group holds root (its primary group) whatever else it lists.
+    assert 0 in group_members("root")

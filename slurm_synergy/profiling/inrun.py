@@ -24,6 +24,7 @@ measurement, gives every core back, and is one line in the job's log.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -106,21 +107,23 @@ def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
             f"{decided.workers} loader worker(s)")
         return _watch(req, command, workers, None)
     store = ProfileStore.default()
-    if store.has(req.fingerprint):
-        log(f"{PROG}: {req.fingerprint} is measured already; job {job_id} trains as submitted")
-        return _watch(req, command, workers, None)
-    try:
-        with profiling_lock(store, req.fingerprint) as mine:
-            if not mine:
+    # The command runs once, below, whatever happens here: a fault in looking up or
+    # locking the workload only means this run is not measured.
+    with contextlib.ExitStack() as held:
+        during = None
+        try:
+            if store.has(req.fingerprint):
+                log(f"{PROG}: {req.fingerprint} is measured already; job {job_id} trains as "
+                    "submitted")
+            elif not held.enter_context(profiling_lock(store, req.fingerprint)):
                 log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
                     "as submitted")
-                return _watch(req, command, workers, None)
-            sweep = Sweep(req, policy, store, slurm, job_id, log)
-            return _watch(req, command, workers, sweep.during)
-    except (OSError, ProfileError) as e:
-        log(f"{PROG}: cannot take {req.fingerprint}'s measuring lock in {store.root} ({e}); "
-            f"job {job_id} trains as submitted")
-        return _watch(req, command, workers, None)
+            else:
+                during = Sweep(req, policy, store, slurm, job_id, log).during
+        except (OSError, ProfileError) as e:
+            log(f"{PROG}: cannot look up or lock {req.fingerprint} in {store.root} ({e}); "
+                f"job {job_id} trains as submitted")
+        return _watch(req, command, workers, during)
 
 
 def _watch(req: InRunRequest, command: list[str], workers: int | None,

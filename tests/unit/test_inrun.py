@@ -107,6 +107,18 @@ def test_a_job_that_ends_inside_a_window_keeps_its_status_and_what_was_measured(
             lines
 
 
+def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path):
+    # A fingerprint the store refuses (a hand-edited job script) is one log line; the
+    # command still runs, exactly once, and its status is the job's.
+    lines: list[str] = []
+    runs = tmp_path / "runs"
+    req = InRunRequest("not-a-fingerprint", "t", ("sh", "-c", f"echo x >> {runs}; exit 4"),
+                       tmp_path / "probe.json")
+    assert run_job(req, FAST, Slurm(), lines.append) == 4
+    assert runs.read_text() == "x\n"
+    assert any("cannot look up or lock not-a-fingerprint" in line for line in lines), lines
+
+
 def test_a_thread_that_cannot_be_pinned_is_named_and_the_rest_are_pinned():
     me = os.getpid()
     refused = set(int(t) for t in os.listdir(f"/proc/{me}/task")[:1])

@@ -38,6 +38,43 @@ def tres(alloc: str, key: str) -> str:
 
 
 @dataclass(frozen=True)
+class JobLimit:
+    """The most one job of a user may ask for, by accounting's MaxTRESPerJob (0: no
+    limit)."""
+
+    cpus: int = 0
+    mem_mb: int = 0
+    gpus: int = 0
+
+
+def _least(a: int, b: int) -> int:
+    return min(a, b) if a and b else a or b
+
+
+def parse_job_limits(text: str) -> dict[str, JobLimit]:
+    """`sacctmgr show associations format=account,user,maxtresperjob` (parsable2, no
+    header) as each user's per-job limit: the least of their associations' own and of
+    those associations' accounts'."""
+    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 2]
+
+    def limit(maxtres: str) -> JobLimit:
+        mem = mem_mb(tres(maxtres, "mem")) if tres(maxtres, "mem") else None
+        return JobLimit(int(tres(maxtres, "cpu") or 0), int(mem or 0),
+                        int(tres(maxtres, "gres/gpu") or 0))
+    accounts = {a: limit(m) for a, u, m in rows if not u}
+    out: dict[str, JobLimit] = {}
+    for account, user, maxtres in rows:
+        if not user:
+            continue
+        mine, theirs = limit(maxtres), accounts.get(account, JobLimit())
+        have = out.get(user, JobLimit())
+        out[user] = JobLimit(*(_least(_least(x, y), z) for x, y, z in zip(
+            (mine.cpus, mine.mem_mb, mine.gpus), (theirs.cpus, theirs.mem_mb, theirs.gpus),
+            (have.cpus, have.mem_mb, have.gpus))))
+    return {u: lim for u, lim in out.items() if lim != JobLimit()}
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     state: str
@@ -359,6 +396,12 @@ class Slurm:
         out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
                         "format=account,user"])
         return {(a, u) for a, _, u in (line.partition("|") for line in out.splitlines())}
+
+    def job_limits(self) -> dict[str, JobLimit]:
+        """Each user's per-job limit from accounting (users without one are left out)."""
+        return parse_job_limits(self.run(
+            ["sacctmgr", "--noheader", "--parsable2", "show", "associations",
+             "format=account,user,maxtresperjob"]))
 
     def add_user(self, user: str, account: str, limits: Mapping[str, str] | None = None) -> None:
         """`user` may submit under `account` (each made where missing), with its

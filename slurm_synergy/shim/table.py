@@ -34,14 +34,14 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text, locked
 from slurm_synergy.model.profile import ProfileError
 from slurm_synergy.profiles import ProfileStore, stores_to_compile
-from slurm_synergy.slurm import Slurm
+from slurm_synergy.slurm import JobLimit, Slurm
 from slurm_synergy.model.engine import Decision, NodeShape, decide, shape_of
 from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.policy import Policy, load_site, site_catalog
@@ -140,12 +140,15 @@ def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
 
 
 def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: Policy,
-                      catalog: Catalog | None = None,
-                      budget_s: float = SYNC_BUDGET_S) -> tuple[list[Owned], list[str]]:
+                      catalog: Catalog | None = None, budget_s: float = SYNC_BUDGET_S,
+                      limits: Mapping[int, JobLimit] | None = None
+                      ) -> tuple[list[Owned], list[str]]:
     """A decision per usable profile, for the uid whose store holds it; a profile that
     cannot be read or decided from is left out (its jobs are profiled again) and named in
-    the second list, as are a user's profiles past MAX_PER_USER, the table's past
-    MAX_ENTRIES, and whatever was not reached within `budget_s`."""
+    the second list, as are a decision past its user's per-job limit (`limits`, by uid:
+    Slurm would hold the job for ever), a user's profiles past MAX_PER_USER, the table's
+    past MAX_ENTRIES, and whatever was not reached within `budget_s`."""
+    limits = limits or {}
     decisions: list[Owned] = []
     skipped: list[str] = []
     deadline = time.monotonic() + budget_s
@@ -166,7 +169,8 @@ def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: 
             except (ProfileError, ValueError, ArithmeticError) as e:
                 skipped.append(f"{fp}: {e}")
                 continue
-            beyond = beyond_shape(decision, shape)
+            beyond = beyond_shape(decision, shape) or \
+                beyond_limit(decision, limits.get(store.owner, JobLimit()))
             if beyond:
                 skipped.append(f"{fp}: {beyond}")
             else:
@@ -206,6 +210,16 @@ def shared(decisions: Sequence[Owned], members: set[int]) -> list[Owned]:
                 out.append((other, d))
                 have.add((other, d.fingerprint))
     return out
+
+
+def beyond_limit(d: Decision, limit: JobLimit) -> str:
+    """What of a decision its user's association does not allow one job ("" when all)."""
+    for what, value, most in (("cores", d.cpus, limit.cpus), ("MB", d.mem_mb, limit.mem_mb),
+                              ("GPUs", d.gpus, limit.gpus)):
+        if most and value > most:
+            return (f"{value} {what}, over its user's per-job limit of {most} (MaxTRESPerJob): "
+                    "Slurm would hold the job for ever, so the jobs run as asked")
+    return ""
 
 
 def beyond_shape(d: Decision, shape: NodeShape) -> str:
@@ -250,6 +264,24 @@ def write(path: Path, text: str) -> None:
         raise SynergyError(f"cannot write the decision table {path}: {e.strerror}") from None
 
 
+def _limits_by_uid(slurm: Slurm, skipped: list[str]) -> dict[int, JobLimit]:
+    """Accounting's per-job limits by uid; none (and a line saying so) when accounting
+    cannot tell: Slurm still enforces them, a job past one then waits."""
+    try:
+        by_name = slurm.job_limits()
+    except SynergyError as e:
+        skipped.append(f"per-job limits not read from accounting ({e}); decisions are "
+                       "not checked against them")
+        return {}
+    out = {}
+    for name, limit in by_name.items():
+        try:
+            out[pwd.getpwnam(name).pw_uid] = limit
+        except KeyError:
+            continue        # an association of a user this host does not know
+    return out
+
+
 def sync(stores: Sequence[ProfileStore] | None = None, policy: Policy | None = None,
          slurm: Slurm | None = None, path: Path | None = None,
          partition: str | None = None) -> str:
@@ -267,8 +299,10 @@ def sync(stores: Sequence[ProfileStore] | None = None, policy: Policy | None = N
     shape = node_shape(slurm, partition)
     # One sync at a time: two profiles finishing together must not let the older
     # store's table land last.
+    limits = _limits_by_uid(slurm, skipped)
     with locked(path.with_name(f".{path.name}.lock")):
-        decisions, left_out = compile_decisions(stores, shape, policy, catalog)
+        decisions, left_out = compile_decisions(stores, shape, policy, catalog,
+                                                limits=limits)
         write(path, render(decisions, policy, shape, partition))
     skipped += left_out
     where = str(stores[0].root) if len(stores) == 1 else \

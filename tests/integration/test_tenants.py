@@ -150,17 +150,13 @@ def test_a_decision_is_held_to_the_users_association_limits(box, slurm, tenants,
     assert ran.returncode == 0, ran.stderr
     assert _table(box)[(alice.uid, FP)].cpus == 2
     slurm.add_user(alice.name, TENANT_ACCOUNT, {"MaxTRESPerJob": "cpu=1"})
+    asks = ("-c1", "--mem=500", f"--comment=synergy:fp={FP}")
     job = ""
     try:
-        # She asks one core; the shim raises it to the decision's two, and Slurm, which
-        # checks limits after job_submit, holds the job to her association's one.
-        sub = tenants.run(alice, ["sbatch", "--parsable", f"--output={tenants.shared}/%j.out",
-                                  "--time=5", "-c1", "--mem=500", f"--comment=synergy:fp={FP}",
-                                  "--wrap", "sleep 1"])
-        if sub.returncode != 0:
-            assert "limit" in sub.stderr.lower() or "policy" in sub.stderr.lower(), sub.stderr
-            return
-        job = sub.stdout.strip()
+        # A table compiled before her limit: the shim raises her one core to the
+        # decision's two, and Slurm, which checks limits after job_submit, holds the job
+        # to her association's one.
+        job = _sbatch(tenants, alice, *asks)
         deadline = time.monotonic() + 30
         while True:
             queued = {j.job_id: j for j in slurm.queue()}.get(job)
@@ -173,6 +169,18 @@ def test_a_decision_is_held_to_the_users_association_limits(box, slurm, tenants,
         print(f"job {job}: {queued.state} ({queued.reason})")
         assert queued.cpus_per_task == 2, "the decision was applied"
         assert "decision=c2" in slurm.comment(job)
+        slurm.cancel([job])
+        # The next sync reads her limit and leaves the decision out, so her jobs run as
+        # she asked instead of waiting for ever.
+        ran = synergy("plugin", "sync")
+        assert ran.returncode == 0, ran.stderr
+        assert f"{FP}: 2 cores, over its user's per-job limit of 1" in ran.stdout, ran.stdout
+        assert (alice.uid, FP) not in _table(box)
+        job = _sbatch(tenants, alice, *asks)
+        finish(slurm, [job], timeout=300)
+        row = _accounted(slurm, [job])[job]
+        assert (row["State"], row["AllocCPUS"]) == ("COMPLETED", "1"), row
+        assert "decision=" not in row["Comment"]
     finally:
         if job:
             slurm.cancel([job])

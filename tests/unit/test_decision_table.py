@@ -115,3 +115,40 @@ def test_a_profile_too_noisy_to_decide_is_left_out_of_the_table_with_its_reason(
     assert [(uid, d.fingerprint) for uid, d in decisions] == [(0, "000000000000000a")]
     assert len(skipped) == 1 and skipped[0].startswith("000000000000000b: no decision: ")
     assert "max_spread" in skipped[0]
+
+
+def test_per_job_limits_are_each_users_least_over_their_associations():
+    from slurm_synergy.slurm import JobLimit, parse_job_limits
+
+    text = ("root||\n"
+            "root|root|\n"
+            "small||cpu=4,mem=8G\n"
+            "small|alice|cpu=2\n"
+            "big|alice|gres/gpu=1\n"
+            "big|bob|\n"
+            "small|carol|mem=2000M\n")
+    assert parse_job_limits(text) == {"alice": JobLimit(2, 8192, 1),
+                                      "carol": JobLimit(4, 2000, 0)}
+
+
+def test_a_decision_past_its_users_per_job_limit_is_left_out_naming_it(tmp_path):
+    from slurm_synergy.model.engine import NodeShape
+    from slurm_synergy.profiles import ProfileStore
+    from slurm_synergy.shim.table import compile_decisions
+    from slurm_synergy.slurm import JobLimit
+
+    from .test_profile_store import FP, make_profile
+
+    store = ProfileStore(tmp_path)
+    store.save(make_profile())
+    shape = NodeShape(16, 64000, 4)
+    made, skipped = compile_decisions([store], shape, Policy())
+    cpus = made[0][1].cpus
+    made, skipped = compile_decisions([store], shape, Policy(),
+                                      limits={store.owner: JobLimit(cpus=cpus - 1)})
+    assert made == [] and skipped == [
+        f"{FP}: {cpus} cores, over its user's per-job limit of {cpus - 1} (MaxTRESPerJob): "
+        "Slurm would hold the job for ever, so the jobs run as asked"]
+    made, _ = compile_decisions([store], shape, Policy(),
+                                limits={store.owner + 1: JobLimit(cpus=1)})
+    assert [d.cpus for _, d in made] == [cpus], "another user's limit changes nothing"

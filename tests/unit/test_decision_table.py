@@ -62,6 +62,12 @@ def test_root_keeps_the_tables_owner(tmp_path):
 
 def test_the_shipped_policy_is_the_default_policy():
     assert load_policy(paths.ETC / "policy.toml") == Policy()
+    # Its catalog is whole too: a knob written after the [gpu.*] tables would land in the
+    # last of them and cost the site its catalog.
+    from slurm_synergy.model.policy import site_catalog
+    catalog = site_catalog(paths.ETC / "policy.toml")
+    assert not catalog.faulty and {"local1g", "local4g", "h100"} <= set(catalog.types), \
+        catalog.problem
 
 
 @pytest.mark.parametrize("text,words", [

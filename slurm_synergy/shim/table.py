@@ -177,7 +177,7 @@ def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: 
                 decisions.append((store.owner, decision))
     if policy.share_group:
         try:
-            decisions = shared(decisions, group_members(policy.share_group))
+            decisions = shared(decisions, group_members(policy.share_group), limits)
         except KeyError:
             skipped.append(f"share_group {policy.share_group!r}: no such group, so no "
                            "decision is shared")
@@ -197,16 +197,20 @@ def group_members(name: str) -> set[int]:
     return uids
 
 
-def shared(decisions: Sequence[Owned], members: set[int]) -> list[Owned]:
+def shared(decisions: Sequence[Owned], members: set[int],
+           limits: Mapping[int, JobLimit] | None = None) -> list[Owned]:
     """Each member's decisions also for every other member who has none of their own for
-    that workload (the lowest uid's where several members have one), within MAX_ENTRIES."""
+    that workload (the lowest uid's where several members have one) and whose per-job
+    limit allows it, within MAX_ENTRIES."""
+    limits = limits or {}
     out = list(decisions)
     have = {(uid, d.fingerprint) for uid, d in decisions}
     for uid, d in sorted(decisions, key=lambda o: (o[0], o[1].fingerprint)):
         if uid not in members:
             continue
         for other in sorted(members):
-            if (other, d.fingerprint) not in have and len(out) < MAX_ENTRIES:
+            if (other, d.fingerprint) not in have and len(out) < MAX_ENTRIES and \
+                    not beyond_limit(d, limits.get(other, JobLimit())):
                 out.append((other, d))
                 have.add((other, d.fingerprint))
     return out

@@ -19,6 +19,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import ProfileError
 from slurm_synergy.profiles import MAX_PROFILE_BYTES, ProfileStore, user_stores
+from slurm_synergy.slurm import JobLimit
 from slurm_synergy.shim.table import MAX_PER_USER, compile_decisions, group_members, shared
 
 from .test_profile_store import make_profile
@@ -308,6 +309,10 @@ def test_a_group_the_site_names_shares_its_members_decisions_and_no_one_elses(tm
     assert got[1003] == by_uid[member] and got[other_member] == by_uid[other_member]
     assert got[other_member].job_name == "other-members-own" != got[member].job_name
     assert shared(made, set()) == made
+    # A member whose per-job limit the decision is past gets no share of it.
+    limited = dict(shared(made, {member, other_member, 1003},
+                          {1003: JobLimit(cpus=by_uid[member].cpus - 1)}))
+    assert 1003 not in limited and set(limited) == {member, other_member}
 
 
 def test_share_group_is_off_unless_named_and_an_unknown_group_shares_nothing(tmp_path):

@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -47,8 +47,15 @@ class JobLimit:
     gpus: int = 0
 
 
-def _least(a: int, b: int) -> int:
-    return min(a, b) if a and b else a or b
+def _tighter(a: JobLimit, b: JobLimit) -> JobLimit:
+    """Each of the two limits' lower value, where either sets one."""
+    return JobLimit(*(min(x, y) if x and y else x or y for x, y in zip(astuple(a), astuple(b))))
+
+
+def _job_limit(maxtres: str) -> JobLimit:
+    mem = mem_mb(tres(maxtres, "mem") or "0")
+    return JobLimit(int(tres(maxtres, "cpu") or 0), int(mem or 0),
+                    int(tres(maxtres, "gres/gpu") or 0))
 
 
 def parse_job_limits(text: str) -> dict[str, JobLimit]:
@@ -56,21 +63,12 @@ def parse_job_limits(text: str) -> dict[str, JobLimit]:
     header) as each user's per-job limit: the least of their associations' own and of
     those associations' accounts'."""
     rows = [line.split("|") for line in text.splitlines() if line.count("|") == 2]
-
-    def limit(maxtres: str) -> JobLimit:
-        mem = mem_mb(tres(maxtres, "mem")) if tres(maxtres, "mem") else None
-        return JobLimit(int(tres(maxtres, "cpu") or 0), int(mem or 0),
-                        int(tres(maxtres, "gres/gpu") or 0))
-    accounts = {a: limit(m) for a, u, m in rows if not u}
+    accounts = {a: _job_limit(m) for a, u, m in rows if not u}
     out: dict[str, JobLimit] = {}
     for account, user, maxtres in rows:
-        if not user:
-            continue
-        mine, theirs = limit(maxtres), accounts.get(account, JobLimit())
-        have = out.get(user, JobLimit())
-        out[user] = JobLimit(*(_least(_least(x, y), z) for x, y, z in zip(
-            (mine.cpus, mine.mem_mb, mine.gpus), (theirs.cpus, theirs.mem_mb, theirs.gpus),
-            (have.cpus, have.mem_mb, have.gpus))))
+        if user:
+            own = _tighter(_job_limit(maxtres), accounts.get(account, JobLimit()))
+            out[user] = _tighter(own, out.get(user, JobLimit()))
     return {u: lim for u, lim in out.items() if lim != JobLimit()}
 
 

@@ -24,7 +24,7 @@ from slurm_synergy.model.throughput import cached_fraction, fetch_rate, predict,
 from slurm_synergy.model.comment import decision_text
 from slurm_synergy.model.gpufit import fit_gpu_type
 from slurm_synergy.model.gpus import Catalog
-from slurm_synergy.model.noise import cheaper_within_noise, counted
+from slurm_synergy.model.noise import counted, within_noise
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.units import gpu_count, gpu_types, gres_text
 
@@ -223,7 +223,18 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                f"within the {policy.tolerance:.0%} tolerance; samples/s by cores, measured "
                f"(± the spread of its runs) unless marked: {curve}")
     floored = counted(spreads, policy.min_spread)
-    cheaper = cheaper_within_noise(measured, floored, cpus, best_k, best, policy.tolerance)
+    rule = policy.noise
+    untold = within_noise(measured, floored, cpus, best_k, best, policy.tolerance)
+    cheaper = next((k for k in untold if rule.excused(measured[k], best)), None)
+    for k in untold:
+        if cheaper is not None and k >= cheaper:
+            break
+        why.append(f"noise: {k} core(s) measured {measured[k]:.1f} ±{floored[k]:.0%} against "
+                   f"{best:.1f} ±{floored[best_k]:.0%} at {best_k}: the runs cannot tell "
+                   f"whether {k} is within the {policy.tolerance:.0%} tolerance, but its "
+                   f"median is {1 - measured[k] / best:.0%} under, more than the policy's "
+                   f"max_noise_loss of {policy.max_noise_loss:.0%}: the noise does not "
+                   f"excuse that much")
     if cheaper is not None:
         k = cheaper
         full = rate(k, cap_m)
@@ -231,8 +242,10 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
         why.append(f"noise: {k} core(s) measured {measured[k]:.1f} ±{floored[k]:.0%} against "
                    f"{best:.1f} ±{floored[best_k]:.0%} at {best_k} (spreads counted as at "
                    f"least the policy's ±{policy.min_spread:.0%}): the runs cannot tell "
-                   f"whether {k} is within the {policy.tolerance:.0%} tolerance, and where "
-                   f"they cannot, the fewer cores are kept (the same rule every time)")
+                   f"whether {k} is within the {policy.tolerance:.0%} tolerance, and its "
+                   f"median is {1 - measured[k] / best:.0%} under, within the policy's "
+                   f"max_noise_loss of {policy.max_noise_loss:.0%}: the fewer cores are "
+                   f"kept (the same rule every time)")
         cpus, mem_mb, chosen = k, int(m), rate(k, m)
     noisy = sorted({k for k in (cpus, best_k) if spreads.get(k, 0.0) > policy.max_spread})
     if noisy:

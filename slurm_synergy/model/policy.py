@@ -10,6 +10,7 @@ from typing import Any
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.gpus import Catalog, CatalogError, GpuType, parse_catalog
+from slurm_synergy.model.noise import NoiseRule
 
 CATALOG_KEY = "gpu"
 
@@ -18,6 +19,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "tolerance": (float, 0.0, 0.5),
     "min_spread": (float, 0.0, 1.0),
     "max_spread": (float, 0.0, 1.0),
+    "max_noise_loss": (float, 0.0, 0.5),
     "max_model_error": (float, 0.0, 10.0),
     "fairness_cap": (float, 1.0, 64.0),
     "gpu_threshold": (float, 0.0, 1.0),
@@ -56,6 +58,11 @@ class Policy:
     # A measured point whose runs lie further apart than this (noise.spread_of over
     # their median) decides nothing: jobs of the workload run as asked.
     max_spread: float = 0.25
+    # Where the runs cannot tell whether fewer cores are within the tolerance, they are
+    # taken only while their median is at most this much under the best: the noise may
+    # move a decision across the tolerance line, never to a loss past this (at or below
+    # the tolerance: the medians alone decide).
+    max_noise_loss: float = 0.10
     # A decision that rests on the throughput model (a core count the sweep did not
     # measure, or memory short of caching the dataset) needs its held-out error below this.
     max_model_error: float = 0.15
@@ -91,6 +98,12 @@ class Policy:
     # other members' jobs of that workload, where they have no profile of their own.
     # "" (the default): each user's profiles size that user's jobs alone.
     share_group: str = ""
+
+    @property
+    def noise(self) -> NoiseRule:
+        """The knobs that weigh a profile's noise, for model.noise."""
+        return NoiseRule(self.tolerance, self.min_spread, self.max_spread,
+                         self.max_noise_loss)
 
 
 def _read_toml(path: Path, error: type[SynergyError], missing: str) -> dict[str, Any]:

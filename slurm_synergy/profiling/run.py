@@ -194,5 +194,4 @@ def _noise_test(log: Callable[[str], None]) -> Callable[[dict[int, Sequence[floa
     except SynergyError as e:
         log(f"{PROG}: extra repeats aimed by the default policy: {e}")
         policy = Policy()
-    return lambda runs: unsettled(runs, policy.tolerance, policy.min_spread,
-                                  policy.max_spread)
+    return lambda runs: unsettled(runs, policy.noise)

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.table import TABLE_NAME, entries_of, read
 from slurm_synergy.slurm import Slurm, tres
 
@@ -95,18 +97,24 @@ def test_hungry_and_light_workloads_get_different_allocations_and_explain_why(ri
         assert re.search(r"cost: profiled in \d+ s of job \d+'s allocation, then submitted "
                          r"again as job \d+ \(on_profiled = resubmit\): a second queue wait",
                          text), text
-        # The decision follows the measurements: 2 cores only if they gave 5% more, by
-        # more than the runs' spreads (each counted as at least 5%) can blur.
+        # The decision follows the measurements, under the site policy: 1 core if it is
+        # within the tolerance by the medians, or if the runs' spreads (each counted as
+        # at least min_spread) cannot tell and its median is within max_noise_loss.
+        policy = load_policy(policy_path())
         cores = re.search(r"unless marked: 1c ([\d.]+) ±(\d+)%, 2c ([\d.]+) ±(\d+)%", text)
         one, s1, two, s2 = (float(g) for g in cores.groups())
-        s1, s2 = max(s1, 5.0) / 100, max(s2, 5.0) / 100
-        if two * 0.95 <= one:
+        s1, s2 = (max(s / 100, policy.min_spread) for s in (s1, s2))
+        if two * (1 - policy.tolerance) <= one:
             expected = 1                                # within the tolerance outright
         else:
-            # Rounded spreads: only a verdict clear of the rounding is checked.
-            margin = one * (1 + s1) - 0.95 * two * (1 - s2)
-            expected = 1 if margin > 0.01 * two else 2 if margin < -0.01 * two else None
-            assert ("noise: 1 core(s)" in text) == (int(second[name]["AllocCPUS"]) == 1), text
+            # Rounded spreads and rates: only a verdict clear of the rounding is checked.
+            untold = one * (1 + s1) - (1 - policy.tolerance) * two * (1 - s2)
+            near = one - (1 - policy.max_noise_loss) * two
+            clear = 0.01 * two
+            expected = (2 if untold < -clear or near < -clear else
+                        1 if untold > clear and near > clear else None)
+            assert ("the fewer cores are kept" in text) == \
+                (int(second[name]["AllocCPUS"]) == 1), text
         if expected is not None:
             assert int(second[name]["AllocCPUS"]) == expected, text
 

@@ -111,8 +111,7 @@ def sweep_of(rates, budget=10, repeats=2, max_repeats=4):
     policy = Policy()
     repeat_sweep(list(rates), lambda k: runs[k], measure,
                  lambda todo: len(order) + len(todo) <= budget, repeats, max_repeats,
-                 unclear=lambda r: unsettled(r, policy.tolerance, policy.min_spread,
-                                             policy.max_spread),
+                 unclear=lambda r: unsettled(r, policy.noise),
                  after=lambda: order.append("c"))
     return order, runs
 

@@ -4,12 +4,18 @@ decision each round gives, beside the offline profiler's, and what the sweep cos
 Each round submits jobs_csv/profile_suite.csv's workloads into a fresh profile store, in
 the default flow (measured in the run, on_profiled = continue), each job long enough
 for its sweep, and decides from each profile with the site policy against this
-cluster's node. The cost is the training the windows at fewer cores lost (samples the
-job would have trained at its asked size, as seconds at that rate: the profile's
-profiling_s) as a share of a one-hour job; the queue time it adds is none, since no job
-is submitted again. Writes bench/results/inrun.md and bench/results/inrun.json.
+cluster's node, beside the offline profiler's decisions of the same day
+(bench/results/profiles.json, which bench_profiles.py writes first in `make bench`).
+Each profile is also decided under two other noise rules, side by side: unbounded (the
+noise excuses any loss, as before max_noise_loss) and the medians alone. The cost is the
+training the windows at fewer cores lost (samples the job would have trained at its
+asked size, as seconds at that rate: the profile's profiling_s) as a share of a one-hour
+job; the queue time it adds is none, since no job is submitted again. The rounds' stores
+stay in bench/results/inrun-run; --decide-only decides again from them (after a change
+of the engine or the policy), measuring nothing. Writes bench/results/inrun.md and
+bench/results/inrun.json.
 
-    make bench          # or: .venv/bin/python bench/bench_inrun.py [--rounds 3]
+    make bench          # or: .venv/bin/python bench/bench_inrun.py [--rounds 3] [--decide-only]
 """
 
 from __future__ import annotations
@@ -20,20 +26,22 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench_profiles import decided_already  # noqa: E402
+from bench_profiles import decided, decided_already  # noqa: E402
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.engine import NoDecision, decide  # noqa: E402
-from slurm_synergy.model.policy import load_policy, site_catalog  # noqa: E402
+from slurm_synergy.model.policy import Policy, load_policy, site_catalog  # noqa: E402
 from slurm_synergy.model.profile import Profile  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S  # noqa: E402
@@ -45,11 +53,9 @@ SUITE = ROOT / "jobs_csv" / "profile_suite.csv"
 # Iterations that keep each workload training past its sweep (about 90 s at 2 cores).
 ITERATIONS = {"resnet8-jpeg512": 1000, "alexnet-jpeg512": 800, "mobilenet-jpeg512": 520,
               "transformer-text": 360, "lstm-text": 360, "m5-audio": 360}
-# The offline profiler's decisions in each of its three rounds (bench_profiles.py,
-# 2026-11-26, README's "How sure"): where all three agree, the in-run ones should too.
-OFFLINE = {"resnet8-jpeg512": "2c 1024M", "alexnet-jpeg512": "2c 1024M",
-           "mobilenet-jpeg512": "2c 1280M", "transformer-text": "1c 1280M",
-           "lstm-text": "1c 1024M", "m5-audio": "1c 1280M"}
+# Each profile is decided under the site's noise rule and, side by side, two others: the
+# noise excusing any loss (before max_noise_loss) and the medians alone.
+RULES = ("site", "unbounded", "medians")
 
 
 def suite_csv(work: Path) -> Path:
@@ -72,7 +78,7 @@ def inrun_round(work: Path, rows: Callable[[Path], Path] = suite_csv) -> list[Pr
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     (work / "store").mkdir(parents=True, exist_ok=True)
-    store = ProfileStore(user_folder(work / "store"))
+    store = round_store(work)
     env = dict(os.environ, SYNERGY_PROFILES=str(work / "store"), SYNERGY_HOME=str(work / "home"),
                SYNERGY_DATA=str(work.parent / "data"),
                SYNERGY_DECISIONS=str(work / "decisions.tbl"))
@@ -94,29 +100,82 @@ def inrun_round(work: Path, rows: Callable[[Path], Path] = suite_csv) -> list[Pr
     return [store.load(s.fingerprint) for s in specs]
 
 
-def site_decider(slurm: Slurm) -> Callable[[Profile], str]:
-    """A profile's decision with the site policy on this cluster's node, as "2c 1024M"."""
-    policy, catalog = load_policy(policy_path()), site_catalog(policy_path())
+def round_store(work: Path) -> ProfileStore:
+    """The profile store of a round's folder (this user's, as the round's jobs filed)."""
+    return ProfileStore(user_folder(work / "store"))
+
+
+def kept_round(work: Path) -> list[Profile]:
+    """A round's profiles from its kept store, in the order of the CSV it submitted;
+    SystemExit where the round was not run."""
+    csvs = sorted(work.glob("*.csv"))
+    if not csvs:
+        raise SystemExit(f"{work}: no round kept there; run without --decide-only first")
+    store = round_store(work)
+    return [store.load(s.fingerprint) for s in load_jobs(csvs[0])
+            if store.has(s.fingerprint)]
+
+
+def site_decider(slurm: Slurm) -> Callable[[Profile], dict[str, str]]:
+    """A profile's decisions, as "2c 1024M", with the site policy on this cluster's node,
+    under each of RULES."""
+    site, catalog = load_policy(policy_path()), site_catalog(policy_path())
+    policies: dict[str, Policy] = {
+        "site": site, "unbounded": replace(site, max_noise_loss=1.0),
+        "medians": replace(site, max_noise_loss=site.tolerance)}
     shape = node_shape(slurm, slurm.default_partition())
 
-    def decision(profile: Profile) -> str:
+    def one(profile: Profile, policy: Policy) -> str:
         try:
             d = decide(profile, shape, policy, catalog)
         except NoDecision as e:
             return f"none ({e.reasons[-1][:60]})"
         return f"{d.cpus}c {d.mem_mb}M"
-    return decision
+
+    return lambda profile: {rule: one(profile, policies[rule]) for rule in RULES}
 
 
-def figures(profile: Profile, decider: Callable[[Profile], str], round_no: int) -> dict:
-    """One round's figures for one profile: its decision, rates, spreads and cost."""
+def figures(profile: Profile, decider: Callable[[Profile], dict[str, str]],
+            round_no: int) -> dict:
+    """One round's figures for one profile: its decisions, rates, spreads and cost."""
     points = {p.cores: p for p in profile.train_points()}
-    return {"round": round_no, "decision": decider(profile),
+    decisions = decider(profile)
+    return {"round": round_no, "decision": decisions["site"], "by_rule": decisions,
             "rates": {k: [round(x, 1) for x in p.repeats] for k, p in points.items()},
             "spread": {k: p.spread for k, p in points.items()},
             "lost_s": profile.profiling_s,
             "lost_share_of_hour": profile.profiling_s / JOB_HOUR_S,
             "model_error": profile.model.mean_error, "notes": list(profile.notes)}
+
+
+def ratio(runs: list[dict]) -> str:
+    """One core's median over two cores' in each round."""
+    def one(x: dict) -> str:
+        rates = {int(k): statistics.median(v) for k, v in x["rates"].items() if v}
+        return f"{rates[1] / rates[2]:.2f}" if 1 in rates and rates.get(2) else "-"
+    return " / ".join(one(x) for x in runs)
+
+
+def per_round(runs: list[dict], rule: str = "site") -> str:
+    """A rule's decisions, round by round, shortened where all rounds agree."""
+    ds = [x["by_rule"][rule] for x in runs]
+    return f"{ds[0]} ×{len(ds)}" if len(set(ds)) == 1 and len(ds) > 1 else " / ".join(ds)
+
+
+def offline_decisions(results: Path) -> dict[str, list[str]]:
+    """The offline profiler's decisions per workload and round, from bench_profiles.py's
+    figures (make bench writes them first); SystemExit if there are none."""
+    path = results / "profiles.json"
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: {e}; run bench/bench_profiles.py first (make bench "
+                         "does)") from None
+    out: dict[str, list[str]] = {}
+    for round_ in report["steps"]["warm"]:
+        for prof in round_["profiles"]:
+            out.setdefault(prof["workload"], []).append(decided(prof["decision"]))
+    return out
 
 
 def rate(runs: list[dict], k: int) -> str:
@@ -132,34 +191,44 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--decide-only", action="store_true",
+                   help="decide again from the rounds' kept stores, measuring nothing")
     args = p.parse_args()
     LocalCluster().up(log=lambda line: None)
-    # The shim would size a job the cluster's table decides: none of the suite may be.
-    decided_already(load_jobs(SUITE))
+    offline = offline_decisions(args.out)
+    if not args.decide_only:
+        # The shim would size a job the cluster's table decides: none of the suite may be.
+        decided_already(load_jobs(SUITE))
     slurm = Slurm()
     decider = site_decider(slurm)
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / "synergy-bench-inrun"
+    work = args.out / "inrun-run"
     rows: dict[str, list[dict]] = {}
     for r in range(args.rounds):
-        for profile in inrun_round(work / f"round{r + 1}"):
+        folder = work / f"round{r + 1}"
+        for profile in kept_round(folder) if args.decide_only else inrun_round(folder):
             row = figures(profile, decider, r + 1)
             rows.setdefault(profile.job_name, []).append(row)
             print(f"round {r + 1} {profile.job_name}: {row['decision']}, lost "
                   f"{profile.profiling_s:.1f}s", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    (args.out / "inrun.json").write_text(json.dumps({"at": when, "workloads": rows},
-                                                    indent=1) + "\n")
+    (args.out / "inrun.json").write_text(json.dumps(
+        {"at": when, "offline": offline, "workloads": rows}, indent=1) + "\n")
     lines = [f"In-run profiles, {args.rounds} rounds from scratch ({when}; "
              "`bench/bench_inrun.py`):", "",
-             "| workload | 1 core | 2 cores | decision per round | offline (3 rounds) | "
-             "same | lost, share of 1 h |", "|---|---|---|---|---|---|---|"]
+             "| workload | 1 core | 2 cores | 1c/2c | decision per round | offline per round | "
+             "same where offline agrees | unbounded noise rule | medians alone | "
+             "lost, share of 1 h |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, runs in rows.items():
-        decisions = [x["decision"] for x in runs]
-        same = all(d == OFFLINE[name] for d in decisions)
+        ds = [x["decision"] for x in runs]
+        off = offline.get(name, [])
+        same = ("offline differs" if len(set(off)) != 1 else
+                "yes" if all(d == off[0] for d in ds) else "no")
+        off_text = f"{off[0]} ×{len(off)}" if len(set(off)) == 1 else " / ".join(off)
         lost = [x["lost_share_of_hour"] for x in runs]
-        lines.append(f"| {name} | {rate(runs, 1)} | {rate(runs, 2)} | {' / '.join(decisions)} | "
-                     f"{OFFLINE[name]} | {'yes' if same else 'no'} | "
+        lines.append(f"| {name} | {rate(runs, 1)} | {rate(runs, 2)} | {ratio(runs)} | "
+                     f"{per_round(runs)} | {off_text} | {same} | "
+                     f"{per_round(runs, 'unbounded')} | {per_round(runs, 'medians')} | "
                      f"{min(lost):.2%}-{max(lost):.2%} |")
     (args.out / "inrun.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

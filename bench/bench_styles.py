@@ -5,28 +5,31 @@ one, where the offline profiler's own rounds agree.
 Each round profiles the styles offline (--profile-only, one job after another) into a
 fresh store, then submits them in the default flow (measured in the run, on_profiled =
 continue) into another, each long enough for its sweep, and decides from every profile
-with the site policy against this cluster's node. Writes bench/results/styles.md and
-bench/results/styles.json.
+with the site policy against this cluster's node, and under two other noise rules side
+by side (bench_inrun.RULES). The rounds' stores stay in bench/results/styles-run;
+--decide-only decides again from them, measuring nothing. Writes
+bench/results/styles.md and bench/results/styles.json.
 
-    make bench          # or: .venv/bin/python bench/bench_styles.py [--rounds 3]
+    make bench      # or: .venv/bin/python bench/bench_styles.py [--rounds 3] [--decide-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench_inrun import figures, inrun_round, rate, site_decider  # noqa: E402
+from bench_inrun import (figures, inrun_round, kept_round, per_round, rate, ratio,  # noqa: E402
+                         round_store, site_decider)
 from bench_profiles import decided_already, profile_round  # noqa: E402
 from profiler.datagen import ensure_image_dataset  # noqa: E402
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.csvjobs import load_jobs  # noqa: E402
+from slurm_synergy.model.profile import Profile  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"
@@ -60,21 +63,36 @@ def data_folder(root: Path) -> Path:
     return root
 
 
+def kept_offline(folder: Path) -> list[Profile]:
+    """An offline round's profiles from its kept store (profile_round's, under run/)."""
+    csv = folder / "styles.csv"
+    if not csv.exists():
+        raise SystemExit(f"{folder}: no round kept there; run without --decide-only first")
+    store = round_store(folder / "run")
+    return [store.load(s.fingerprint) for s in load_jobs(csv) if store.has(s.fingerprint)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--decide-only", action="store_true",
+                   help="decide again from the rounds' kept stores, measuring nothing")
     args = p.parse_args()
     LocalCluster().up(log=lambda line: None)
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / "synergy-bench-styles"
+    work = args.out / "styles-run"
     data = data_folder(work / "corpus-data")
-    decided_already(load_jobs(styles_csv(data, work)))
+    if not args.decide_only:
+        decided_already(load_jobs(styles_csv(data, work)))
     decide = site_decider(Slurm())
     rows: dict[str, dict[str, list[dict]]] = {}
     for r in range(args.rounds):
-        offline = profile_round(styles_csv(data, work / f"offline{r + 1}"),
-                                work / f"offline{r + 1}" / "run")
-        inrun = inrun_round(work / f"inrun{r + 1}", lambda into: styles_csv(data, into))
+        off_dir, in_dir = work / f"offline{r + 1}", work / f"inrun{r + 1}"
+        if args.decide_only:
+            offline, inrun = kept_offline(off_dir), kept_round(in_dir)
+        else:
+            offline = profile_round(styles_csv(data, off_dir), off_dir / "run")
+            inrun = inrun_round(in_dir, lambda into: styles_csv(data, into))
         for how, profiles in (("offline", offline), ("inrun", inrun)):
             for profile in profiles:
                 row = figures(profile, decide, r + 1)
@@ -87,9 +105,10 @@ def main() -> int:
                                                      indent=1) + "\n")
     lines = [f"User-script styles, in the run and offline, {args.rounds} rounds from scratch "
              f"({when}; `bench/bench_styles.py`):", "",
-             "| style | in-run 1 core / 2 cores | in-run decision per round | "
-             "offline decision per round | same where offline agrees | lost, share of 1 h |",
-             "|---|---|---|---|---|---|"]
+             "| style | in-run 1 core ; 2 cores | 1c/2c in the run ; offline | in-run decision "
+             "per round | offline decision per round | same where offline agrees | "
+             "unbounded noise rule, in-run ; offline | medians alone, in-run ; offline | "
+             "lost, share of 1 h |", "|---|---|---|---|---|---|---|---|---|"]
     for name, both in rows.items():
         inrun_d = [x["decision"] for x in both["inrun"]]
         offline_d = [x["decision"] for x in both["offline"]]
@@ -98,7 +117,12 @@ def main() -> int:
             else "offline differs"
         lost = [x["lost_share_of_hour"] for x in both["inrun"]]
         lines.append(f"| {name} | {rate(both['inrun'], 1)} ; {rate(both['inrun'], 2)} | "
-                     f"{' / '.join(inrun_d)} | {' / '.join(offline_d)} | {same} | "
+                     f"{ratio(both['inrun'])} ; {ratio(both['offline'])} | "
+                     f"{per_round(both['inrun'])} | {per_round(both['offline'])} | {same} | "
+                     f"{per_round(both['inrun'], 'unbounded')} ; "
+                     f"{per_round(both['offline'], 'unbounded')} | "
+                     f"{per_round(both['inrun'], 'medians')} ; "
+                     f"{per_round(both['offline'], 'medians')} | "
                      f"{min(lost):.2%}-{max(lost):.2%} |")
     (args.out / "styles.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -75,6 +75,9 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
                     iterations=min(args.max_iterations, FIRST_ITERATIONS), warmup=args.warmup,
                     first_batch_s=args.first_batch_timeout, mem_mb=plan.mem_mb,
                     gpus=plan.gpus, launcher=plan.launcher, workdir=workdir,
+                    # The script reads what it reads relative to the job's folder (a
+                    # dataset in ./data, say) in every step, as in the job itself.
+                    cwd=Path.cwd(),
                     timeout_s=args.step_timeout, name=f"profile-{plan.fingerprint}",
                     slurm=Slurm(), warm_cores=0 if args.fresh_steps else plan.top)
     try:

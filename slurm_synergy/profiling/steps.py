@@ -18,7 +18,7 @@ from typing import IO, Any, Callable, Sequence
 import psutil
 
 from slurm_synergy.model.profile import Point
-from slurm_synergy.probe.records import read_result
+from slurm_synergy.probe.records import LEAST_STEPS, read_result
 from slurm_synergy.probe.supervise import command_for, runs_warm
 from slurm_synergy.profiling.errors import ProfilingError
 from slurm_synergy.slurm import Slurm
@@ -45,7 +45,8 @@ class Runner:
     mem_mb: int
     gpus: int
     launcher: str               # srun | local
-    workdir: Path
+    workdir: Path               # the steps' probe outputs and logs ($SYNERGY_OUTPUT)
+    cwd: Path                   # where the script runs: the job's own folder, as in the job
     timeout_s: float
     name: str
     slurm: Slurm
@@ -142,7 +143,7 @@ class Runner:
                 how = "a fork of" if fork else "started anew from"
                 output.write(f"$ (the script {how} the warm interpreter) {' '.join(argv)}\n")
             requests.append({"argv": argv[argv.index(PROBE) + 1:], "cores": step.cores,
-                             "fork": fork, "cwd": str(folder), "log": str(log),
+                             "fork": fork, "cwd": str(self.cwd), "log": str(log),
                              "gpus": step.gpus,
                              "env": {"SYNERGY_OUTPUT": str(folder),
                                      "SLURM_CPUS_PER_TASK": str(step.cores)}})
@@ -192,7 +193,7 @@ class Runner:
         with open(log, "w") as output:
             output.write("$ " + " ".join(argv) + "\n")
             output.flush()
-            return subprocess.Popen(argv, cwd=folder, stdout=output, stderr=subprocess.STDOUT,
+            return subprocess.Popen(argv, cwd=self.cwd, stdout=output, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True, preexec_fn=preexec)
 
@@ -361,20 +362,19 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
             continue
 
 
-LEAST_ITERATIONS = 5     # a window shorter than this says little about a step's rate
 FIRST_ITERATIONS = 10    # the first step's, whose rate sets the window of the rest
 
 
 def window_iterations(measured: dict[str, Any], window_s: float, most: int) -> int:
     """Measured iterations that fill about `window_s` seconds at the rate of a step just
     run: slow workloads get fewer (the profile's cost stays near its share of the job),
-    never fewer than LEAST_ITERATIONS nor more than `most`. A count, not a deadline, so
+    never fewer than LEAST_STEPS nor more than `most`. A count, not a deadline, so
     every rank of a DDP job stops at the same step."""
     steps, seconds = measured.get("steps"), measured.get("seconds")
     if not isinstance(steps, (int, float)) or not isinstance(seconds, (int, float)) \
             or steps <= 0 or seconds <= 0:
         return most
-    return max(min(most, LEAST_ITERATIONS), min(most, round(window_s * steps / seconds)))
+    return max(min(most, LEAST_STEPS), min(most, round(window_s * steps / seconds)))
 
 
 def to_point(step: Step, measured: dict[str, Any], wall: float, mem_mb: int,

@@ -74,7 +74,7 @@ def _runner(tmp_path, command, args):
     return Runner(command=command, script_args=args, workers_option=None,
                   iterations_option=None, procs=1, iterations=10, warmup=2,
                   first_batch_s=120, mem_mb=2048, gpus=0, launcher="local",
-                  workdir=tmp_path, timeout_s=300, name="t", slurm=Slurm())
+                  workdir=tmp_path, cwd=tmp_path, timeout_s=300, name="t", slurm=Slurm())
 
 
 def test_a_users_script_is_measured_by_its_own_steps_and_agrees_with_the_fake_model(tmp_path):

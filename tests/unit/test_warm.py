@@ -32,10 +32,13 @@ FACTS = textwrap.dedent("""\
 
 
 def _runner(tmp_path: Path, command: list[str], warm: bool, timeout_s: float = 300) -> Runner:
+    # The job's own folder, where its script runs, apart from the profiler's outputs.
+    (tmp_path / "job").mkdir(exist_ok=True)
     return Runner(command=command, script_args=[], workers_option=None,
                   iterations_option=None, procs=1, iterations=5, warmup=2,
                   first_batch_s=120, mem_mb=2048, gpus=0, launcher="local",
-                  workdir=tmp_path / "work", timeout_s=timeout_s, name="t", slurm=Slurm(),
+                  workdir=tmp_path / "work", cwd=tmp_path / "job", timeout_s=timeout_s,
+                  name="t", slurm=Slurm(),
                   warm_cores=len(os.sched_getaffinity(0)) if warm else 0)
 
 
@@ -64,7 +67,10 @@ def test_a_warm_step_sees_what_a_new_process_sees(tmp_path, monkeypatch):
     first = warm[0]
     assert first["name"] == "__main__" and first["argv"][0] == str(tmp_path / "facts.py")
     assert first["path0"] == str(tmp_path) and first["stdin"] == ""
-    assert first["cwd"] == first["output"] == str(tmp_path / "work/step01-train-1c")
+    # It runs in the job's folder, where a path relative to it (./data) means what it
+    # means in the job; its outputs are asked for in the step's folder.
+    assert first["cwd"] == str(tmp_path / "job")
+    assert first["output"] == str(tmp_path / "work/step01-train-1c")
 
 
 def test_a_module_runs_warm_as_python_m_runs_it(tmp_path, monkeypatch):

@@ -55,6 +55,12 @@ class ProbeConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+# A measurement of fewer steps than this says little about a rate: the profiler's windows
+# are never shorter, and a script that ends on its own measured at least this many steps
+# past its warm-up is measured on those.
+LEAST_STEPS = 5
+
+
 @dataclass
 class ProcessRecord:
     """One probed process: the script, or one of its ranks."""

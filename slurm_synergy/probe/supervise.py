@@ -20,8 +20,9 @@ from typing import Callable, Protocol
 
 import psutil
 
-from slurm_synergy.probe.records import (ENV_CONFIG, ENV_DIR, ProbeConfig, ProbeResult, ProcessRecord,
-                      measure, probe_dir_of, read_records)
+from slurm_synergy.probe.records import (ENV_CONFIG, ENV_DIR, LEAST_STEPS, ProbeConfig,
+                                         ProbeResult, ProcessRecord, measure, probe_dir_of,
+                                         read_records)
 
 BOOT = Path(__file__).resolve().parent / "boot"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -274,6 +275,9 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
     elif all(r.state != "measured" for r in records):
         if took and errors:
             reason = f"{script} failed after {took} batch(es): {errors[0]}"
+        elif (config.mode == "train" and rc == 0 and measurement is not None
+              and measurement.steps >= LEAST_STEPS):
+            pass    # a script shorter than the plan, ended on its own: measured on its steps
         elif took:
             reason = (f"{script} ended after {took} batch(es), before the probe's "
                       f"{config.warmup} warm-up and {config.iterations} measured ones: give "

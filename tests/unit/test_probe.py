@@ -174,11 +174,25 @@ def test_scripts_with_nothing_to_measure_get_one_reason(tmp_path, script, option
     assert result["measurement"] is None
 
 
-def test_a_script_that_ends_too_soon_is_not_a_measurement(tmp_path):
+def test_a_script_shorter_than_the_plan_is_measured_on_the_steps_it_had(tmp_path):
+    # One epoch of 12 batches: 3 warm-up and 9 measured steps, of the 50 asked for. The
+    # script ran to its end ("done"), as it does unprobed.
     proc, result = probe(tmp_path, "--iterations", "50", args=("map", "1"))
+    assert proc.returncode == 0 and result["ok"], result["reason"]
+    assert "done 12" in proc.stdout
+    assert result["measurement"]["steps"] == 9 and result["measurement"]["samples"] == 72
+
+
+def test_a_script_that_ends_too_soon_is_not_a_measurement(tmp_path):
+    # 9 warm-up batches of 12 leave 3 measured steps: too few to tell a rate.
+    proc, result = probe(tmp_path, "--warmup", "9", "--iterations", "50",
+                         args=("map", "1"))
     assert proc.returncode == 1
-    assert "ended after 12 batch(es), before the probe's 3 warm-up and 50 measured" in \
+    assert "ended after 12 batch(es), before the probe's 9 warm-up and 50 measured" in \
         result["reason"]
+    # A script that exits with an error after enough steps is no measurement either.
+    proc, result = probe(tmp_path, "--iterations", "50", args=("map", "1", "3"))
+    assert proc.returncode != 0 and not result["ok"] and result["exit_status"] == 3
 
 
 def test_declared_options_are_read_from_the_source_without_running_it(tmp_path):

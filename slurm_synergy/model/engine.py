@@ -342,7 +342,9 @@ def _memory_candidates(profile: Profile, resident: float, floor_m: int,
 def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
                  policy: Policy, peak_noise: float) -> str:
     peaks = [m for p in memory_points(profile) for m in p.peaks_mb]
-    runs = (f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if len(peaks) > 1 else "")
+    # An in-run profile's points share the whole run's peak: one figure, not a range.
+    apart = bool(peaks) and round(max(peaks)) > round(min(peaks))
+    runs = f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if apart else ""
     note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB{runs}; "
             f"counted +{peak_noise:.0%} for the noise between runs, at least the policy's "
             f"min_mem_spread of {policy.min_mem_spread:.0%}, and +{policy.mem_headroom:.0%} "
@@ -355,7 +357,9 @@ def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
             note += (f" (it competes with all but the job's {profile.model.anon_mb:.0f} MB "
                      "of anonymous and shared memory)")
     else:
-        note += "; the profile has no memory model (no dataset folder)"
+        note += ("; no page-cache model: a sweep in the run varies the cores only"
+                 if profile.model.basis == "in-run" else
+                 "; the profile has no memory model (no dataset folder)")
     return note
 
 

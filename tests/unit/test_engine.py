@@ -256,3 +256,15 @@ def test_a_memory_peak_that_varies_more_than_the_minimum_counts_its_own_spread()
     d = decide(_peaks([1000.0, 600.0, 900.0, 900.0]), TWO, Policy())
     assert d.mem_mb == 1536
     assert any("counted +20%" in r for r in d.reasons)
+
+
+def test_an_in_run_profile_says_why_it_has_no_memory_model():
+    # Its points share the whole run's peak: one figure, no range of runs.
+    base = profile({2: [100.0, 101.0, 99.0], 1: [97.0, 98.0, 96.0]}, p=0.0005, g=100.0)
+    inrun = dataclasses.replace(base, model=dataclasses.replace(
+        base.model, basis="in-run", held_out=(PointError(1, 0, 97.0, 98.0),)))
+    (memory,) = [r for r in decide(inrun, TWO, Policy()).reasons if r.startswith("memory:")]
+    assert "no page-cache model: a sweep in the run varies the cores only" in memory
+    assert "peak use 900 MB;" in memory and "its runs" not in memory
+    (offline,) = [r for r in decide(base, TWO, Policy()).reasons if r.startswith("memory:")]
+    assert "the profile has no memory model (no dataset folder)" in offline

@@ -22,8 +22,11 @@ class UntrustedFile(SynergyError):
     """A file that is not what a reader may trust: named with what and where."""
 
 
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write `text` to `path` so that a reader sees the old file or the new one, never half."""
+def atomic_write_text(path: Path, text: str, mode: int = 0o644, durable: bool = True) -> None:
+    """Write `text` to `path` so that a reader sees the old file or the new one, never half;
+    on disk before it is renamed unless `durable` is false (messages between running
+    processes, rewritten several times a second: a crash loses nothing they need, and a
+    sync on a shared file system can hold a training step)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -32,7 +35,8 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
             os.fchmod(fh.fileno(), mode)
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

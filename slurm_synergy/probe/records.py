@@ -105,7 +105,7 @@ class ProcessRecord:
     def write(self, folder: Path) -> None:
         # By host too: an srun across nodes may write to one shared folder.
         name = f"{socket.gethostname()}-{self.pid}.json"
-        atomic_write_text(folder / name, json.dumps(asdict(self)) + "\n")
+        atomic_write_text(folder / name, json.dumps(asdict(self)) + "\n", durable=False)
 
 
 def read_records(folder: Path) -> list[ProcessRecord]:

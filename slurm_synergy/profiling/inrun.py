@@ -148,6 +148,7 @@ class Sweep:
                  job_id: str, log: Callable[[str], None]) -> None:
         self.req, self.policy, self.store, self.slurm = req, policy, store, slurm
         self.job_id, self.log = job_id, log
+        self.overhead = (0.0, 0.0)     # the supervisor's CPU seconds over the sweep's
 
     def during(self, proc: Started, folder: Path) -> None:
         allowed = os.sched_getaffinity(0)
@@ -164,10 +165,14 @@ class Sweep:
         self.log(f"{PROG}: measuring {fp} ({self.req.job_name}) while job {self.job_id} "
                  f"trains: {len(allowed)} cores swept in windows of "
                  f"{self.policy.sweep_window_s:g}s")
+        cpu0, wall0 = _own_cpu_s(), time.monotonic()
         try:
             runs = self._windows(windows)
         finally:
             windows.close(self.req.record_s)
+        # What watching cost, beside what the windows at fewer cores cost: the supervisor
+        # shares the job's cores.
+        self.overhead = (_own_cpu_s() - cpu0, time.monotonic() - wall0)
         profile = self._profile(windows, runs, started)
         if profile is None:
             self.log(f"{PROG}: no profile: " + "; ".join(windows.trouble.reasons or
@@ -250,8 +255,10 @@ class Sweep:
             points.append(point(k, rates, [runs[i] for i in idx]))
         missing = [k for k in sweep_counts(windows.top, procs) if k not in
                    {p.cores for p in points}]
+        cpu_s, wall_s = self.overhead
         notes = [f"measured in the run: {len(runs)} windows; the job lost about {lost_s:.1f}s "
-                 "of training to those at fewer cores"]
+                 "of training to those at fewer cores; the supervisor used "
+                 f"{cpu_s / max(wall_s, 1e-9):.1%} of a core over the sweep's {wall_s:.0f}s"]
         notes += [f"incomplete: {why}" for why in windows.trouble.reasons]
         if missing and windows.trouble.reasons:
             notes.append("not measured: " + ", ".join(f"{k} cores" for k in missing))
@@ -306,6 +313,12 @@ class Sweep:
         if done.updated:
             self.log(f"{PROG}: right-sized in place: " + ", ".join(
                 f"job {j} -> {r.decided}" for j, r in done.updated))
+
+
+def _own_cpu_s() -> float:
+    """This process's CPU time so far (user and system), in seconds."""
+    t = os.times()
+    return t.user + t.system
 
 
 def _bracket(runs: list[Window], i: int) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -91,6 +92,10 @@ def test_a_run_is_swept_while_it_trains_and_ends_as_the_script_ends(home, where)
     assert profile.model.host_core_s > 0 and profile.model.prep_core_s > 0, \
         "the trainer's and the loader worker's CPU time per sample"
     assert profile.notes[0].startswith("measured in the run: 3 windows")
+    # What watching cost beside it: a share of a core, over the sweep's seconds.
+    used = re.search(r"the supervisor used ([\d.]+)% of a core over the sweep's (\d+)s",
+                     profile.notes[0])
+    assert used and float(used.group(1)) < 100 and int(used.group(2)) > 0, profile.notes[0]
     assert any(line.startswith(f"inrun: {FP}: ") for line in lines), lines
 
 

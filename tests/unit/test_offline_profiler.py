@@ -29,7 +29,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--workers", type=int, default=0); p.add_argument("--max-iterations", type=int)
 p.add_argument("--batch", type=int, default=8); p.add_argument("--data")
 a = p.parse_args()
-json.dump(sys.argv[1:], open("argv.json", "w"))
+# Into the step's output folder: the step itself runs in the job's folder.
+json.dump(sys.argv[1:], open(os.path.join(os.environ.get("SYNERGY_OUTPUT", "."), "argv.json"), "w"))
 mode = os.environ.get("FAKE_MODE", "")
 if mode == "crash-at-1" and len(os.sched_getaffinity(0)) == 1:
     sys.exit("boom: out of memory in the loader")

@@ -345,6 +345,11 @@ def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
     # An in-run profile's points share the whole run's peak: one figure, not a range.
     apart = bool(peaks) and round(max(peaks)) > round(min(peaks))
     runs = f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if apart else ""
+    rss = max((p.peak_rss_mb for p in memory_points(profile) if p.peak_pss_mb is not None),
+              default=None)
+    if rss is not None:
+        runs += (f"; each page once, where its processes' resident memory summed comes to "
+                 f"{rss:.0f} MB")
     note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB{runs}; "
             f"counted +{peak_noise:.0%} for the noise between runs, at least the policy's "
             f"min_mem_spread of {policy.min_mem_spread:.0%}, and +{policy.mem_headroom:.0%} "

@@ -44,7 +44,8 @@ class Point:
     # samples/s of each repeat, in the order they ran (interleaved with other points'):
     # samples_per_s is their median. Empty in profiles from before repeats.
     repeats: tuple[float, ...] = ()
-    peaks_mb: tuple[float, ...] = ()     # each repeat's peak memory; peak_rss_mb the highest
+    # each repeat's peak memory (footprint_mb's measure); footprint_mb the highest
+    peaks_mb: tuple[float, ...] = ()
     # The peak of the part the page cache cannot take back: anonymous and shared memory,
     # each page once, as the cgroup charges it (libraries' file pages it can). None where
     # the kernel does not tell it apart, and in profiles from before it was measured.
@@ -53,6 +54,17 @@ class Point:
     # started anew: a fork maps fewer of the libraries' pages and shares the rest, so its
     # memory is not the job's and only its rates count. Combined: all its runs were.
     forked: bool = False
+    # The tree's peak with each page once (Pss), as its cgroup charges the pages it maps;
+    # peak_rss_mb sums its processes' resident memory, so a page the loader workers share
+    # with their trainer counts in each. None where the kernel does not tell it, and in
+    # profiles from before it was measured.
+    peak_pss_mb: float | None = None
+
+    @property
+    def footprint_mb(self) -> float:
+        """The point's peak memory in MB: each page once where measured, else the
+        processes' resident memory summed (more than the job holds: the safe side)."""
+        return self.peak_rss_mb if self.peak_pss_mb is None else self.peak_pss_mb
 
     @property
     def spread(self) -> float | None:
@@ -85,7 +97,8 @@ def combine(runs: Sequence[Point]) -> Point:
                    peak_rss_mb=max(r.peak_rss_mb for r in mem),
                    step_s=sum(r.step_s for r in runs),
                    repeats=tuple(r.samples_per_s for r in runs),
-                   peaks_mb=tuple(r.peak_rss_mb for r in mem),
+                   peaks_mb=tuple(r.footprint_mb for r in mem),
+                   peak_pss_mb=highest_known(r.peak_pss_mb for r in mem),
                    anon_mb=highest_known(r.anon_mb for r in mem),
                    forked=all(r.forked for r in runs))
 

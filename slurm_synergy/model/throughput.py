@@ -133,7 +133,7 @@ def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu
     model = ThroughputModel(
         basis="components", prep_core_s=p, host_core_s=h,
         device_rate=compute.samples_per_s if on_gpu else None,
-        footprint_mb=max((pt.peak_rss_mb for pt in held), default=compute.peak_rss_mb),
+        footprint_mb=max((pt.footprint_mb for pt in held), default=compute.footprint_mb),
         fetch=fetch, anon_mb=highest_known(pt.anon_mb for pt in held),
         shared_core_s=shared_s)
     return replace(model, held_out=_errors(model, train, loader, compute))

@@ -132,18 +132,23 @@ class Measurement:
     samples: int
     seconds: float                  # the longest measured window
     cpu_s_per_sample: float         # the training processes' CPU time per sample
-    peak_rss_mb: float              # the whole process tree, loader workers included
+    # The whole process tree's peak, loader workers included: its processes' resident
+    # memory summed (a page they share counted in each), and each page once (Pss; None
+    # where the kernel cannot tell it).
+    peak_rss_mb: float
     peak_gpu_mem_mb: float | None
     dataset_len: int | None
     data_root: str
     step_peak_mib: float | None = None  # memory mode: the highest rank's
     step_peak_device: str = ""
-    # The tree's anonymous and shared memory, each page once (supervise.unreclaimable_kib);
+    peak_pss_mb: float | None = None
+    # The tree's anonymous and shared memory, each page once (supervise.proportional_kib);
     # None where the kernel cannot tell it.
     peak_anon_mb: float | None = None
 
 
 def measure(records: list[ProcessRecord], tree_rss_mb: float,
+            tree_pss_mb: float | None = None,
             tree_anon_mb: float | None = None) -> Measurement | None:
     """None when no process completed a measured step."""
     ranks = [r for r in records if r.steps > 0 and r.seconds > 0]
@@ -167,7 +172,7 @@ def measure(records: list[ProcessRecord], tree_rss_mb: float,
         data_root=next((r.data_root for r in ranks if r.data_root), ""),
         step_peak_mib=tracked.step_peak_mib if tracked else None,
         step_peak_device=tracked.step_peak_device if tracked else "",
-        peak_anon_mb=tree_anon_mb or None)
+        peak_pss_mb=tree_pss_mb or None, peak_anon_mb=tree_anon_mb or None)
 
 
 @dataclass(frozen=True)

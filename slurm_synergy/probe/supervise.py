@@ -55,21 +55,23 @@ def script_name(argv: list[str]) -> str:
     return script or argv[0]
 
 
-def unreclaimable_kib(pid: int) -> int | None:
-    """A process's anonymous and shared memory with each page shared among processes
-    counted in proportion (smaps_rollup's Pss_Anon + Pss_Shmem): summed over a process
-    tree, every page once, as its cgroup charges it, and what the page cache cannot take
-    back (libraries' file pages can be). None where the kernel does not split Pss
-    (before Linux 5.9); OSError when the process is gone."""
+def proportional_kib(pid: int) -> tuple[int, int | None]:
+    """A process's memory with each page shared among processes counted in proportion,
+    from smaps_rollup: summed over a process tree, every page once, as its cgroup charges
+    it. Returns (Pss, Pss_Anon + Pss_Shmem): all its mapped memory, and the part the page
+    cache cannot take back (libraries' file pages it can); the second is None where the
+    kernel does not split Pss (before Linux 5.9). OSError when the process is gone or
+    the kernel has no smaps_rollup (before 4.14)."""
     fields: dict[str, int] = {}
     with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
         for line in fh:
             name, _, rest = line.partition(":")
-            if name in ("Pss_Anon", "Pss_Shmem"):
+            if name in ("Pss", "Pss_Anon", "Pss_Shmem"):
                 fields[name] = int(rest.split()[0])
-    if len(fields) < 2:
-        return None
-    return fields["Pss_Anon"] + fields["Pss_Shmem"]
+    if "Pss" not in fields:
+        raise OSError(f"/proc/{pid}/smaps_rollup has no Pss")
+    split = "Pss_Anon" in fields and "Pss_Shmem" in fields
+    return fields["Pss"], fields["Pss_Anon"] + fields["Pss_Shmem"] if split else None
 
 
 @dataclass
@@ -77,15 +79,26 @@ class ProcessTree:
     """The processes seen beneath the probe, and their memory."""
 
     top: int
-    # Read the unreclaimable memory at most this often (0: at every look). smaps_rollup
+    # Read the proportional memory at most this often (0: at every look). smaps_rollup
     # walks a process's page tables under its memory lock: about 5 ms for a torch
     # trainer, 4% of a core at four looks a second, taken from the job it watches.
-    anon_every_s: float = 0.0
+    pss_every_s: float = 0.0
     seen: dict[int, tuple[int, str]] = field(default_factory=dict)   # pid: (ppid, cmdline)
+    # The tree's resident memory summed over its processes at its peak: a page that
+    # loader workers share with their trainer counts once in each (twice or more the
+    # job's real use with a few workers); the fallback where the next is unknown.
     peak_rss_mb: float = 0.0
-    # The tree's unreclaimable memory at its peak; None where the kernel cannot tell it.
+    # The tree's memory at its peak with each page once (Pss): what its cgroup charges
+    # for the pages it maps. None where the kernel cannot tell it.
+    peak_pss_mb: float | None = 0.0
+    # The part of it that is anonymous or shared memory; None where unknown.
     peak_anon_mb: float | None = 0.0
-    _anon_at: float = field(default=-math.inf, repr=False)
+    _pss_at: float = field(default=-math.inf, repr=False)
+
+    @property
+    def footprint_mb(self) -> float:
+        """The tree's peak memory, each page once where the kernel tells it."""
+        return self.peak_pss_mb or self.peak_rss_mb
 
     def look(self) -> None:
         try:
@@ -94,27 +107,44 @@ class ProcessTree:
         except psutil.Error:
             return
         now = time.monotonic()
-        anon = now - self._anon_at >= self.anon_every_s
-        if anon:
-            self._anon_at = now
-        rss, anon_kib, split = 0, 0, True
+        proportional = now - self._pss_at >= self.pss_every_s
+        if proportional:
+            self._pss_at = now
+        rss, pss_kib, anon_kib = 0, 0, 0
+        pss_known, anon_known = True, True
         for p in procs:
             try:
                 with p.oneshot():
                     rss += p.memory_info().rss
                     if p.pid not in self.seen:
                         self.seen[p.pid] = (p.ppid(), " ".join(" ".join(p.cmdline()).split()))
-                kib = unreclaimable_kib(p.pid) if anon else 0
-            except (psutil.Error, OSError):
+            except psutil.Error:
                 continue
-            if kib is None:
-                split = False
+            if not proportional:
+                continue
+            try:
+                pss, anon = proportional_kib(p.pid)
+            except OSError:
+                # Gone since: its pages are no longer the tree's. Still there: the kernel
+                # has no smaps_rollup (before Linux 4.14) or will not show it.
+                if psutil.pid_exists(p.pid):
+                    pss_known = False
+                continue
+            pss_kib += pss
+            if anon is None:
+                anon_known = False
             else:
-                anon_kib += kib
+                anon_kib += anon
         self.peak_rss_mb = max(self.peak_rss_mb, rss / 2**20)
-        if not split:
+        if not proportional:
+            return
+        if not pss_known:
+            self.peak_pss_mb = None
+        elif self.peak_pss_mb is not None:
+            self.peak_pss_mb = max(self.peak_pss_mb, pss_kib / 1024)
+        if not (pss_known and anon_known):
             self.peak_anon_mb = None
-        elif anon and self.peak_anon_mb is not None:
+        elif self.peak_anon_mb is not None:
             self.peak_anon_mb = max(self.peak_anon_mb, anon_kib / 1024)
 
     def unprobed(self, probed: set[int]) -> list[str]:
@@ -270,7 +300,8 @@ def _signal(proc: Started, sig: int, watch: bool) -> None:
 def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRecord],
           tree: ProcessTree, timed_out_after: float | None) -> ProbeResult:
     script = script_name(argv)
-    measurement = measure(records, tree.peak_rss_mb, tree.peak_anon_mb)
+    measurement = measure(records, tree.peak_rss_mb, tree.peak_pss_mb,
+                          tree.peak_anon_mb)
     unprobed = tree.unprobed({r.pid for r in records})
     took = max((r.batches for r in records), default=0)
     errors = [r.error for r in records if r.error]

@@ -188,11 +188,11 @@ class Sweep:
         while windows.alive():
             windows.tree.look()
             time.sleep(MEMORY_LOOK_S)
-        if windows.tree.peak_rss_mb > peak * (1 + self.policy.min_mem_spread / 2):
+        if windows.tree.footprint_mb > peak * (1 + self.policy.min_mem_spread / 2):
             grown = _with_peak(profile, windows)
             self.store.save(grown)
             self.log(f"{PROG}: {fp}: the job's memory peaked later at "
-                     f"{windows.tree.peak_rss_mb:.0f} MB (the sweep saw {peak:.0f}); profile "
+                     f"{windows.tree.footprint_mb:.0f} MB (the sweep saw {peak:.0f}); profile "
                      "and decisions updated")
             self._apply(grown)
 
@@ -243,7 +243,8 @@ class Sweep:
                          host_cpu_s_per_sample=statistics.median(
                              w.trainer_cpu_s / w.samples for w in ws if w.samples),
                          peak_rss_mb=tree.peak_rss_mb, step_s=sum(w.seconds for w in ws),
-                         repeats=tuple(rates), peaks_mb=(tree.peak_rss_mb,), anon_mb=anon)
+                         repeats=tuple(rates), peaks_mb=(tree.footprint_mb,), anon_mb=anon,
+                         peak_pss_mb=tree.peak_pss_mb or None)
         points = [point(windows.top, [w.samples_per_s for w in full], full)]
         lost_s = 0.0
         for k in sorted({w.cores for w in runs if w.cores < windows.top}, reverse=True):
@@ -269,7 +270,7 @@ class Sweep:
         model = ThroughputModel(
             basis="in-run", prep_core_s=p, host_core_s=h,
             device_rate=full_rate / max(0.05, 1 - stall) if gpus else None,
-            footprint_mb=tree.peak_rss_mb, fetch=None, anon_mb=anon)
+            footprint_mb=tree.footprint_mb, fetch=None, anon_mb=anon)
         held = tuple(PointError(pt.cores, pt.workers, pt.samples_per_s,
                                 predict(model, pt.cores, None, pt.workers), pt.spread)
                      for pt in points if pt.samples_per_s > 0)
@@ -333,8 +334,10 @@ def _bracket(runs: list[Window], i: int) -> float:
 
 
 def _with_peak(profile: Profile, windows: RunWindows) -> Profile:
-    peak, anon = windows.tree.peak_rss_mb, windows.tree.peak_anon_mb or None
-    points = tuple(replace(p, peak_rss_mb=peak, peaks_mb=(peak,), anon_mb=anon)
+    tree = windows.tree
+    peak, anon = tree.footprint_mb, tree.peak_anon_mb or None
+    points = tuple(replace(p, peak_rss_mb=tree.peak_rss_mb, peaks_mb=(peak,), anon_mb=anon,
+                           peak_pss_mb=tree.peak_pss_mb or None)
                    for p in profile.points)
     return replace(profile, points=points,
                    model=replace(profile.model, footprint_mb=peak, anon_mb=anon))

@@ -29,12 +29,12 @@ from slurm_synergy.probe.supervise import ProcessTree, Started
 RECORD_S = 0.25         # how often a process writes its record while windows run
 ACK_S = 30.0            # the longest a window waits for every trainer's first boundary
 # How often a window looks at the job's processes (their memory; threads to hold) and
-# reads their unreclaimable memory. The supervisor runs beside the job on its cores: at
+# reads their proportional memory (smaps_rollup). The supervisor runs beside the job on its cores: at
 # four looks a second with smaps_rollup each time it took 5% of a core, from the full
 # windows only (at fewer cores it had a core of its own), which made fewer cores look
 # better. A process forked in a window inherits its parent's narrow set meanwhile.
 LOOK_S = 1.0
-ANON_LOOK_S = 5.0
+PSS_LOOK_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class RunWindows:
                  log: Callable[[str], None]) -> None:
         self.proc, self.folder, self.allowed, self.log = proc, folder, allowed, log
         self.top = len(allowed)
-        self.tree = ProcessTree(proc.pid, anon_every_s=ANON_LOOK_S)
+        self.tree = ProcessTree(proc.pid, pss_every_s=PSS_LOOK_S)
         self.trouble = Trouble()
         self.order = 0
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.probe.hooks import batch_size
-from slurm_synergy.probe.supervise import ProcessTree, script_name, unreclaimable_kib
+from slurm_synergy.probe.supervise import ProcessTree, proportional_kib, script_name
 from slurm_synergy.model.options import declared_options, spelling, value_of, without
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -306,7 +306,8 @@ time.sleep(60)
 
 def test_the_tree_counts_memory_as_its_cgroup_would_each_page_once():
     # A parent and its fork share 200 MB copy-on-write, as a DataLoader worker shares its
-    # trainer's: their RSS adds up to 400 MB, the unreclaimable memory to 200 MB.
+    # trainer's: their RSS adds up to 400 MB, their footprint (Pss) and its unreclaimable
+    # part to 200 MB and a little of Python's own.
     proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
                             start_new_session=True)
     try:
@@ -314,10 +315,32 @@ def test_the_tree_counts_memory_as_its_cgroup_would_each_page_once():
         tree = ProcessTree(proc.pid)
         tree.look()
         assert tree.peak_rss_mb > 390
+        assert tree.peak_pss_mb is not None and 195 < tree.peak_pss_mb < 260
+        assert tree.footprint_mb == tree.peak_pss_mb
         assert tree.peak_anon_mb is not None and 195 < tree.peak_anon_mb < 240
-        assert unreclaimable_kib(proc.pid) is not None
+        pss, anon = proportional_kib(proc.pid)
+        assert anon is not None and anon <= pss
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     with pytest.raises(OSError):
-        unreclaimable_kib(proc.pid)
+        proportional_kib(proc.pid)
+
+
+def test_the_tree_falls_back_to_summed_rss_where_the_kernel_hides_pss(monkeypatch):
+    # Without smaps_rollup (before Linux 4.14), or where it cannot be read, the footprint
+    # is the processes' resident memory summed: more than the job holds, never less.
+    def hidden(pid: int) -> tuple[int, int | None]:
+        raise OSError("no smaps_rollup")
+    monkeypatch.setattr("slurm_synergy.probe.supervise.proportional_kib", hidden)
+    proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        tree = ProcessTree(proc.pid)
+        tree.look()
+        assert tree.peak_pss_mb is None and tree.peak_anon_mb is None
+        assert tree.footprint_mb == tree.peak_rss_mb > 390
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

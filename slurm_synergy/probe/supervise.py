@@ -55,13 +55,17 @@ def script_name(argv: list[str]) -> str:
     return script or argv[0]
 
 
+# smaps_rollup came with Linux 4.14; without it a tree's memory is its RSS summed.
+SMAPS_ROLLUP = Path("/proc/self/smaps_rollup").exists()
+
+
 def proportional_kib(pid: int) -> tuple[int, int | None]:
     """A process's memory with each page shared among processes counted in proportion,
     from smaps_rollup: summed over a process tree, every page once, as its cgroup charges
     it. Returns (Pss, Pss_Anon + Pss_Shmem): all its mapped memory, and the part the page
     cache cannot take back (libraries' file pages it can); the second is None where the
-    kernel does not split Pss (before Linux 5.9). OSError when the process is gone or
-    the kernel has no smaps_rollup (before 4.14)."""
+    kernel does not split Pss (before Linux 5.9). OSError when the process maps nothing
+    any more (gone, a zombie, exiting) or is not ours to read."""
     fields: dict[str, int] = {}
     with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
         for line in fh:
@@ -69,7 +73,7 @@ def proportional_kib(pid: int) -> tuple[int, int | None]:
             if name in ("Pss", "Pss_Anon", "Pss_Shmem"):
                 fields[name] = int(rest.split()[0])
     if "Pss" not in fields:
-        raise OSError(f"/proc/{pid}/smaps_rollup has no Pss")
+        raise ProcessLookupError(f"process {pid} maps no memory")
     split = "Pss_Anon" in fields and "Pss_Shmem" in fields
     return fields["Pss"], fields["Pss_Anon"] + fields["Pss_Shmem"] if split else None
 
@@ -110,8 +114,7 @@ class ProcessTree:
         proportional = now - self._pss_at >= self.pss_every_s
         if proportional:
             self._pss_at = now
-        rss, pss_kib, anon_kib = 0, 0, 0
-        pss_known, anon_known = True, True
+        rss, pss_kib, anon_kib, anon_known = 0, 0, 0, True
         for p in procs:
             try:
                 with p.oneshot():
@@ -120,15 +123,13 @@ class ProcessTree:
                         self.seen[p.pid] = (p.ppid(), " ".join(" ".join(p.cmdline()).split()))
             except psutil.Error:
                 continue
-            if not proportional:
+            if not (proportional and SMAPS_ROLLUP):
                 continue
             try:
                 pss, anon = proportional_kib(p.pid)
             except OSError:
-                # Gone since: its pages are no longer the tree's. Still there: the kernel
-                # has no smaps_rollup (before Linux 4.14) or will not show it.
-                if psutil.pid_exists(p.pid):
-                    pss_known = False
+                # A loader worker that ended at its epoch's end, not yet reaped: it holds
+                # no pages. Not a reason to call the tree's memory unknown.
                 continue
             pss_kib += pss
             if anon is None:
@@ -138,11 +139,12 @@ class ProcessTree:
         self.peak_rss_mb = max(self.peak_rss_mb, rss / 2**20)
         if not proportional:
             return
-        if not pss_known:
-            self.peak_pss_mb = None
-        elif self.peak_pss_mb is not None:
+        if not SMAPS_ROLLUP:
+            self.peak_pss_mb = self.peak_anon_mb = None
+            return
+        if self.peak_pss_mb is not None:
             self.peak_pss_mb = max(self.peak_pss_mb, pss_kib / 1024)
-        if not (pss_known and anon_known):
+        if not anon_known:
             self.peak_anon_mb = None
         elif self.peak_anon_mb is not None:
             self.peak_anon_mb = max(self.peak_anon_mb, anon_kib / 1024)

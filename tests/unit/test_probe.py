@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
 from slurm_synergy.probe.hooks import batch_size
@@ -328,11 +329,9 @@ def test_the_tree_counts_memory_as_its_cgroup_would_each_page_once():
 
 
 def test_the_tree_falls_back_to_summed_rss_where_the_kernel_hides_pss(monkeypatch):
-    # Without smaps_rollup (before Linux 4.14), or where it cannot be read, the footprint
-    # is the processes' resident memory summed: more than the job holds, never less.
-    def hidden(pid: int) -> tuple[int, int | None]:
-        raise OSError("no smaps_rollup")
-    monkeypatch.setattr("slurm_synergy.probe.supervise.proportional_kib", hidden)
+    # Without smaps_rollup (before Linux 4.14) the footprint is the processes' resident
+    # memory summed: more than the job holds, never less.
+    monkeypatch.setattr("slurm_synergy.probe.supervise.SMAPS_ROLLUP", False)
     proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
                             start_new_session=True)
     try:
@@ -341,6 +340,33 @@ def test_the_tree_falls_back_to_summed_rss_where_the_kernel_hides_pss(monkeypatc
         tree.look()
         assert tree.peak_pss_mb is None and tree.peak_anon_mb is None
         assert tree.footprint_mb == tree.peak_rss_mb > 390
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_worker_exiting_while_it_is_read_leaves_the_tree_measured(monkeypatch):
+    # A loader worker ending at its epoch's end: psutil still sees it, but its
+    # smaps_rollup has no pages left (or the read fails). A bench's offline profile
+    # once lost its footprint to one (it fell back to the RSS summed for good).
+    from slurm_synergy.probe import supervise
+    read = supervise.proportional_kib
+    proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        (worker,) = psutil.Process(proc.pid).children()
+
+        def exiting(pid: int) -> tuple[int, int | None]:
+            if pid == worker.pid:
+                raise ProcessLookupError(f"process {pid} maps no memory")
+            return read(pid)
+        monkeypatch.setattr(supervise, "proportional_kib", exiting)
+        tree = ProcessTree(proc.pid)
+        tree.look()
+        # Known, from the trainer's share (the mock worker still holds its half).
+        assert tree.peak_pss_mb is not None and 95 < tree.peak_pss_mb < 160
+        assert tree.peak_anon_mb is not None and tree.footprint_mb == tree.peak_pss_mb
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

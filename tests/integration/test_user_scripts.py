@@ -71,8 +71,10 @@ def corpus(slurm, box, data, tmp_path_factory):
     policy.write_text((ROOT / "etc" / "policy.toml").read_text().replace(
         "max_spread = 0.25", "max_spread = 1.0"))
     os.environ["SYNERGY_POLICY"] = str(policy)
+    # Jobs start where their user submitted them, and these scripts write their own files
+    # there (torchloader's timing CSV, the trainer's summary): from a folder of the test's.
     first = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile",
-                                  "--on-profiled", "resubmit"))
+                                  "--on-profiled", "resubmit", cwd=out))
     finish(slurm, first.values(), timeout=2400)
     second = {name: resubmitted(job) for name, job in first.items()}
     finish(slurm, second.values(), timeout=2400)

@@ -1,12 +1,14 @@
 """The script probe on real scripts run here (no Slurm): what it counts and times, how it
 ends a script, what it sets, and the one-line reasons when there is nothing to measure."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -305,44 +307,45 @@ time.sleep(60)
 """
 
 
-def test_the_tree_counts_memory_as_its_cgroup_would_each_page_once():
-    # A parent and its fork share 200 MB copy-on-write, as a DataLoader worker shares its
-    # trainer's: their RSS adds up to 400 MB, their footprint (Pss) and its unreclaimable
-    # part to 200 MB and a little of Python's own.
+@contextlib.contextmanager
+def cow_tree() -> Iterator[int]:
+    """COW_TREE running, once its fork shares the 200 MB: its pid. Killed after."""
     proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
                             start_new_session=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        tree = ProcessTree(proc.pid)
+        yield proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_the_tree_counts_memory_as_its_cgroup_would_each_page_once():
+    # A parent and its fork share 200 MB copy-on-write, as a DataLoader worker shares its
+    # trainer's: their RSS adds up to 400 MB, their footprint (Pss) and its unreclaimable
+    # part to 200 MB and a little of Python's own.
+    with cow_tree() as pid:
+        tree = ProcessTree(pid)
         tree.look()
         assert tree.peak_rss_mb > 390
         assert tree.peak_pss_mb is not None and 195 < tree.peak_pss_mb < 260
         assert tree.footprint_mb == tree.peak_pss_mb
         assert tree.peak_anon_mb is not None and 195 < tree.peak_anon_mb < 240
-        pss, anon = proportional_kib(proc.pid)
+        pss, anon = proportional_kib(pid)
         assert anon is not None and anon <= pss
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     with pytest.raises(OSError):
-        proportional_kib(proc.pid)
+        proportional_kib(pid)
 
 
 def test_the_tree_falls_back_to_summed_rss_where_the_kernel_hides_pss(monkeypatch):
     # Without smaps_rollup (before Linux 4.14) the footprint is the processes' resident
     # memory summed: more than the job holds, never less.
     monkeypatch.setattr("slurm_synergy.probe.supervise.SMAPS_ROLLUP", False)
-    proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        tree = ProcessTree(proc.pid)
+    with cow_tree() as pid:
+        tree = ProcessTree(pid)
         tree.look()
         assert tree.peak_pss_mb is None and tree.peak_anon_mb is None
         assert tree.footprint_mb == tree.peak_rss_mb > 390
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_a_worker_exiting_while_it_is_read_leaves_the_tree_measured(monkeypatch):
@@ -351,22 +354,16 @@ def test_a_worker_exiting_while_it_is_read_leaves_the_tree_measured(monkeypatch)
     # once lost its footprint to one (it fell back to the RSS summed for good).
     from slurm_synergy.probe import supervise
     read = supervise.proportional_kib
-    proc = subprocess.Popen([sys.executable, "-c", COW_TREE], stdout=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        (worker,) = psutil.Process(proc.pid).children()
+    with cow_tree() as pid:
+        (worker,) = psutil.Process(pid).children()
 
-        def exiting(pid: int) -> tuple[int, int | None]:
-            if pid == worker.pid:
-                raise ProcessLookupError(f"process {pid} maps no memory")
-            return read(pid)
+        def exiting(other: int) -> tuple[int, int | None]:
+            if other == worker.pid:
+                raise ProcessLookupError(f"process {other} maps no memory")
+            return read(other)
         monkeypatch.setattr(supervise, "proportional_kib", exiting)
-        tree = ProcessTree(proc.pid)
+        tree = ProcessTree(pid)
         tree.look()
         # Known, from the trainer's share (the mock worker still holds its half).
         assert tree.peak_pss_mb is not None and 95 < tree.peak_pss_mb < 160
         assert tree.peak_anon_mb is not None and tree.footprint_mb == tree.peak_pss_mb
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()

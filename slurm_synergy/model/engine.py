@@ -341,12 +341,12 @@ def _memory_candidates(profile: Profile, resident: float, floor_m: int,
 
 def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
                  policy: Policy, peak_noise: float) -> str:
-    peaks = [m for p in memory_points(profile) for m in p.peaks_mb]
+    mem_points = memory_points(profile)
+    peaks = [m for p in mem_points for m in p.peaks_mb]
     # An in-run profile's points share the whole run's peak: one figure, not a range.
     apart = bool(peaks) and round(max(peaks)) > round(min(peaks))
     runs = f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if apart else ""
-    rss = max((p.peak_rss_mb for p in memory_points(profile) if p.peak_pss_mb is not None),
-              default=None)
+    rss = max((p.peak_rss_mb for p in mem_points if p.peak_pss_mb is not None), default=None)
     if rss is not None:
         runs += (f"; each page once, where its processes' resident memory summed comes to "
                  f"{rss:.0f} MB")

@@ -133,14 +133,14 @@ class Measurement:
     seconds: float                  # the longest measured window
     cpu_s_per_sample: float         # the training processes' CPU time per sample
     # The whole process tree's peak, loader workers included: its processes' resident
-    # memory summed (a page they share counted in each), and each page once (Pss; None
-    # where the kernel cannot tell it).
+    # memory summed (a page they share counted in each).
     peak_rss_mb: float
     peak_gpu_mem_mb: float | None
     dataset_len: int | None
     data_root: str
     step_peak_mib: float | None = None  # memory mode: the highest rank's
     step_peak_device: str = ""
+    # The same peak with each page once (Pss); None where the kernel cannot tell it.
     peak_pss_mb: float | None = None
     # The tree's anonymous and shared memory, each page once (supervise.proportional_kib);
     # None where the kernel cannot tell it.

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from slurm_synergy import __version__
 from slurm_synergy.argtypes import int_at_least
@@ -46,7 +46,7 @@ from slurm_synergy.model.throughput import predict
 from slurm_synergy.paths import policy_path
 from slurm_synergy.pending import rightsize_pending
 from slurm_synergy.probe.records import ProbeConfig
-from slurm_synergy.probe.supervise import Started, run, watch_exit
+from slurm_synergy.probe.supervise import ProcessTree, Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.windows import RECORD_S, RunWindows, Window
@@ -231,7 +231,6 @@ class Sweep:
         procs = max(1, len(windows.trainers()))
         workers = max((r.loader_workers or 0 for r in windows.trainers()), default=0)
         tree = windows.tree
-        anon = tree.peak_anon_mb or None
         mem_mb = int(os.environ.get("SLURM_MEM_PER_NODE", "0") or 0)
         gpus = int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0)
         full_rate = statistics.median(w.samples_per_s for w in full)
@@ -242,9 +241,8 @@ class Sweep:
                          data_stall_fraction=statistics.median(w.wait_share for w in ws),
                          host_cpu_s_per_sample=statistics.median(
                              w.trainer_cpu_s / w.samples for w in ws if w.samples),
-                         peak_rss_mb=tree.peak_rss_mb, step_s=sum(w.seconds for w in ws),
-                         repeats=tuple(rates), peaks_mb=(tree.footprint_mb,), anon_mb=anon,
-                         peak_pss_mb=tree.peak_pss_mb or None)
+                         step_s=sum(w.seconds for w in ws), repeats=tuple(rates),
+                         **_tree_memory(tree))
         points = [point(windows.top, [w.samples_per_s for w in full], full)]
         lost_s = 0.0
         for k in sorted({w.cores for w in runs if w.cores < windows.top}, reverse=True):
@@ -270,7 +268,7 @@ class Sweep:
         model = ThroughputModel(
             basis="in-run", prep_core_s=p, host_core_s=h,
             device_rate=full_rate / max(0.05, 1 - stall) if gpus else None,
-            footprint_mb=tree.footprint_mb, fetch=None, anon_mb=anon)
+            footprint_mb=tree.footprint_mb, fetch=None, anon_mb=tree.peak_anon_mb or None)
         held = tuple(PointError(pt.cores, pt.workers, pt.samples_per_s,
                                 predict(model, pt.cores, None, pt.workers), pt.spread)
                      for pt in points if pt.samples_per_s > 0)
@@ -333,14 +331,18 @@ def _bracket(runs: list[Window], i: int) -> float:
         w.samples_per_s for w in runs if w.cores == top)
 
 
+def _tree_memory(tree: ProcessTree) -> dict[str, Any]:
+    """A point's memory fields from the job's process tree: every point of an in-run
+    profile shares the whole run's peak."""
+    return {"peak_rss_mb": tree.peak_rss_mb, "peaks_mb": (tree.footprint_mb,),
+            "peak_pss_mb": tree.peak_pss_mb or None, "anon_mb": tree.peak_anon_mb or None}
+
+
 def _with_peak(profile: Profile, windows: RunWindows) -> Profile:
     tree = windows.tree
-    peak, anon = tree.footprint_mb, tree.peak_anon_mb or None
-    points = tuple(replace(p, peak_rss_mb=tree.peak_rss_mb, peaks_mb=(peak,), anon_mb=anon,
-                           peak_pss_mb=tree.peak_pss_mb or None)
-                   for p in profile.points)
-    return replace(profile, points=points,
-                   model=replace(profile.model, footprint_mb=peak, anon_mb=anon))
+    points = tuple(replace(p, **_tree_memory(tree)) for p in profile.points)
+    return replace(profile, points=points, model=replace(
+        profile.model, footprint_mb=tree.footprint_mb, anon_mb=tree.peak_anon_mb or None))
 
 
 def _now() -> str:

@@ -29,10 +29,11 @@ from slurm_synergy.probe.supervise import ProcessTree, Started
 RECORD_S = 0.25         # how often a process writes its record while windows run
 ACK_S = 30.0            # the longest a window waits for every trainer's first boundary
 # How often a window looks at the job's processes (their memory; threads to hold) and
-# reads their proportional memory (smaps_rollup). The supervisor runs beside the job on its cores: at
-# four looks a second with smaps_rollup each time it took 5% of a core, from the full
-# windows only (at fewer cores it had a core of its own), which made fewer cores look
-# better. A process forked in a window inherits its parent's narrow set meanwhile.
+# reads their proportional memory (smaps_rollup). The supervisor runs beside the job on
+# its cores: at four looks a second with smaps_rollup each time it took 5% of a core,
+# from the full windows only (at fewer cores it had a core of its own), which made fewer
+# cores look better. A process forked in a window inherits its parent's narrow set
+# meanwhile.
 LOOK_S = 1.0
 PSS_LOOK_S = 5.0
 

@@ -346,8 +346,12 @@ def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
     # An in-run profile's points share the whole run's peak: one figure, not a range.
     apart = bool(peaks) and round(max(peaks)) > round(min(peaks))
     runs = f", its runs {min(peaks):.0f}-{max(peaks):.0f} MB" if apart else ""
-    rss = max((p.peak_rss_mb for p in mem_points if p.peak_pss_mb is not None), default=None)
-    if rss is not None:
+    rss = max((p.peak_rss_mb for p in mem_points), default=0.0)
+    if any(p.peak_own_mb for p in mem_points):
+        runs += ("; its own pages once and its libraries' counted whole, which no other job "
+                 f"on the node changes, where its processes' resident memory summed comes "
+                 f"to {rss:.0f} MB")
+    elif any(p.peak_pss_mb for p in mem_points):
         runs += (f"; each page once, where its processes' resident memory summed comes to "
                  f"{rss:.0f} MB")
     note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB{runs}; "

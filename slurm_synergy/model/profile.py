@@ -54,17 +54,22 @@ class Point:
     # started anew: a fork maps fewer of the libraries' pages and shares the rest, so its
     # memory is not the job's and only its rates count. Combined: all its runs were.
     forked: bool = False
-    # The tree's peak with each page once (Pss), as its cgroup charges the pages it maps;
-    # peak_rss_mb sums its processes' resident memory, so a page the loader workers share
-    # with their trainer counts in each. None where the kernel does not tell it, and in
-    # profiles from before it was measured.
+    # The tree's peak with each page once (Pss); peak_rss_mb sums its processes'
+    # resident memory, so a page the loader workers share with their trainer counts in
+    # each. Pss shares a library's pages with every process on the node that maps it,
+    # so it falls while other jobs run there. None where the kernel does not tell it,
+    # and in profiles from before it was measured.
     peak_pss_mb: float | None = None
+    # The tree's own peak (probe.records.TreeMemory.own_mb): its anonymous and shared
+    # memory each page once and its file pages whole, whatever else runs on the node.
+    # None where the kernel does not tell it, and in profiles from before it was measured.
+    peak_own_mb: float | None = None
 
     @property
     def footprint_mb(self) -> float:
-        """The point's peak memory in MB: each page once where measured, else the
-        processes' resident memory summed (more than the job holds: the safe side)."""
-        return self.peak_rss_mb if self.peak_pss_mb is None else self.peak_pss_mb
+        """The point's peak memory in MB: the tree's own where measured, else each page
+        once, else the processes' resident memory summed (more than the job holds)."""
+        return self.peak_own_mb or self.peak_pss_mb or self.peak_rss_mb
 
     @property
     def spread(self) -> float | None:
@@ -99,6 +104,7 @@ def combine(runs: Sequence[Point]) -> Point:
                    repeats=tuple(r.samples_per_s for r in runs),
                    peaks_mb=tuple(r.footprint_mb for r in mem),
                    peak_pss_mb=highest_known(r.peak_pss_mb for r in mem),
+                   peak_own_mb=highest_known(r.peak_own_mb for r in mem),
                    anon_mb=highest_known(r.anon_mb for r in mem),
                    forked=all(r.forked for r in runs))
 

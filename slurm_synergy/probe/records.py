@@ -140,16 +140,25 @@ class Measurement:
     data_root: str
     step_peak_mib: float | None = None  # memory mode: the highest rank's
     step_peak_device: str = ""
-    # The same peak with each page once (Pss); None where the kernel cannot tell it.
+    # The tree's peaks as TreeMemory tells them; None where the kernel cannot tell them.
     peak_pss_mb: float | None = None
-    # The tree's anonymous and shared memory, each page once (supervise.proportional_kib);
-    # None where the kernel cannot tell it.
+    peak_own_mb: float | None = None
     peak_anon_mb: float | None = None
 
 
-def measure(records: list[ProcessRecord], tree_rss_mb: float,
-            tree_pss_mb: float | None = None,
-            tree_anon_mb: float | None = None) -> Measurement | None:
+@dataclass(frozen=True)
+class TreeMemory:
+    """A process tree's memory at its peaks, in MB (supervise.ProcessTree)."""
+
+    rss_mb: float                   # its processes' resident memory summed
+    pss_mb: float | None = None     # each page once, shared ones in proportion (Pss)
+    # Its own: anonymous and shared memory each page once, plus the file pages of the
+    # process that maps most counted whole; unlike Pss, no other job on the node moves it.
+    own_mb: float | None = None
+    anon_mb: float | None = None    # the anonymous and shared part
+
+
+def measure(records: list[ProcessRecord], tree: TreeMemory) -> Measurement | None:
     """None when no process completed a measured step."""
     ranks = [r for r in records if r.steps > 0 and r.seconds > 0]
     if not ranks:
@@ -166,13 +175,14 @@ def measure(records: list[ProcessRecord], tree_rss_mb: float,
         steps=min(r.steps for r in ranks), samples=samples,
         seconds=max(r.seconds for r in ranks),
         cpu_s_per_sample=sum(r.cpu_s for r in ranks) / samples if samples else 0.0,
-        peak_rss_mb=max(tree_rss_mb, sum(r.peak_rss_mb for r in ranks)),
+        peak_rss_mb=max(tree.rss_mb, sum(r.peak_rss_mb for r in ranks)),
         peak_gpu_mem_mb=max(gpu) if gpu else None,
         dataset_len=max(lens) if lens else None,
         data_root=next((r.data_root for r in ranks if r.data_root), ""),
         step_peak_mib=tracked.step_peak_mib if tracked else None,
         step_peak_device=tracked.step_peak_device if tracked else "",
-        peak_pss_mb=tree_pss_mb or None, peak_anon_mb=tree_anon_mb or None)
+        peak_pss_mb=tree.pss_mb or None, peak_own_mb=tree.own_mb or None,
+        peak_anon_mb=tree.anon_mb or None)
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import psutil
 
 from slurm_synergy.probe.records import (ENV_CONFIG, ENV_DIR, LEAST_STEPS, ProbeConfig,
-                                         ProbeResult, ProcessRecord, measure, probe_dir_of,
-                                         read_records)
+                                         ProbeResult, ProcessRecord, TreeMemory, measure,
+                                         probe_dir_of, read_records)
 
 BOOT = Path(__file__).resolve().parent / "boot"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -59,13 +59,21 @@ def script_name(argv: list[str]) -> str:
 SMAPS_ROLLUP = Path("/proc/self/smaps_rollup").exists()
 
 
-def proportional_kib(pid: int) -> tuple[int, int | None]:
-    """A process's memory with each page shared among processes counted in proportion,
-    from smaps_rollup: summed over a process tree, every page once, as its cgroup charges
-    it. Returns (Pss, Pss_Anon + Pss_Shmem): all its mapped memory, and the part the page
-    cache cannot take back (libraries' file pages it can); the second is None where the
-    kernel does not split Pss (before Linux 5.9). OSError when the process maps nothing
-    any more (gone, a zombie, exiting) or is not ours to read."""
+class PageKib(NamedTuple):
+    """A process's mapped memory in KiB, from smaps_rollup and status."""
+
+    pss: int            # every page it maps, each shared page in proportion to its mappers
+    own: int | None     # Pss_Anon + Pss_Shmem: pages only the job's own processes share
+    #                     (None before Linux 5.9, which does not split Pss)
+    file: int           # RssFile: its resident file pages (libraries), counted whole
+
+
+def page_kib(pid: int) -> PageKib:
+    """A process's memory. A file page (libtorch's, say) is shared with every process on
+    the node that maps the same file, other users' jobs too, so its Pss falls as they
+    come; anonymous and shared memory it shares only with the processes it forked.
+    OSError when the process maps nothing any more (gone, a zombie, exiting) or is not
+    ours to read."""
     fields: dict[str, int] = {}
     with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
         for line in fh:
@@ -74,8 +82,13 @@ def proportional_kib(pid: int) -> tuple[int, int | None]:
                 fields[name] = int(rest.split()[0])
     if "Pss" not in fields:
         raise ProcessLookupError(f"process {pid} maps no memory")
+    with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("RssFile:"):
+                fields["RssFile"] = int(line.split()[1])
     split = "Pss_Anon" in fields and "Pss_Shmem" in fields
-    return fields["Pss"], fields["Pss_Anon"] + fields["Pss_Shmem"] if split else None
+    return PageKib(fields["Pss"], fields["Pss_Anon"] + fields["Pss_Shmem"] if split else None,
+                   fields.get("RssFile", 0))
 
 
 @dataclass
@@ -90,19 +103,32 @@ class ProcessTree:
     seen: dict[int, tuple[int, str]] = field(default_factory=dict)   # pid: (ppid, cmdline)
     # The tree's resident memory summed over its processes at its peak: a page that
     # loader workers share with their trainer counts once in each (twice or more the
-    # job's real use with a few workers); the fallback where the next is unknown.
+    # job's real use with a few workers); the last fallback.
     peak_rss_mb: float = 0.0
-    # The tree's memory at its peak with each page once (Pss): what its cgroup charges
-    # for the pages it maps. None where the kernel cannot tell it.
+    # The same with each page once (Pss), shared pages in proportion to all their
+    # mappers on the node: lower while other jobs map the same libraries. The fallback
+    # where the next is unknown; None where the kernel cannot tell it.
     peak_pss_mb: float | None = 0.0
+    # The tree's own memory at its peak: its anonymous and shared memory, each page once,
+    # and the file pages of the process that maps most, counted whole (a worker maps a
+    # subset of its trainer's libraries, a rank the same as its siblings). What a cgroup
+    # of its own is charged on a node where nothing else maps those files; whatever
+    # else runs there, the same. None where the kernel does not split Pss (before 5.9).
+    peak_own_mb: float | None = 0.0
     # The part of it that is anonymous or shared memory; None where unknown.
     peak_anon_mb: float | None = 0.0
     _pss_at: float = field(default=-math.inf, repr=False)
 
     @property
     def footprint_mb(self) -> float:
-        """The tree's peak memory, each page once where the kernel tells it."""
-        return self.peak_pss_mb or self.peak_rss_mb
+        """The tree's peak memory: its own where the kernel tells it, else each page
+        once, else its processes' resident memory summed."""
+        return self.peak_own_mb or self.peak_pss_mb or self.peak_rss_mb
+
+    def memory(self) -> TreeMemory:
+        """Its peaks so far."""
+        return TreeMemory(self.peak_rss_mb, self.peak_pss_mb or None,
+                          self.peak_own_mb or None, self.peak_anon_mb or None)
 
     def look(self) -> None:
         try:
@@ -114,7 +140,7 @@ class ProcessTree:
         proportional = now - self._pss_at >= self.pss_every_s
         if proportional:
             self._pss_at = now
-        rss, pss_kib, anon_kib, anon_known = 0, 0, 0, True
+        rss, pss_kib, anon_kib, file_kib, anon_known = 0, 0, 0, 0, True
         for p in procs:
             try:
                 with p.oneshot():
@@ -126,28 +152,30 @@ class ProcessTree:
             if not (proportional and SMAPS_ROLLUP):
                 continue
             try:
-                pss, anon = proportional_kib(p.pid)
+                pages = page_kib(p.pid)
             except OSError:
                 # A loader worker that ended at its epoch's end, not yet reaped: it holds
                 # no pages. Not a reason to call the tree's memory unknown.
                 continue
-            pss_kib += pss
-            if anon is None:
+            pss_kib += pages.pss
+            file_kib = max(file_kib, pages.file)
+            if pages.own is None:
                 anon_known = False
             else:
-                anon_kib += anon
+                anon_kib += pages.own
         self.peak_rss_mb = max(self.peak_rss_mb, rss / 2**20)
         if not proportional:
             return
         if not SMAPS_ROLLUP:
-            self.peak_pss_mb = self.peak_anon_mb = None
+            self.peak_pss_mb = self.peak_own_mb = self.peak_anon_mb = None
             return
         if self.peak_pss_mb is not None:
             self.peak_pss_mb = max(self.peak_pss_mb, pss_kib / 1024)
         if not anon_known:
-            self.peak_anon_mb = None
-        elif self.peak_anon_mb is not None:
+            self.peak_own_mb = self.peak_anon_mb = None
+        elif self.peak_anon_mb is not None and self.peak_own_mb is not None:
             self.peak_anon_mb = max(self.peak_anon_mb, anon_kib / 1024)
+            self.peak_own_mb = max(self.peak_own_mb, (anon_kib + file_kib) / 1024)
 
     def unprobed(self, probed: set[int]) -> list[str]:
         """Commands started beneath the script that ran without the hooks: not probed,
@@ -302,8 +330,7 @@ def _signal(proc: Started, sig: int, watch: bool) -> None:
 def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRecord],
           tree: ProcessTree, timed_out_after: float | None) -> ProbeResult:
     script = script_name(argv)
-    measurement = measure(records, tree.peak_rss_mb, tree.peak_pss_mb,
-                          tree.peak_anon_mb)
+    measurement = measure(records, tree.memory())
     unprobed = tree.unprobed({r.pid for r in records})
     took = max((r.batches for r in records), default=0)
     errors = [r.error for r in records if r.error]

@@ -335,7 +335,8 @@ def _tree_memory(tree: ProcessTree) -> dict[str, Any]:
     """A point's memory fields from the job's process tree: every point of an in-run
     profile shares the whole run's peak."""
     return {"peak_rss_mb": tree.peak_rss_mb, "peaks_mb": (tree.footprint_mb,),
-            "peak_pss_mb": tree.peak_pss_mb or None, "anon_mb": tree.peak_anon_mb or None}
+            "peak_pss_mb": tree.peak_pss_mb or None, "peak_own_mb": tree.peak_own_mb or None,
+            "anon_mb": tree.peak_anon_mb or None}
 
 
 def _with_peak(profile: Profile, windows: RunWindows) -> Profile:

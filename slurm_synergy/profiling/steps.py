@@ -388,5 +388,6 @@ def to_point(step: Step, measured: dict[str, Any], wall: float, mem_mb: int,
                  data_stall_fraction=num("data_wait_share"),
                  host_cpu_s_per_sample=num("cpu_s_per_sample"),
                  peak_rss_mb=num("peak_rss_mb"), step_s=wall, gpus=step.gpus,
-                 peak_pss_mb=num("peak_pss_mb") or None, anon_mb=num("peak_anon_mb") or None,
+                 peak_pss_mb=num("peak_pss_mb") or None, peak_own_mb=num("peak_own_mb") or None,
+                 anon_mb=num("peak_anon_mb") or None,
                  forked=measured.get("forked") is True)

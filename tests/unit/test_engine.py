@@ -273,14 +273,24 @@ def test_an_in_run_profile_says_why_it_has_no_memory_model():
 def test_memory_counts_each_page_once_where_the_probe_measured_it():
     # The torchloader style with two loader workers (2026-11-27): its processes' RSS
     # summed 884 MB, each page once 397 MB; a worker shares most of its trainer's pages.
+    # Its own memory (its libraries' pages whole, however many jobs map them) 420 MB.
     summed = profile({2: [100.0, 100.0], 1: [60.0, 60.0]}, p=0.01, g=100.0, rss=884.0)
-    points = tuple(combine([dataclasses.replace(run, peak_pss_mb=397.0)
-                            for run in (pt, pt)]) for pt in summed.points)
-    once = dataclasses.replace(summed, points=points, model=dataclasses.replace(
-        summed.model, footprint_mb=max(pt.footprint_mb for pt in points)))
+
+    def measured(**peaks: float):
+        points = tuple(combine([dataclasses.replace(run, **peaks) for run in (pt, pt)])
+                       for pt in summed.points)
+        return dataclasses.replace(summed, points=points, model=dataclasses.replace(
+            summed.model, footprint_mb=max(pt.footprint_mb for pt in points)))
     assert decide(summed, TWO, Policy()).mem_mb == 1280     # 884 x 1.1 x 1.25 -> 1280
-    d = decide(once, TWO, Policy())
+    # A kernel before 5.9, or a profile from before the own figure: each page once.
+    d = decide(measured(peak_pss_mb=397.0), TWO, Policy())
     assert d.mem_mb == 768                                   # 397 x 1.1 x 1.25 -> 768
     (memory,) = [r for r in d.reasons if r.startswith("memory:")]
     assert ("peak use 397 MB; each page once, where its processes' resident memory summed "
+            "comes to 884 MB;") in memory
+    d = decide(measured(peak_pss_mb=397.0, peak_own_mb=420.0), TWO, Policy())
+    assert d.mem_mb == 768                                   # 420 x 1.1 x 1.25 -> 768
+    (memory,) = [r for r in d.reasons if r.startswith("memory:")]
+    assert ("peak use 420 MB; its own pages once and its libraries' counted whole, which no "
+            "other job on the node changes, where its processes' resident memory summed "
             "comes to 884 MB;") in memory

@@ -164,5 +164,5 @@ def test_the_first_run_is_new_and_only_new_runs_give_the_memory(tmp_path):
     both = combine(points)
     assert both.peak_rss_mb == points[0].peak_rss_mb and both.peaks_mb == (
         points[0].footprint_mb,)
-    assert both.footprint_mb == points[0].peak_pss_mb is not None
+    assert both.footprint_mb == points[0].peak_own_mb is not None
     assert both.repeats == tuple(p.samples_per_s for p in points) and not both.forked

@@ -87,7 +87,7 @@ def resubmit(job_id: str, script: Path, comment: str, job_name: str,
     base = comment_format.without(comment, *comment_format.PROFILING_MARKS)
     mode = resolve_mode(mode, slurm)
     how = _moved(read_move(gpu_move), base) if gpu_move is not None else \
-        _decided(fp, base, script, mode, slurm)
+        _decided(fp, base, script, mode, slurm, _live_comment(slurm, job_id))
     options = [*how.options, f"--export=ALL,{','.join(how.exports)}",
                f"--comment={how.comment} from={job_id}"]
     if array_task:
@@ -132,22 +132,42 @@ def _moved(move: GpuMove, comment: str) -> _Again:
                   f"moved from {move.from_type} to {move.gpu_type}", moved=True)
 
 
-def _decided(fp: str, comment: str, script: Path, mode: str, slurm: Slurm) -> _Again:
+def _live_comment(slurm: Slurm, job_id: str) -> str:
+    """The job's comment as slurmctld holds it now (the shim's or an in-place update's
+    decision= included); "" where it cannot be read."""
+    try:
+        return slurm.comment(job_id)
+    except SynergyError:
+        return ""
+
+
+def _decided(fp: str, comment: str, script: Path, mode: str, slurm: Slurm,
+             live: str) -> _Again:
     """Profiled: the new job runs as decided, never profiled again. In user mode the
-    decision is applied here; under the shim, slurmctld applies it from its table."""
+    decision is applied here; under the shim, slurmctld applies it from its table.
+    NothingToGain where the job (its `live` comment) runs as decided already: sized by a
+    decision at submission or in place (a job submitted with --profile for a workload
+    that had one), a resubmission would only wait in the queue again."""
+    now, now_text = comment_format.decision(live), comment_format.marks(live).get(
+        "decision", "")
     if mode == "user":
         options, exports, sized = _user_mode(fp, comment, script, slurm)
+        if now_text == sized.decided:
+            raise NothingToGain(f"the job runs as decided already ({now_text})")
         return _Again(options, ["SYNERGY_PROFILE=0", *exports],
                       comment_format.with_marks(comment, asked=sized.asked,
                                                 decision=sized.decided), sized.decided)
     try:
         # The shim sizes the resubmission by this user's own entry.
-        decided = fp in entries_of(read_table(table_path())[1])
+        entry = entries_of(read_table(table_path())[1]).get(fp)
     except SynergyError:
-        decided = False
-    if not decided:
+        entry = None
+    if entry is None:
         raise NothingToGain(f"the decision table {table_path()} has no decision for "
                             f"{fp} yet (its owner's next `synergy plugin sync` adds it)")
+    if now is not None and (now.cpus, now.mem_mb, now.gpus, now.workers) == (
+            entry.cpus, entry.mem_mb, entry.gpus, entry.workers):
+        raise NothingToGain(f"the job runs as decided already ({now_text})")
     return _Again([], ["SYNERGY_PROFILE=0"], comment, "")
 
 

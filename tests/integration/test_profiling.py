@@ -10,6 +10,7 @@ import pytest
 
 from slurm_synergy.csvjobs import load_jobs
 from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.shim.resubmit import read_chains
 
 from .conftest import ROOT, executable, finish, resubmitted, submitted_ids, synergy
 
@@ -103,7 +104,12 @@ def test_a_profiled_workload_is_not_profiled_again(slurm, profiled, tmp_path):
     assert finish(slurm, [job])[job].state == "COMPLETED"
     log = next((tmp_path / "logs").glob(f"*-{job}.out")).read_text()
     assert "already profiled" in log
-    finish(slurm, [resubmitted(job)])
+    # Nothing was measured, and the shim sized the job by the decision at submission: it
+    # trains in place rather than wait in the queue again at the same size.
+    assert "not resubmitted: the job runs as decided already" in log, log
+    assert "profiled in job" not in log
+    assert not [c for c in read_chains(slurm.cluster_name()) if c.profiled_job == job]
+    assert (tmp_path / spec.name / "summary.json").exists()
     assert store().path(spec.fingerprint).stat().st_mtime_ns == before
 
 

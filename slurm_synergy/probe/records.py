@@ -157,6 +157,12 @@ class TreeMemory:
     own_mb: float | None = None
     anon_mb: float | None = None    # the anonymous and shared part
 
+    @property
+    def footprint_mb(self) -> float:
+        """Its peak: its own where the kernel tells it, else each page once, else its
+        processes' resident memory summed."""
+        return self.own_mb or self.pss_mb or self.rss_mb
+
 
 def measure(records: list[ProcessRecord], tree: TreeMemory) -> Measurement | None:
     """None when no process completed a measured step."""

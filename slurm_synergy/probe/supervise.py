@@ -121,12 +121,11 @@ class ProcessTree:
 
     @property
     def footprint_mb(self) -> float:
-        """The tree's peak memory: its own where the kernel tells it, else each page
-        once, else its processes' resident memory summed."""
-        return self.peak_own_mb or self.peak_pss_mb or self.peak_rss_mb
+        """The tree's peak memory (TreeMemory.footprint_mb)."""
+        return self.memory().footprint_mb
 
     def memory(self) -> TreeMemory:
-        """Its peaks so far."""
+        """Its peaks so far, None where unknown."""
         return TreeMemory(self.peak_rss_mb, self.peak_pss_mb or None,
                           self.peak_own_mb or None, self.peak_anon_mb or None)
 

@@ -268,7 +268,7 @@ class Sweep:
         model = ThroughputModel(
             basis="in-run", prep_core_s=p, host_core_s=h,
             device_rate=full_rate / max(0.05, 1 - stall) if gpus else None,
-            footprint_mb=tree.footprint_mb, fetch=None, anon_mb=tree.peak_anon_mb or None)
+            footprint_mb=tree.footprint_mb, fetch=None, anon_mb=tree.memory().anon_mb)
         held = tuple(PointError(pt.cores, pt.workers, pt.samples_per_s,
                                 predict(model, pt.cores, None, pt.workers), pt.spread)
                      for pt in points if pt.samples_per_s > 0)
@@ -334,16 +334,17 @@ def _bracket(runs: list[Window], i: int) -> float:
 def _tree_memory(tree: ProcessTree) -> dict[str, Any]:
     """A point's memory fields from the job's process tree: every point of an in-run
     profile shares the whole run's peak."""
-    return {"peak_rss_mb": tree.peak_rss_mb, "peaks_mb": (tree.footprint_mb,),
-            "peak_pss_mb": tree.peak_pss_mb or None, "peak_own_mb": tree.peak_own_mb or None,
-            "anon_mb": tree.peak_anon_mb or None}
+    m = tree.memory()
+    return {"peak_rss_mb": m.rss_mb, "peaks_mb": (m.footprint_mb,), "peak_pss_mb": m.pss_mb,
+            "peak_own_mb": m.own_mb, "anon_mb": m.anon_mb}
 
 
 def _with_peak(profile: Profile, windows: RunWindows) -> Profile:
     tree = windows.tree
     points = tuple(replace(p, **_tree_memory(tree)) for p in profile.points)
+    m = tree.memory()
     return replace(profile, points=points, model=replace(
-        profile.model, footprint_mb=tree.footprint_mb, anon_mb=tree.peak_anon_mb or None))
+        profile.model, footprint_mb=m.footprint_mb, anon_mb=m.anon_mb))
 
 
 def _now() -> str:

@@ -148,8 +148,7 @@ def _decided(fp: str, comment: str, script: Path, mode: str, slurm: Slurm,
     NothingToGain where the job (its `live` comment) runs as decided already: sized by a
     decision at submission or in place (a job submitted with --profile for a workload
     that had one), a resubmission would only wait in the queue again."""
-    now, now_text = comment_format.decision(live), comment_format.marks(live).get(
-        "decision", "")
+    now_text = comment_format.marks(live).get("decision", "")
     if mode == "user":
         options, exports, sized = _user_mode(fp, comment, script, slurm)
         if now_text == sized.decided:
@@ -165,6 +164,7 @@ def _decided(fp: str, comment: str, script: Path, mode: str, slurm: Slurm,
     if entry is None:
         raise NothingToGain(f"the decision table {table_path()} has no decision for "
                             f"{fp} yet (its owner's next `synergy plugin sync` adds it)")
+    now = comment_format.decision(live)
     if now is not None and (now.cpus, now.mem_mb, now.gpus, now.workers) == (
             entry.cpus, entry.mem_mb, entry.gpus, entry.workers):
         raise NothingToGain(f"the job runs as decided already ({now_text})")

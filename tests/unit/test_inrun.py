@@ -153,7 +153,8 @@ time.sleep(30)
         windows._hold(narrow)
         go.touch()
         deadline = time.monotonic() + 10
-        while not child.exists() and time.monotonic() < deadline:
+        # write_text creates the file before it writes the pid: wait for the pid.
+        while not (child.exists() and child.read_text()) and time.monotonic() < deadline:
             time.sleep(0.02)
         pid = int(child.read_text())
         assert os.sched_getaffinity(pid) == narrow, "forked inside the window"

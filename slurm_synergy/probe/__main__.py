@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         "%(default)s)")
     add("--iterations", type=int_at_least(1), default=20,
         help="measured steps, then the script is ended cleanly (default %(default)s)")
+    add("--peak", type=positive_float, metavar="SECONDS",
+        help="train mode: after the measured steps, let the script train on this long "
+        "while its memory is read ten times a second (default: end it at once)")
     add("--time-limit", type=positive_float, default=120.0,
         help="seconds the script may take to its first batch (default %(default)s)")
     add("--interval", type=positive_float, default=30.0,
@@ -66,7 +69,7 @@ def main(argv: Sequence[str] | None = None, start: Start | None = None) -> int:
         return USAGE_EXIT
     config = ProbeConfig(mode=args.mode, workers=args.workers, warmup=args.warmup,
                          iterations=args.iterations, interval_s=args.interval,
-                         sync_cuda=not args.no_sync)
+                         sync_cuda=not args.no_sync, peak_s=args.peak or 0.0)
     try:
         result = run(config, command, args.out.resolve(), args.time_limit, start)
     except OSError as e:

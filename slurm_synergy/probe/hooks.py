@@ -107,6 +107,7 @@ class Recorder:
         self.control_stamp: tuple[int, int] | None = None
         self.own_threads: int | None = None     # torch's threads before any order
         self.done = False
+        self.stop_at: float | None = None   # peak_s: when the measured script is ended
         self.counts: dict[int, int] = {}    # batches per loader, by id
         self.primary: int | None = None     # the loader steps are counted on
         self.other_wait = 0.0   # waits outside the primary's __next__ in the current step
@@ -218,8 +219,13 @@ class Recorder:
         return key == self.primary
 
     def next_batch(self, it: Any, original: Callable[[Any], Any], kind: str) -> Any:
-        if self.done or getattr(it, "_synergy_init", False):
-            return original(it)     # measured already; or DALI filling its first batch
+        if self.done:
+            if self.stop_at is not None and time.perf_counter() >= self.stop_at and \
+                    threading.current_thread() is threading.main_thread():
+                raise ProbeStop()
+            return original(it)     # measured already (its memory still watched)
+        if getattr(it, "_synergy_init", False):
+            return original(it)     # DALI filling its first batch
         if kind not in self.rec.loaders:
             self.rec.loaders.append(kind)
         if not self._primary(it):
@@ -235,6 +241,8 @@ class Recorder:
             self._took(0.0, self.replay)
             return self.replay
         t0 = self._step_boundary()
+        if self.done:
+            return original(it)     # the last measured step ended here; the rest uncounted
         batch = original(it)
         self._took(time.perf_counter() - t0, batch)
         if self.cfg.mode == "compute":
@@ -280,7 +288,9 @@ class Recorder:
             self.rec.step_peak_mib, self.rec.step_peak_device = memory.stop(self.tracker)
             self.tracker = None
         self.write("measured")
-        if threading.current_thread() is threading.main_thread():
+        if self.cfg.peak_s > 0:
+            self.stop_at = time.perf_counter() + self.cfg.peak_s
+        elif threading.current_thread() is threading.main_thread():
             raise ProbeStop()
 
     def at_exit(self) -> None:

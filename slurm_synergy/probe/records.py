@@ -44,6 +44,11 @@ class ProbeConfig:
     # Watch mode: follow the supervisor's control file (CONTROL_NAME), so that the run's
     # cores can be swept while it trains.
     controlled: bool = False
+    # Train mode: seconds the script trains on after its measured steps, while the
+    # supervisor reads its memory ten times a second. A peak is a maximum over time: a
+    # fast script's loader worker lives for a fraction of a second each epoch, and a step
+    # of it can fall between two looks (docs/profiling.md).
+    peak_s: float = 0.0
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

@@ -1,7 +1,8 @@
 """The probe's parent process: start the command with the hooks, bound it, judge it.
 
 It never imports torch. While a measurement runs it wakes twice a second to read the
-processes' records and the process tree's memory; in watch mode it only waits for the
+processes' records and the process tree's memory (ten times a second once measured, for
+the seconds the config's peak_s gives the script to train on); in watch mode it only waits for the
 script to end, so a real run pays nothing for it.
 """
 
@@ -29,6 +30,7 @@ BOOT = Path(__file__).resolve().parent / "boot"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 WATCH_FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
 MEASURED_GRACE_S = 5.0      # after every process measured, before ending the script
+PEAK_LOOK_S = 0.1           # between looks at the memory while a measured script trains on
 
 
 def command_for(argv: list[str]) -> list[str]:
@@ -276,10 +278,11 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
             # or a thread keeps it alive): it has had its chance to end itself.
             if measured_at is None and _all_measured(records):
                 measured_at = now
-            elif measured_at is not None and now - measured_at > MEASURED_GRACE_S:
+            elif measured_at is not None and \
+                    now - measured_at > config.peak_s + MEASURED_GRACE_S:
                 _kill(proc)
                 break
-            time.sleep(0.5)
+            time.sleep(PEAK_LOOK_S if measured_at is not None and config.peak_s else 0.5)
         if watch and during is not None:
             try:
                 during(proc, folder)

@@ -57,24 +57,28 @@ class Runner:
     note: str = ""              # why the steps started anew, if a warm start was refused
     _warm: _Warm | None = field(default=None, repr=False)
 
-    def argv(self, step: Step, out: Path) -> list[str]:
+    def argv(self, step: Step, out: Path, peak_s: float = 0.0) -> list[str]:
         """The probe, then the script with the step's values for the options it declares
-        (the probe sets the workers and ends the run whatever the script does)."""
+        (the probe sets the workers and ends the run whatever the script does); `peak_s`
+        seconds of training on after the measured steps, its memory watched."""
         script = [*self.command, *self.script_args]
         if self.workers_option:
             script += [self.workers_option, str(step.workers)]
-        if self.iterations_option:      # a backstop only: the probe ends the run first
+        if self.iterations_option and not peak_s:   # a backstop only: the probe ends it
             script += [self.iterations_option, str(self.warmup + self.iterations + 1)]
         return [sys.executable, "-m", PROBE, "--mode", step.measure,
                 "--workers", str(step.workers), "--warmup", str(self.warmup),
                 "--iterations", str(self.iterations), "--time-limit",
-                f"{self.first_batch_s:g}", "--out", str(out), "--", *script]
+                f"{self.first_batch_s:g}", *(["--peak", f"{peak_s:g}"] if peak_s else []),
+                "--out", str(out), "--", *script]
 
-    def run(self, step: Step, fresh: bool = False) -> tuple[dict[str, Any], float]:
+    def run(self, step: Step, fresh: bool = False, peak_s: float = 0.0
+            ) -> tuple[dict[str, Any], float]:
         """Run one step: its script a fork of the warm interpreter, unless `fresh` or
-        none can start; the probe's measurement, with "forked" set where the script was
-        one, and the wall time. ProfilingError if the step fails or measures nothing."""
-        measured, wall = self.run_together((step,), fresh)
+        none can start, training on `peak_s` seconds past its measurement for its memory;
+        the probe's measurement, with "forked" set where the script was one, and the wall
+        time. ProfilingError if the step fails or measures nothing."""
+        measured, wall = self.run_together((step,), fresh, peak_s)
         return measured[0], wall
 
     def can_pair(self) -> bool:
@@ -82,7 +86,7 @@ class Runner:
         processes (an srun step of its own would get cores of its own)."""
         return self._warm_ready() or self.launcher == "local"
 
-    def run_together(self, steps: Sequence[Step], fresh: bool = False
+    def run_together(self, steps: Sequence[Step], fresh: bool = False, peak_s: float = 0.0
                      ) -> tuple[list[dict[str, Any]], float]:
         """Run steps at the same time, each on the first of the cores it asks for (so
         two one-core steps share one core); their measurements and the wall time."""
@@ -94,7 +98,7 @@ class Runner:
         parts = [folder] if len(steps) == 1 else [folder / s.measure for s in steps]
         for part in parts:
             part.mkdir(parents=True)
-        argvs = [self.argv(s, part / "probe.json") for s, part in zip(steps, parts)]
+        argvs = [self.argv(s, part / "probe.json", peak_s) for s, part in zip(steps, parts)]
         logs = [part / "step.log" for part in parts]
         t0 = time.perf_counter()
         # While the warm interpreter runs, it holds the profile's cores and memory (an

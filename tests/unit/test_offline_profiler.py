@@ -194,11 +194,14 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert not p.gpu.available and "no GPU" in p.gpu.reason
     assert p.profiling_s > 0 and p.batch == 16
     # The profiler's -b wins over the script's --batch; the step's workers replace the
-    # script's, in the script's own spelling; its iteration limit is only a backstop.
+    # script's, in the script's own spelling; its iteration limit is only a backstop,
+    # left off in the first run, which trains on past its measurement for its memory.
     # Step 1 ran the script for its GPU memory; the sweep starts at step 2.
     argv = json.loads((tmp_path / "work" / "step02-train-2c" / "argv.json").read_text())
     assert argv.count("--batch") == 1 and argv[argv.index("--batch") + 1] == "16"
     assert argv.count("--workers") == 1 and argv[argv.index("--workers") + 1] == "1"
+    assert "--max-iterations" not in argv
+    argv = json.loads((tmp_path / "work" / "step03-train-1c" / "argv.json").read_text())
     assert argv[argv.index("--max-iterations") + 1] == "9"      # 3 warm-up + 5 + 1
     assert "step 5: compute only" in proc.stderr   # a line per step in a batch log
     # Both components ran again after the repeats (the budget allowed it: these steps

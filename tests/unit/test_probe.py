@@ -101,6 +101,33 @@ def test_train_mode_measures_n_steps_after_the_warm_up_then_ends_the_script(tmp_
     assert "samples/s over 15 steps" in proc.stderr
 
 
+# Takes 200 MB more at its 30th batch, past a measurement of 2 + 15.
+GROWS = textwrap.dedent("""\
+    import time
+    from torch.utils.data import DataLoader
+    held = None
+    for i, batch in enumerate(DataLoader(list(range(100000)), batch_size=1)):
+        if i == 30:
+            held = b"x" * (200 << 20)
+        time.sleep(0.01)
+    print("done", flush=True)
+    """)
+
+
+def test_peak_lets_the_measured_script_train_on_while_its_memory_is_read(tmp_path):
+    """A peak is a maximum over time: the measured steps' own seconds may miss it."""
+    peaks = {}
+    for options in ((), ("--peak", "1.5")):
+        proc, result = probe(tmp_path, "--workers", "0", "--warmup", "2", "--iterations",
+                             "15", *options, script=GROWS)
+        assert proc.returncode == 0 and result["ok"], proc.stderr
+        assert "done" not in proc.stdout                    # ended by the probe all the same
+        (rec,) = result["processes"]
+        assert (rec["state"], rec["steps"]) == ("measured", 15)     # the rest uncounted
+        peaks[options] = result["measurement"]["peak_rss_mb"]
+    assert peaks[("--peak", "1.5")] > peaks[()] + 150
+
+
 def test_the_workers_are_set_whatever_the_script_asks(tmp_path):
     proc, result = probe(tmp_path, "--mode", "watch", "--workers", "1", args=("map", "1"))
     assert proc.returncode == 0, proc.stderr

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,13 @@ BOOT = Path(__file__).resolve().parent / "boot"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 WATCH_FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
 MEASURED_GRACE_S = 5.0      # after every process measured, before ending the script
-PEAK_LOOK_S = 0.1           # between looks at the memory while a measured script trains on
+# A peak is a maximum over time, and a fast script's loader worker lives half a second
+# an epoch: looks seconds apart miss it (a Synergy-style job read twice a second came to
+# 334-365 MB, its whole runs peak at 388-400). Both profiles read the job's memory ten
+# times a second for PEAK_S at its full size: the offline profile's first run trains on
+# that long past its measurement, the run's sweep ends with it (docs/profiling.md).
+PEAK_S = 3.0
+PEAK_LOOK_S = 0.1
 
 
 def command_for(argv: list[str]) -> list[str]:
@@ -248,6 +255,9 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT), env.get("PYTHONPATH")) if p)
     env[ENV_DIR], env[ENV_CONFIG] = str(folder), config.to_env()
     watch = config.mode == "watch"
+    scratch = None if watch else _scratch()
+    if scratch is not None:
+        env["TMPDIR"] = scratch
     # A measurement runs in a session of its own, so that it can be ended whole. The
     # user's real run stays in the job's process group: Slurm's SIGTERM (cancel, time
     # limit) reaches every process of the step already, so only the signals Slurm sends
@@ -295,6 +305,8 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
     finally:
         for sig, handler in forward.items():
             signal.signal(sig, handler)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     try:
         records = read_records(folder)
         shutil.rmtree(folder, ignore_errors=True)
@@ -307,6 +319,19 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
         result = ProbeResult(False, f"not recorded: {e}", script_name(argv), config.mode, rc,
                              None, [], [])
     return result
+
+
+def _scratch() -> str | None:
+    """A temporary folder of the measurement's own, for the script's TMPDIR. A script the
+    probe ends mid-epoch has its loader workers terminated by multiprocessing at exit,
+    and each leaves its socket folder behind (/tmp/pymp-*): one a step, a thousand a day
+    of profiling. None where the folder's path would be too long for those sockets' own
+    (AF_UNIX paths end at 107 bytes; multiprocessing adds about 32)."""
+    path = tempfile.mkdtemp(prefix="synergy-probe-")
+    if len(path) > 64:
+        os.rmdir(path)
+        return None
+    return path
 
 
 def watch_exit(result: ProbeResult) -> int:

@@ -34,6 +34,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -89,6 +90,7 @@ def start_script(command: list[str], env: dict[str, str],
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(env)
+        tempfile.tempdir = None     # found again from TMPDIR: the measurement's own
         random.seed()       # seeded once at import, in this interpreter: not per step
         code = _as_main(command[1:])
     finally:

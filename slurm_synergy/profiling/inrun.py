@@ -46,7 +46,7 @@ from slurm_synergy.model.throughput import predict
 from slurm_synergy.paths import policy_path
 from slurm_synergy.pending import rightsize_pending
 from slurm_synergy.probe.records import ProbeConfig
-from slurm_synergy.probe.supervise import ProcessTree, Started, run, watch_exit
+from slurm_synergy.probe.supervise import PEAK_S, ProcessTree, Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.windows import RECORD_S, RunWindows, Window
@@ -170,6 +170,8 @@ class Sweep:
             runs = self._windows(windows)
         finally:
             windows.close(self.req.record_s)
+        if runs:
+            windows.read_peak(PEAK_S)      # at the full size again, as the offline profile
         # What watching cost, beside what the windows at fewer cores cost: the supervisor
         # shares the job's cores.
         self.overhead = (_own_cpu_s() - cpu0, time.monotonic() - wall0)

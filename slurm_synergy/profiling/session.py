@@ -12,15 +12,9 @@ from tqdm import tqdm
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.model.throughput import workers_for
+from slurm_synergy.probe.supervise import PEAK_S
 from slurm_synergy.profiling.errors import PROG, ProfilingError
 from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
-
-
-# Seconds the profile's first run trains on past its measurement, its memory read ten
-# times a second: a Synergy-style job's loader worker lives half a second an epoch, and
-# its steps' twice-a-second looks put its footprint at 334-365 MB where its whole runs
-# peak at 388-400 (docs/profiling.md).
-PEAK_S = 3.0
 
 
 class Session:
@@ -61,7 +55,7 @@ class Session:
         # a workload 2% either side of a rounding step from one profile to the next).
         fresh = k not in self.runs
         # The first run, at the most cores and workers, trains on past its measurement
-        # while its memory is read often: the peak is a maximum over time.
+        # while its memory is read often (PEAK_S).
         peak_s = PEAK_S if not self.runs else 0.0
         if k == self.top and self.gpus and self.sampler is None:
             with Sampler(self.gpus) as self.sampler:

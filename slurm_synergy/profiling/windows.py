@@ -24,7 +24,7 @@ import psutil
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.probe.affinity import first_cpus, job_pids, pin
 from slurm_synergy.probe.records import CONTROL_NAME, ProcessRecord, read_records
-from slurm_synergy.probe.supervise import ProcessTree, Started
+from slurm_synergy.probe.supervise import PEAK_LOOK_S, ProcessTree, Started
 
 RECORD_S = 0.25         # how often a process writes its record while windows run
 ACK_S = 30.0            # the longest a window waits for every trainer's first boundary
@@ -146,6 +146,19 @@ class RunWindows:
                          f"a training process did not take a window's order in {ACK_S:.0f}s "
                          "(its loader is read outside its steps, or it stopped stepping)")
         return None
+
+    def read_peak(self, seconds: float) -> None:
+        """The job's memory read ten times a second for `seconds` (supervise.PEAK_S),
+        proportional memory at every look: the reads LOOK_S and PSS_LOOK_S apart, which
+        keep the windows' cost down, miss a short-lived loader worker's pages."""
+        every, self.tree.pss_every_s = self.tree.pss_every_s, 0.0
+        until = time.monotonic() + seconds
+        try:
+            while self.alive() and time.monotonic() < until:
+                self.tree.look()
+                time.sleep(PEAK_LOOK_S)
+        finally:
+            self.tree.pss_every_s = every
 
     def close(self, record_s: float) -> None:
         """Every core back to every thread of the job, torch's threads to their own,

@@ -4,9 +4,11 @@ ends a script, what it sets, and the one-line reasons when there is nothing to m
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +128,31 @@ def test_peak_lets_the_measured_script_train_on_while_its_memory_is_read(tmp_pat
         assert (rec["state"], rec["steps"]) == ("measured", 15)     # the rest uncounted
         peaks[options] = result["measurement"]["peak_rss_mb"]
     assert peaks[("--peak", "1.5")] > peaks[()] + 150
+
+
+# Its iterator a global, alive until the interpreter's exit: multiprocessing then
+# terminates the loader's workers, and each leaves its socket folder (pymp-*).
+HELD = textwrap.dedent("""\
+    import torch
+    from torch.utils.data import DataLoader
+    it = iter(DataLoader([torch.zeros(4)] * 96, batch_size=8, num_workers=2))
+    for _ in range(12):
+        next(it)
+    """)
+
+
+def test_a_script_ended_mid_epoch_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    """Its loader workers, terminated at its exit, would leave their socket folders in
+    the node's /tmp, one a profiling step."""
+    tmp = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))   # short: sockets go in it
+    try:
+        monkeypatch.setenv("TMPDIR", str(tmp))
+        proc, result = probe(tmp_path, "--warmup", "2", "--iterations", "5", script=HELD)
+        assert proc.returncode == 0 and result["ok"], proc.stderr
+        assert result["processes"][0]["batches"] == 7      # ended inside its first epoch
+        assert list(tmp.iterdir()) == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_the_workers_are_set_whatever_the_script_asks(tmp_path):

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -211,7 +212,7 @@ class Recorder:
     # --- the hooked __next__ -----------------------------------------------------------
 
     def _primary(self, it: Any) -> bool:
-        key = id(getattr(it, "_synergy_loader", it))
+        key = getattr(it, "_synergy_loader_id", id(it))
         count = self.counts.setdefault(key, 0)
         if self.primary is None or count > self.counts.get(self.primary, 0):
             self.primary = key
@@ -311,7 +312,8 @@ class Recorder:
 
 
 def _next_epoch(it: Any) -> Any:
-    loader = getattr(it, "_synergy_loader", None)
+    ref = getattr(it, "_synergy_loader", None)
+    loader = ref() if ref is not None else None
     if loader is not None:
         return iter(loader)
     if hasattr(it, "reset"):        # DALI without auto_reset
@@ -381,7 +383,12 @@ def _patch_torch(module: ModuleType) -> None:
         t0 = time.perf_counter()
         it = original_iter(self)
         rec.other_wait += time.perf_counter() - t0     # starting workers: waiting on data
-        it._synergy_loader = self           # the loader's identity; loader mode restarts it
+        # The loader's identity, and a way back to it for loader mode's next epoch. Weak: a
+        # loader with persistent workers holds its iterator, and a cycle would keep both
+        # past the script's end, where multiprocessing terminates the workers instead of
+        # the loader shutting them down (each leaving its /tmp/pymp-* folder).
+        it._synergy_loader_id = id(self)
+        it._synergy_loader = weakref.ref(self)
         return it
 
     loader_cls.__iter__ = __iter__

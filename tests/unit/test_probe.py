@@ -155,6 +155,39 @@ def test_a_script_ended_mid_epoch_leaves_no_temporary_folder(tmp_path, monkeypat
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# Persistent workers, the loader a local freed as main() returns: PyTorch then shuts the
+# workers down itself, and they leave nothing behind.
+PERSISTENT = textwrap.dedent("""\
+    import torch
+    from torch.utils.data import DataLoader
+
+    def main():
+        loader = DataLoader([torch.zeros(4)] * 32, batch_size=8, num_workers=2,
+                            persistent_workers=True)
+        for _ in range(2):
+            for batch in loader:
+                pass
+
+    main()
+    print("done", flush=True)
+    """)
+
+
+def test_a_watched_run_ends_its_loader_as_it_would_alone(tmp_path, monkeypatch):
+    """The hooks hold no strong reference from a loader's iterator back to the loader:
+    with persistent workers that would be a cycle, alive until the interpreter's exit,
+    where multiprocessing terminates the workers and each leaves a socket folder."""
+    tmp = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    try:
+        monkeypatch.setenv("TMPDIR", str(tmp))
+        proc, result = probe(tmp_path, "--mode", "watch", script=PERSISTENT)
+        assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr
+        assert result["processes"][0]["batches"] == 8
+        assert list(tmp.iterdir()) == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def test_the_workers_are_set_whatever_the_script_asks(tmp_path):
     proc, result = probe(tmp_path, "--mode", "watch", "--workers", "1", args=("map", "1"))
     assert proc.returncode == 0, proc.stderr

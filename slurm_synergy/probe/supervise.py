@@ -2,8 +2,8 @@
 
 It never imports torch. While a measurement runs it wakes twice a second to read the
 processes' records and the process tree's memory (ten times a second once measured, for
-the seconds the config's peak_s gives the script to train on); in watch mode it only waits for the
-script to end, so a real run pays nothing for it.
+the seconds the config's peak_s gives the script to train on); in watch mode it only
+waits for the script to end, so a real run pays nothing for it.
 """
 
 from __future__ import annotations
@@ -138,14 +138,16 @@ class ProcessTree:
         return TreeMemory(self.peak_rss_mb, self.peak_pss_mb or None,
                           self.peak_own_mb or None, self.peak_anon_mb or None)
 
-    def look(self) -> None:
+    def look(self, proportional: bool = False) -> None:
+        """Read the tree's memory; its proportional memory too where `proportional`, or
+        where pss_every_s has passed since it was last read."""
         try:
             root = psutil.Process(self.top)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
         now = time.monotonic()
-        proportional = now - self._pss_at >= self.pss_every_s
+        proportional = proportional or now - self._pss_at >= self.pss_every_s
         if proportional:
             self._pss_at = now
         rss, pss_kib, anon_kib, file_kib, anon_known = 0, 0, 0, 0, True

@@ -151,14 +151,10 @@ class RunWindows:
         """The job's memory read ten times a second for `seconds` (supervise.PEAK_S),
         proportional memory at every look: the reads LOOK_S and PSS_LOOK_S apart, which
         keep the windows' cost down, miss a short-lived loader worker's pages."""
-        every, self.tree.pss_every_s = self.tree.pss_every_s, 0.0
         until = time.monotonic() + seconds
-        try:
-            while self.alive() and time.monotonic() < until:
-                self.tree.look()
-                time.sleep(PEAK_LOOK_S)
-        finally:
-            self.tree.pss_every_s = every
+        while self.alive() and time.monotonic() < until:
+            self.tree.look(proportional=True)
+            time.sleep(PEAK_LOOK_S)
 
     def close(self, record_s: float) -> None:
         """Every core back to every thread of the job, torch's threads to their own,

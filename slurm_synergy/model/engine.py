@@ -5,7 +5,8 @@ Synergy's rule, made safe for a shared Slurm partition:
   the tolerance of the best the node can give, never more than a node has, and never
   more than the site's fairness cap over the job's GPU-proportional share;
 - GPUs: fewer, when the profile shows that the extra GPUs add less than a threshold;
-- loader workers: one per core but the trainer's (the profile's model assumes it);
+- loader workers: those the chosen core count was measured with, else one per core but
+  the trainer's (the profile's model assumes it);
 - GPU power limit: the one that minimised Zeus's cost eta*E + (1-eta)*MaxPower*T over
   the profiled limits, under the site cap.
 Every step leaves a line in `reasons`, which `synergy plugin explain` prints. Where the
@@ -275,10 +276,19 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                    "the figure is the model's extrapolation")
     why.append(_memory_note(profile, resident, mem_mb, floor_m, policy, peak_noise))
     procs = alloc.procs
-    workers = workers_for(cpus, procs)
-    why.append(f"workers: {workers} data-loader worker(s)"
-               + (f" in each of {procs} processes, one core left to each" if procs > 1
-                  else ", one core left to the trainer"))
+    # The workers the chosen count was measured with (offline: workers_for's; in the run:
+    # the job's own), so that the decision is what was measured; the rule where not.
+    measured_workers = {p.cores: p.workers for p in profile.train_points()}
+    if cpus in measured_workers:
+        workers = measured_workers[cpus]
+        why.append(f"workers: {workers} data-loader worker(s)"
+                   + (f" in each of {procs} processes" if procs > 1 else "")
+                   + f", as measured at {cpus} core(s)")
+    else:
+        workers = workers_for(cpus, procs)
+        why.append(f"workers: {workers} data-loader worker(s)"
+                   + (f" in each of {procs} processes, one core left to each" if procs > 1
+                      else ", one core left to the trainer"))
     power, power_note = _power(profile, policy.zeus_eta, policy.power_cap_w)
     why.append(power_note)
     gpu_type = _gpu_type(profile, shape)

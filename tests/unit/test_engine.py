@@ -294,3 +294,19 @@ def test_memory_counts_each_page_once_where_the_probe_measured_it():
     assert ("peak use 420 MB; its own pages once and its libraries' counted whole, which no "
             "other job on the node changes, where its processes' resident memory summed "
             "comes to 884 MB;") in memory
+
+
+def test_workers_are_those_the_chosen_count_was_measured_with():
+    # Measured in the run: the job's own 3 workers at every count the sweep narrowed it
+    # to. One core is within tolerance; the decision keeps the 3 workers it was measured
+    # with, not the rule's 1, which nothing measured.
+    light = profile({2: 101.0, 1: 100.0}, p=0.0005, g=100.0)
+    inrun = dataclasses.replace(light, points=tuple(
+        dataclasses.replace(p, workers=3) for p in light.points))
+    d = decide(inrun, NODE, Policy())
+    assert (d.cpus, d.workers) == (1, 3)
+    assert any("3 data-loader worker(s), as measured at 1 core(s)" in r for r in d.reasons)
+    # A count the sweep did not measure (the model's): the rule, one core to the trainer.
+    hungry = decide(profile({2: 190.0, 1: 100.0}, p=0.01, g=400.0), NODE, Policy())
+    assert (hungry.cpus, hungry.workers) == (5, 4)
+    assert any("one core left to the trainer" in r for r in hungry.reasons)

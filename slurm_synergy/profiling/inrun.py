@@ -17,8 +17,12 @@ in place (slurm_synergy/pending.py).
 
 A job that was right-sized in place while it waited trains with the decision's loader
 workers; a workload measured already, or being measured by another job now, trains
-watched only. Nothing here can fail the job or change what it computes: a fault ends the
-measurement, gives every core back, and is one line in the job's log.
+watched only. Every job of a measured workload has its memory followed to its end, as
+the measured one has: a workload's peak can come long after the first seconds (a heap
+that grows over epochs, a validation pass), and a job that peaks above its workload's
+profile raises it, so that the decision and the jobs still pending cover that peak.
+Nothing here can fail the job or change what it computes: a fault ends the measurement,
+gives every core back, and is one line in the job's log.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from slurm_synergy import __version__
 from slurm_synergy.argtypes import int_at_least
@@ -44,21 +48,18 @@ from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, PointEr
                                          ProfileError, ThroughputModel)
 from slurm_synergy.model.throughput import predict
 from slurm_synergy.paths import policy_path
-from slurm_synergy.pending import rightsize_pending
 from slurm_synergy.probe.records import ProbeConfig
-from slurm_synergy.probe.supervise import PEAK_S, ProcessTree, Started, run, watch_exit
+from slurm_synergy.probe.supervise import PEAK_S, Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling.store import profiling_lock, sync_decisions
+from slurm_synergy.profiling.follow import PROG, Follow, tree_memory
+from slurm_synergy.profiling.store import profiling_lock
 from slurm_synergy.profiling.windows import RECORD_S, RunWindows, Window
-from slurm_synergy.shim.decisions import Decider
 from slurm_synergy.slurm import Slurm
 
-PROG = "inrun"
 USAGE_EXIT = 2
 # Lower counts are not tried once a count falls this far below the full size (Synergy's
 # plateau, as the offline profiler's --plateau): fewer cores cannot be within tolerance.
 PLATEAU = 0.10
-MEMORY_LOOK_S = 2.0         # after the sweep, the job's memory is still followed
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def with_workers(command: Sequence[str], option: str, workers: int) -> list[str]
 
 def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
             log: Callable[[str], None]) -> int:
-    """Run the job's command to its end, measured if it is this workload's first."""
+    """Run the job's command to its end, measured if it is this workload's first, its
+    memory followed if its workload is measured already."""
     job_id = os.environ.get("SLURM_JOB_ID", "")
     command, workers = list(req.command), req.workers
     try:
@@ -98,6 +100,8 @@ def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
     except SynergyError as e:
         log(f"{PROG}: cannot read job {job_id}'s comment ({e}); it runs as submitted")
         decided = None
+    store = ProfileStore.default()
+    follow = Follow(req.fingerprint, policy, store, slurm, job_id, log).during
     if decided is not None and decided.workers is not None:
         if req.workers_option:
             command = with_workers(command, req.workers_option, decided.workers)
@@ -105,34 +109,33 @@ def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
             workers = decided.workers
         log(f"{PROG}: job {job_id} was right-sized in place while it waited; it trains with "
             f"{decided.workers} loader worker(s)")
-        return _watch(req, command, workers, None)
-    store = ProfileStore.default()
+        return _watch(req, command, workers, follow)
     # The command runs once, below, whatever happens here: a fault in looking up or
     # locking the workload only means this run is not measured.
     with contextlib.ExitStack() as held:
-        during = None
+        during, swept = None, False
         try:
             if store.has(req.fingerprint):
                 log(f"{PROG}: {req.fingerprint} is measured already; job {job_id} trains as "
                     "submitted")
+                during = follow
             elif not held.enter_context(profiling_lock(store, req.fingerprint)):
                 log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
                     "as submitted")
             else:
-                during = Sweep(req, policy, store, slurm, job_id, log).during
+                during, swept = Sweep(req, policy, store, slurm, job_id, log).during, True
         except (OSError, ProfileError) as e:
             log(f"{PROG}: cannot look up or lock {req.fingerprint} in {store.root} ({e}); "
                 f"job {job_id} trains as submitted")
-        return _watch(req, command, workers, during)
+        return _watch(req, command, workers, during, swept)
 
 
 def _watch(req: InRunRequest, command: list[str], workers: int | None,
-           during: Callable[[Started, Path], None] | None) -> int:
-    # Measured: the processes write their records at the windows' pace from the start
-    # (the supervisor needs a first record to begin); the sweep's end slows them again.
+           during: Callable[[Started, Path], None] | None, swept: bool = False) -> int:
+    # Swept: the processes write their records at the windows' pace from the start (the
+    # supervisor needs a first record to begin); the sweep's end slows them again.
     config = ProbeConfig(mode="watch", workers=workers,
-                         interval_s=req.record_s if during is None else RECORD_S,
-                         controlled=during is not None)
+                         interval_s=RECORD_S if swept else req.record_s, controlled=swept)
     try:
         result = run(config, command, req.out.resolve(), 0.0, during=during)
     except OSError as e:
@@ -184,19 +187,10 @@ class Sweep:
         self.log(f"{PROG}: {fp}: {profile.summary()}; peak {profile.model.footprint_mb:.0f} MB; "
                  f"{profile.notes[0]}; saved {path}")
         self._mark_measured()
-        self._apply(profile)
+        follow = Follow(fp, self.policy, self.store, self.slurm, self.job_id, self.log)
+        follow.apply(profile)
         # The job trains on: a later peak (validation, a bigger epoch) must count.
-        peak = profile.model.footprint_mb
-        while windows.alive():
-            windows.tree.look()
-            time.sleep(MEMORY_LOOK_S)
-        if windows.tree.footprint_mb > peak * (1 + self.policy.min_mem_spread / 2):
-            grown = _with_peak(profile, windows)
-            self.store.save(grown)
-            self.log(f"{PROG}: {fp}: the job's memory peaked later at "
-                     f"{windows.tree.footprint_mb:.0f} MB (the sweep saw {peak:.0f}); profile "
-                     "and decisions updated")
-            self._apply(grown)
+        follow.until_it_ends(windows.tree, windows.proc)
 
     def _windows(self, windows: RunWindows) -> list[Window]:
         """The schedule: a warm-up window left out, then full, k, full, k', full, ...;
@@ -244,7 +238,7 @@ class Sweep:
                          host_cpu_s_per_sample=statistics.median(
                              w.trainer_cpu_s / w.samples for w in ws if w.samples),
                          step_s=sum(w.seconds for w in ws), repeats=tuple(rates),
-                         **_tree_memory(tree))
+                         **tree_memory(tree))
         points = [point(windows.top, [w.samples_per_s for w in full], full)]
         lost_s = 0.0
         for k in sorted({w.cores for w in runs if w.cores < windows.top}, reverse=True):
@@ -298,23 +292,6 @@ class Sweep:
         except SynergyError as e:
             self.log(f"{PROG}: job {self.job_id}'s comment not marked: {e}")
 
-    def _apply(self, profile: Profile) -> None:
-        """The table compiled, then this user's pending jobs right-sized in place."""
-        sync_decisions(self.log, PROG)
-        decider = Decider(self.store, self.policy, self.slurm)
-        partition = os.environ.get("SLURM_JOB_PARTITION", "")
-        decision = decider.decision(profile.fingerprint, partition)
-        if decision is None:
-            self.log(f"{PROG}: no decision for {profile.fingerprint}: "
-                     + (decider.problems[-1] if decider.problems else "see explain"))
-            return
-        self.log(f"{PROG}: decision for {profile.fingerprint}: {decision.summary()}")
-        done = rightsize_pending(profile.fingerprint, self.job_id, self.slurm, decider,
-                                 self.policy, self.log)
-        if done.updated:
-            self.log(f"{PROG}: right-sized in place: " + ", ".join(
-                f"job {j} -> {r.decided}" for j, r in done.updated))
-
 
 def _own_cpu_s() -> float:
     """This process's CPU time so far (user and system), in seconds."""
@@ -331,22 +308,6 @@ def _bracket(runs: list[Window], i: int) -> float:
             if w is not None and w.cores == top]
     return statistics.mean(near) if near else statistics.median(
         w.samples_per_s for w in runs if w.cores == top)
-
-
-def _tree_memory(tree: ProcessTree) -> dict[str, Any]:
-    """A point's memory fields from the job's process tree: every point of an in-run
-    profile shares the whole run's peak."""
-    m = tree.memory()
-    return {"peak_rss_mb": m.rss_mb, "peaks_mb": (m.footprint_mb,), "peak_pss_mb": m.pss_mb,
-            "peak_own_mb": m.own_mb, "anon_mb": m.anon_mb}
-
-
-def _with_peak(profile: Profile, windows: RunWindows) -> Profile:
-    tree = windows.tree
-    points = tuple(replace(p, **_tree_memory(tree)) for p in profile.points)
-    m = tree.memory()
-    return replace(profile, points=points, model=replace(
-        profile.model, footprint_mb=m.footprint_mb, anon_mb=m.anon_mb))
 
 
 def _now() -> str:

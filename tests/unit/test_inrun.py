@@ -18,9 +18,12 @@ import pytest
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.probe.affinity import pin
 from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiling import follow
 from slurm_synergy.profiling.inrun import InRunRequest, run_job, sweep_counts
 from slurm_synergy.profiling.windows import RunWindows
 from slurm_synergy.slurm import Slurm
+
+from .test_profile_store import make_profile
 
 FP = "00000000000000f1"
 ALLOWED = os.sched_getaffinity(0)
@@ -177,3 +180,28 @@ def test_the_sweep_halves_the_cores_down_to_one_per_process():
     assert sweep_counts(2, 1) == [2, 1]
     assert sweep_counts(8, 2) == [8, 4, 2]
     assert sweep_counts(3, 1) == [3, 1]
+
+
+@pytest.mark.parametrize("held_mb", [1300, 60])
+def test_a_job_of_a_measured_workload_raises_its_profile_only_where_it_peaks_higher(
+        home, tmp_path, monkeypatch, held_mb):
+    # A later job's peak (a heap that grows over epochs) counts as the first job's does:
+    # above the stored profile's 900 MB it raises the profile; below, nothing changes.
+    monkeypatch.setattr(follow, "MEMORY_LOOK_S", 0.2)
+    monkeypatch.setattr(follow, "PSS_LOOK_S", 0.2)
+    store = ProfileStore.default()
+    store.save(make_profile(FP))
+    before = store.path(FP).read_bytes()
+    lines: list[str] = []
+    hold = f"import time; b = b'x' * ({held_mb} << 20); time.sleep(2.5); raise SystemExit(5)"
+    req = InRunRequest(FP, "t", (sys.executable, "-c", hold), tmp_path / "probe.json")
+    assert run_job(req, FAST, Slurm(), lines.append) == 5, "the job's status is its script's"
+    assert any("is measured already" in line for line in lines), lines
+    if held_mb > 900:
+        grown = store.load(FP).model.footprint_mb
+        assert held_mb <= grown < held_mb + 100, grown
+        assert any(f"peaked at {grown:.0f} MB, above its profile's 900 MB" in line
+                   for line in lines), lines
+    else:
+        assert store.path(FP).read_bytes() == before
+        assert not any("peaked at" in line for line in lines), lines

@@ -1,0 +1,102 @@
+"""A running job's memory, followed to its end beside it.
+
+A workload's peak can come long after the first seconds that a profile sees: a heap that
+grows over epochs, a validation pass, a batch of longer samples. Every job of a measured
+workload that runs under the in-run wrapper (the measured one after its sweep, its
+siblings, later submissions) is followed: its process tree's memory is read every
+MEMORY_LOOK_S (its proportional share every PSS_LOOK_S), and a peak above its workload's
+profile raises the profile, so that the decision, and this user's jobs of the workload
+still pending, cover it. Only ever up: a job that used less says nothing about the next.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.profile import Profile, ProfileError
+from slurm_synergy.pending import rightsize_pending
+from slurm_synergy.probe.supervise import ProcessTree, Started
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiling.store import sync_decisions
+from slurm_synergy.profiling.windows import PSS_LOOK_S
+from slurm_synergy.shim.decisions import Decider
+from slurm_synergy.slurm import Slurm
+
+PROG = "inrun"              # the in-run wrapper's lines in the job's log
+MEMORY_LOOK_S = 2.0         # the job's memory read this often to its end
+
+
+class Follow:
+    """Beside a job of a measured workload (the measured one too, after its sweep): its
+    memory to its end. A peak above its workload's profile raises the profile, and so the
+    decision and this user's jobs of the workload still pending."""
+
+    def __init__(self, fingerprint: str, policy: Policy, store: ProfileStore, slurm: Slurm,
+                 job_id: str, log: Callable[[str], None]) -> None:
+        self.fingerprint, self.policy, self.store, self.slurm = fingerprint, policy, store, slurm
+        self.job_id, self.log = job_id, log
+
+    def during(self, proc: Started, folder: Path) -> None:
+        self.until_it_ends(ProcessTree(proc.pid, pss_every_s=PSS_LOOK_S), proc)
+
+    def until_it_ends(self, tree: ProcessTree, proc: Started) -> None:
+        while True:
+            tree.look()
+            try:        # the job's end is not held up by the wait between looks
+                proc.wait(timeout=MEMORY_LOOK_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            profile = self.store.load(self.fingerprint)
+        except (OSError, ProfileError) as e:
+            self.log(f"{PROG}: job {self.job_id}'s memory peak not compared with its "
+                     f"workload's profile: {e}")
+            return
+        seen = profile.model.footprint_mb
+        # Within half the noise allowed for, the decision holds it already.
+        if tree.footprint_mb <= seen * (1 + self.policy.min_mem_spread / 2):
+            return
+        grown = with_peak(profile, tree)
+        self.store.save(grown)
+        self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'}'s memory peaked at "
+                 f"{tree.footprint_mb:.0f} MB, above its profile's {seen:.0f} MB; profile and "
+                 "decisions updated")
+        self.apply(grown)
+
+    def apply(self, profile: Profile) -> None:
+        """The table compiled, then this user's pending jobs right-sized in place."""
+        sync_decisions(self.log, PROG)
+        decider = Decider(self.store, self.policy, self.slurm)
+        partition = os.environ.get("SLURM_JOB_PARTITION", "")
+        decision = decider.decision(profile.fingerprint, partition)
+        if decision is None:
+            self.log(f"{PROG}: no decision for {profile.fingerprint}: "
+                     + (decider.problems[-1] if decider.problems else "see explain"))
+            return
+        self.log(f"{PROG}: decision for {profile.fingerprint}: {decision.summary()}")
+        done = rightsize_pending(profile.fingerprint, self.job_id, self.slurm, decider,
+                                 self.policy, self.log)
+        if done.updated:
+            self.log(f"{PROG}: right-sized in place: " + ", ".join(
+                f"job {j} -> {r.decided}" for j, r in done.updated))
+
+
+def tree_memory(tree: ProcessTree) -> dict[str, Any]:
+    """A point's memory fields from the job's process tree: every point of an in-run
+    profile shares the whole run's peak."""
+    m = tree.memory()
+    return {"peak_rss_mb": m.rss_mb, "peaks_mb": (m.footprint_mb,), "peak_pss_mb": m.pss_mb,
+            "peak_own_mb": m.own_mb, "anon_mb": m.anon_mb}
+
+
+def with_peak(profile: Profile, tree: ProcessTree) -> Profile:
+    points = tuple(replace(p, **tree_memory(tree)) for p in profile.points)
+    m = tree.memory()
+    return replace(profile, points=points, model=replace(
+        profile.model, footprint_mb=m.footprint_mb, anon_mb=m.anon_mb))

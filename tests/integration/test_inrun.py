@@ -6,6 +6,7 @@ dependencies hold); nothing is resubmitted, nothing trains twice."""
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,9 @@ def sweep(slurm, box, tmp_path_factory, request):
     """An 8-row sweep of a workload nobody has measured (a Transformer on a data set of
     its own size), and a plain job that runs only after row 1 succeeded."""
     out = tmp_path_factory.mktemp("sweep")
-    tag = out.name[-6:].replace("_", "")
+    # Names of this run's own: sacct keeps earlier runs' jobs (another clone's test run
+    # an hour ago has a sweep0 folder too).
+    tag = uuid.uuid4().hex[:8]
     names = [f"sweep{tag}-{i}" for i in range(1, ROWS + 1)]
     csv = out / "sweep.csv"
     csv.write_text("name,arch,batch,workers,gpus,cpus,mem,time,iterations,args\n" + "".join(

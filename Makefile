@@ -76,6 +76,7 @@ bench: setup
 	$(PY) bench/bench_loaders.py
 	$(PY) bench/bench_profiles.py
 	$(PY) bench/bench_inrun.py
+	$(PY) bench/bench_peaks.py
 	$(PY) bench/bench_styles.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_gpumem.py

@@ -1,0 +1,124 @@
+"""How a built-in workload's memory moves over a whole run, against its first seconds.
+
+Runs each workload of jobs_csv/profile_suite.csv as the in-run bench's jobs do (same
+iterations, about 90 s at 2 cores), alone, with no probe and no Slurm, and reads its
+process tree's own memory (the footprint the profiles use, probe/supervise.py) ten times
+a second to its end. Per run: the peak in the first FIRST_S seconds after its first
+batch (about what an offline profile sees), the peak over the whole run, when it came,
+and the memory each would decide (the engine's noise allowance and headroom, rounded up
+as --mem is). Rounds interleave the workloads. Writes bench/results/peaks.{md,json}.
+
+    .venv/bin/python bench/bench_peaks.py [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+from bench_inrun import ITERATIONS, SUITE  # noqa: E402
+from slurm_synergy.model.engine import MEM_STEP_MB  # noqa: E402
+from slurm_synergy.model.policy import Policy  # noqa: E402
+from slurm_synergy.probe.supervise import ProcessTree  # noqa: E402
+
+LOOK_S = 0.1
+FIRST_S = 10.0      # an offline profile's first run: its warm-up, measured steps, 3 s more
+
+
+def command(row: dict[str, str], data: Path, out: Path, iterations: int) -> list[str]:
+    """The row's training command, as the generated job script runs it."""
+    argv = [sys.executable, "-m", "profiler.train", "--arch", row["arch"],
+            "-b", row["batch"], "-j", row["workers"], "--max-iterations", str(iterations),
+            "--data", str(data / row["name"]), "--generate-data", "--output", str(out)]
+    if row["depth"]:
+        argv += ["--depth", row["depth"]]
+    return argv + shlex.split(row["args"])
+
+
+def first_batch_s(out: Path, seconds: float) -> float:
+    """About when the run took its first batch: its length less its iterations' (from
+    its iterations.csv; the trainer writes no clock time)."""
+    with (out / "iterations.csv").open() as f:
+        trained = sum(float(r["total_s"]) for r in csv.DictReader(f))
+    return max(0.0, seconds - trained)
+
+
+def timeline(argv: list[str]) -> list[tuple[float, float]]:
+    """(seconds since start, the tree's own memory in MB), every LOOK_S to its end."""
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL)
+    tree, t0, reads = ProcessTree(proc.pid), time.monotonic(), []
+    while proc.poll() is None:
+        tree.peak_own_mb = tree.peak_pss_mb = 0.0      # this look's, not the peak so far
+        tree.look(proportional=True)
+        reads.append((time.monotonic() - t0, tree.memory().footprint_mb))
+        time.sleep(LOOK_S)
+    if proc.wait() != 0:
+        raise SystemExit(f"{shlex.join(argv)} failed with status {proc.returncode}")
+    return reads
+
+
+def decided_mb(peak_mb: float, policy: Policy) -> int:
+    """The --mem the engine would set for this peak alone (engine.decide's floor)."""
+    need = peak_mb * (1 + policy.min_mem_spread) * (1 + policy.mem_headroom)
+    return max(policy.min_mem_mb, -(-int(need) // MEM_STEP_MB) * MEM_STEP_MB)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = p.parse_args()
+    rows = list(csv.DictReader(SUITE.open()))
+    work = args.out / "peaks-run"
+    policy = Policy()
+    for row in rows:        # the datasets first, outside the timelines
+        subprocess.run(command(row, work / "data", work / "gen", 1), cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL)
+    runs: dict[str, list[dict[str, float]]] = {r["name"]: [] for r in rows}
+    for rnd in range(args.rounds):
+        for row in rows:
+            out = work / "out" / row["name"]
+            reads = timeline(command(row, work / "data", out, ITERATIONS[row["name"]]))
+            start = first_batch_s(out, reads[-1][0])
+            first = max(mb for t, mb in reads if t <= start + FIRST_S)
+            whole, at = max((mb, t) for t, mb in reads)
+            steady = [mb for t, mb in reads if t > start]
+            run = {"first_mb": first, "whole_mb": whole, "peak_at_s": at - start,
+                   "median_mb": statistics.median(steady), "seconds": reads[-1][0],
+                   "first_mem": decided_mb(first, policy), "whole_mem": decided_mb(whole, policy)}
+            runs[row["name"]].append(run)
+            print(f"round {rnd + 1} {row['name']}: first {first:.0f} MB, whole {whole:.0f} MB "
+                  f"at {at - start:.0f}s, median {run['median_mb']:.0f}", flush=True)
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    (args.out / "peaks.json").write_text(json.dumps({"when": when, "runs": runs}, indent=1))
+
+    def each(name: str, key: str, fmt: str = "{:.0f}") -> str:
+        return " / ".join(fmt.format(r[key]) for r in runs[name])
+    lines = [f"Memory over whole runs, {args.rounds} rounds ({when}; `bench/bench_peaks.py`), "
+             f"the tree's own memory read every {LOOK_S:g} s; first = the first "
+             f"{FIRST_S:g} s after the first batch:", "",
+             "| workload | first, MB | whole run, MB | peak at, s | median, MB "
+             "| --mem from first | --mem from whole |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        n = row["name"]
+        lines.append(f"| {n} | {each(n, 'first_mb')} | {each(n, 'whole_mb')} | "
+                     f"{each(n, 'peak_at_s')} | {each(n, 'median_mb')} | "
+                     f"{each(n, 'first_mem', '{}M')} | {each(n, 'whole_mem', '{}M')} |")
+    (args.out / "peaks.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,9 +4,11 @@ Runs each workload of jobs_csv/profile_suite.csv as the in-run bench's jobs do (
 iterations, about 90 s at 2 cores), alone, with no probe and no Slurm, and reads its
 process tree's own memory (the footprint the profiles use, probe/supervise.py) ten times
 a second to its end. Per run: the peak in the first FIRST_S seconds after its first
-batch (about what an offline profile sees), the peak over the whole run, when it came,
-and the memory each would decide (the engine's noise allowance and headroom, rounded up
-as --mem is). Rounds interleave the workloads. Writes bench/results/peaks.{md,json}.
+batch (about what an offline profile sees), the peak over the whole run but its last
+ENDING_S (when its processes are torn down, which can read far more than they hold),
+when it came, the peak of that last second apart, and the memory the first and the
+whole would decide (the engine's noise allowance and headroom, rounded up as --mem is).
+Rounds interleave the workloads. Writes bench/results/peaks.{md,json}.
 
     .venv/bin/python bench/bench_peaks.py [--rounds 2]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -33,6 +36,8 @@ from slurm_synergy.probe.supervise import ProcessTree  # noqa: E402
 
 LOOK_S = 0.1
 FIRST_S = 10.0      # an offline profile's first run: its warm-up, measured steps, 3 s more
+ENDING_S = 1.0      # the run's last second: its processes end
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 
 
 def command(row: dict[str, str], data: Path, out: Path, iterations: int) -> list[str]:
@@ -53,18 +58,44 @@ def first_batch_s(out: Path, seconds: float) -> float:
     return max(0.0, seconds - trained)
 
 
-def timeline(argv: list[str]) -> list[tuple[float, float]]:
-    """(seconds since start, the tree's own memory in MB), every LOOK_S to its end."""
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL)
-    tree, t0, reads = ProcessTree(proc.pid), time.monotonic(), []
+def timeline(argv: list[str]) -> list[tuple[float, float, float | None]]:
+    """(seconds since start, the tree's own memory, the anonymous memory its memory
+    cgroup is charged), MB, every LOOK_S to its end. The charge is the kernel's own count,
+    beside which the reads of the processes can be checked; None without cgroup v1's
+    memory controller to give the run a group of its own."""
+    group: Path | None = CGROUP_V1 / f"synergy-bench-peaks-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError:
+        group = None
+
+    def enter() -> None:
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, preexec_fn=enter)
+    tree, t0 = ProcessTree(proc.pid), time.monotonic()
+    reads: list[tuple[float, float, float | None]] = []
     while proc.poll() is None:
         tree.peak_own_mb = tree.peak_pss_mb = 0.0      # this look's, not the peak so far
         tree.look(proportional=True)
-        reads.append((time.monotonic() - t0, tree.memory().footprint_mb))
+        reads.append((time.monotonic() - t0, tree.memory().footprint_mb,
+                      charged_mb(group) if group else None))
         time.sleep(LOOK_S)
-    if proc.wait() != 0:
-        raise SystemExit(f"{shlex.join(argv)} failed with status {proc.returncode}")
+    rc = proc.wait()
+    if group is not None:
+        group.rmdir()
+    if rc != 0:
+        raise SystemExit(f"{shlex.join(argv)} failed with status {rc}")
     return reads
+
+
+def charged_mb(group: Path) -> float:
+    """The anonymous memory a cgroup v1 memory group is charged, MB."""
+    for line in (group / "memory.stat").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == "total_rss":
+            return int(value) / 2**20
+    raise SystemExit(f"{group}/memory.stat has no total_rss")
 
 
 def decided_mb(peak_mb: float, policy: Policy) -> int:
@@ -90,15 +121,22 @@ def main() -> int:
             out = work / "out" / row["name"]
             reads = timeline(command(row, work / "data", out, ITERATIONS[row["name"]]))
             start = first_batch_s(out, reads[-1][0])
-            first = max(mb for t, mb in reads if t <= start + FIRST_S)
-            whole, at = max((mb, t) for t, mb in reads)
-            steady = [mb for t, mb in reads if t > start]
+            first = max(mb for t, mb, _ in reads if t <= start + FIRST_S)
+            end = reads[-1][0] - ENDING_S
+            whole, at = max((mb, t) for t, mb, _ in reads if t <= end)
+            steady = [mb for t, mb, _ in reads if start < t <= end]
+            _, ending_mb, charged = max((r for r in reads if r[0] > end), key=lambda r: r[1])
             run = {"first_mb": first, "whole_mb": whole, "peak_at_s": at - start,
+                   "ending_mb": ending_mb,
+                   "charged_max_mb": max((c for _, _, c in reads if c is not None), default=-1),
+                   "charged_at_ending_peak_mb": -1 if charged is None else charged,
                    "median_mb": statistics.median(steady), "seconds": reads[-1][0],
                    "first_mem": decided_mb(first, policy), "whole_mem": decided_mb(whole, policy)}
             runs[row["name"]].append(run)
             print(f"round {rnd + 1} {row['name']}: first {first:.0f} MB, whole {whole:.0f} MB "
-                  f"at {at - start:.0f}s, median {run['median_mb']:.0f}", flush=True)
+                  f"at {at - start:.0f}s, last second {run['ending_mb']:.0f} (charged then "
+                  f"{run['charged_at_ending_peak_mb']:.0f}), median {run['median_mb']:.0f}, "
+                  f"cgroup's anonymous at most {run['charged_max_mb']:.0f}", flush=True)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     (args.out / "peaks.json").write_text(json.dumps({"when": when, "runs": runs}, indent=1))
 
@@ -106,14 +144,18 @@ def main() -> int:
         return " / ".join(fmt.format(r[key]) for r in runs[name])
     lines = [f"Memory over whole runs, {args.rounds} rounds ({when}; `bench/bench_peaks.py`), "
              f"the tree's own memory read every {LOOK_S:g} s; first = the first "
-             f"{FIRST_S:g} s after the first batch:", "",
+             f"{FIRST_S:g} s after the first batch; whole = all but the last "
+             f"{ENDING_S:g} s, as the run ends:", "",
              "| workload | first, MB | whole run, MB | peak at, s | median, MB "
+             "| last second, MB | cgroup charged then, MB | cgroup's anonymous peak, MB "
              "| --mem from first | --mem from whole |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         n = row["name"]
         lines.append(f"| {n} | {each(n, 'first_mb')} | {each(n, 'whole_mb')} | "
                      f"{each(n, 'peak_at_s')} | {each(n, 'median_mb')} | "
+                     f"{each(n, 'ending_mb')} | {each(n, 'charged_at_ending_peak_mb')} | "
+                     f"{each(n, 'charged_max_mb')} | "
                      f"{each(n, 'first_mem', '{}M')} | {each(n, 'whole_mem', '{}M')} |")
     (args.out / "peaks.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -138,6 +138,14 @@ class ProcessTree:
         return TreeMemory(self.peak_rss_mb, self.peak_pss_mb or None,
                           self.peak_own_mb or None, self.peak_anon_mb or None)
 
+    def peaks(self) -> tuple[float, float | None, float | None, float | None]:
+        """Its peaks so far, as restore() takes them back."""
+        return self.peak_rss_mb, self.peak_pss_mb, self.peak_own_mb, self.peak_anon_mb
+
+    def restore(self, peaks: tuple[float, float | None, float | None, float | None]) -> None:
+        """Its peaks back to `peaks` (from peaks()): the looks since are not counted."""
+        self.peak_rss_mb, self.peak_pss_mb, self.peak_own_mb, self.peak_anon_mb = peaks
+
     def look(self, proportional: bool = False) -> None:
         """Read the tree's memory; its proportional memory too where `proportional`, or
         where pss_every_s has passed since it was last read."""

@@ -46,12 +46,18 @@ class Follow:
 
     def until_it_ends(self, tree: ProcessTree, proc: Started) -> None:
         while True:
+            kept = tree.peaks()
             tree.look()
             try:        # the job's end is not held up by the wait between looks
                 proc.wait(timeout=MEMORY_LOOK_S)
-                break
             except subprocess.TimeoutExpired:
                 continue
+            # The job ended within a look of this one, which may have read its processes
+            # being torn down: they can read hundreds of MB more than they hold (a
+            # trainer's own memory read at 852 MB at an instant its cgroup was charged
+            # 65 MB; docs/profiling.md, memory over a whole run). Not counted.
+            tree.restore(kept)
+            break
         try:
             profile = self.store.load(self.fingerprint)
         except (OSError, ProfileError) as e:

@@ -63,11 +63,7 @@ def timeline(argv: list[str]) -> list[tuple[float, float, float | None]]:
     cgroup is charged), MB, every LOOK_S to its end. The charge is the kernel's own count,
     beside which the reads of the processes can be checked; None without cgroup v1's
     memory controller to give the run a group of its own."""
-    group: Path | None = CGROUP_V1 / f"synergy-bench-peaks-{os.getpid()}"
-    try:
-        group.mkdir()
-    except OSError:
-        group = None
+    group = new_group()
 
     def enter() -> None:
         if group is not None:
@@ -87,6 +83,16 @@ def timeline(argv: list[str]) -> list[tuple[float, float, float | None]]:
     if rc != 0:
         raise SystemExit(f"{shlex.join(argv)} failed with status {rc}")
     return reads
+
+
+def new_group() -> Path | None:
+    """A cgroup v1 memory group of the bench's own; None where it cannot make one."""
+    group = CGROUP_V1 / f"synergy-bench-peaks-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError:
+        return None
+    return group
 
 
 def charged_mb(group: Path) -> float:

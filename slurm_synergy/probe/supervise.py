@@ -287,7 +287,11 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
         # Watch mode is the user's real run: block until it ends, no wake-ups at all.
         # A measurement is bounded and needs the tree's memory: look twice a second.
         while not watch and proc.poll() is None:
-            tree.look()
+            # Measured and trained on for peak_s, the script is ending: processes being
+            # torn down can read hundreds of MB more than they hold (docs/profiling.md,
+            # memory over a whole run). Those looks are not taken.
+            if measured_at is None or time.monotonic() - measured_at <= config.peak_s:
+                tree.look()
             now = time.monotonic()
             records = read_records(folder)
             if now - started > time_limit_s and not any(r.batches for r in records):

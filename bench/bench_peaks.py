@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench_inrun import ITERATIONS, SUITE  # noqa: E402
 from slurm_synergy.model.engine import MEM_STEP_MB  # noqa: E402
 from slurm_synergy.model.policy import Policy  # noqa: E402
-from slurm_synergy.probe.supervise import ProcessTree  # noqa: E402
+from slurm_synergy.probe.tree import ProcessTree  # noqa: E402
 
 LOOK_S = 0.1
 FIRST_S = 10.0      # an offline profile's first run: its warm-up, measured steps, 3 s more

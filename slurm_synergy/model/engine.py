@@ -278,17 +278,12 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     procs = alloc.procs
     # The workers the chosen count was measured with (offline: workers_for's; in the run:
     # the job's own), so that the decision is what was measured; the rule where not.
-    measured_workers = {p.cores: p.workers for p in profile.train_points()}
-    if cpus in measured_workers:
-        workers = measured_workers[cpus]
-        why.append(f"workers: {workers} data-loader worker(s)"
-                   + (f" in each of {procs} processes" if procs > 1 else "")
-                   + f", as measured at {cpus} core(s)")
-    else:
-        workers = workers_for(cpus, procs)
-        why.append(f"workers: {workers} data-loader worker(s)"
-                   + (f" in each of {procs} processes, one core left to each" if procs > 1
-                      else ", one core left to the trainer"))
+    at = {p.cores: p.workers for p in profile.train_points()}
+    workers = at.get(cpus, workers_for(cpus, procs))
+    why.append(f"workers: {workers} data-loader worker(s)"
+               + (f" in each of {procs} processes" if procs > 1 else "")
+               + (f", as measured at {cpus} core(s)" if cpus in at else
+                  ", one core left to each" if procs > 1 else ", one core left to the trainer"))
     power, power_note = _power(profile, policy.zeus_eta, policy.power_cap_w)
     why.append(power_note)
     gpu_type = _gpu_type(profile, shape)

@@ -153,7 +153,7 @@ class Measurement:
 
 @dataclass(frozen=True)
 class TreeMemory:
-    """A process tree's memory at its peaks, in MB (supervise.ProcessTree)."""
+    """A process tree's memory at its peaks, in MB (tree.ProcessTree)."""
 
     rss_mb: float                   # its processes' resident memory summed
     pss_mb: float | None = None     # each page once, shared ones in proportion (Pss)

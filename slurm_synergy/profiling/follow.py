@@ -20,7 +20,8 @@ from typing import Any, Callable
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import Profile, ProfileError
 from slurm_synergy.pending import rightsize_pending
-from slurm_synergy.probe.supervise import ProcessTree, Started
+from slurm_synergy.probe.supervise import Started
+from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.store import sync_decisions
 from slurm_synergy.profiling.windows import PSS_LOOK_S

@@ -24,7 +24,8 @@ import psutil
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.probe.affinity import first_cpus, job_pids, pin
 from slurm_synergy.probe.records import CONTROL_NAME, ProcessRecord, read_records
-from slurm_synergy.probe.supervise import PEAK_LOOK_S, ProcessTree, Started
+from slurm_synergy.probe.supervise import PEAK_LOOK_S, Started
+from slurm_synergy.probe.tree import ProcessTree
 
 RECORD_S = 0.25         # how often a process writes its record while windows run
 ACK_S = 30.0            # the longest a window waits for every trainer's first boundary

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from slurm_synergy.probe.hooks import batch_size
-from slurm_synergy.probe.supervise import ProcessTree, page_kib, script_name
+from slurm_synergy.probe.supervise import script_name
+from slurm_synergy.probe.tree import ProcessTree, page_kib
 from slurm_synergy.model.options import declared_options, spelling, value_of, without
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -461,7 +462,7 @@ def test_another_job_mapping_the_same_files_leaves_the_footprint_as_it_was(tmp_p
 def test_the_tree_falls_back_to_summed_rss_where_the_kernel_hides_pss(monkeypatch):
     # Without smaps_rollup (before Linux 4.14) the footprint is the processes' resident
     # memory summed: more than the job holds, never less.
-    monkeypatch.setattr("slurm_synergy.probe.supervise.SMAPS_ROLLUP", False)
+    monkeypatch.setattr("slurm_synergy.probe.tree.SMAPS_ROLLUP", False)
     with running(COW_TREE) as pid:
         tree = looked(pid)
         assert tree.peak_pss_mb is None and tree.peak_own_mb is None
@@ -471,9 +472,9 @@ def test_the_tree_falls_back_to_summed_rss_where_the_kernel_hides_pss(monkeypatc
 
 def test_the_tree_falls_back_to_pss_where_the_kernel_does_not_split_it(monkeypatch):
     # Before Linux 5.9 smaps_rollup has no Pss_Anon: the footprint is each page once.
-    from slurm_synergy.probe import supervise
-    read = supervise.page_kib
-    monkeypatch.setattr(supervise, "page_kib", lambda pid: read(pid)._replace(own=None))
+    from slurm_synergy.probe import tree as probe_tree
+    read = probe_tree.page_kib
+    monkeypatch.setattr(probe_tree, "page_kib", lambda pid: read(pid)._replace(own=None))
     with running(COW_TREE) as pid:
         tree = looked(pid)
         assert tree.peak_own_mb is None and tree.peak_anon_mb is None
@@ -484,16 +485,16 @@ def test_a_worker_exiting_while_it_is_read_leaves_the_tree_measured(monkeypatch)
     # A loader worker ending at its epoch's end: psutil still sees it, but its
     # smaps_rollup has no pages left (or the read fails). A bench's offline profile
     # once lost its footprint to one (it fell back to the RSS summed for good).
-    from slurm_synergy.probe import supervise
-    read = supervise.page_kib
+    from slurm_synergy.probe import tree as probe_tree
+    read = probe_tree.page_kib
     with running(COW_TREE) as pid:
         (worker,) = psutil.Process(pid).children()
 
-        def exiting(other: int) -> supervise.PageKib:
+        def exiting(other: int) -> probe_tree.PageKib:
             if other == worker.pid:
                 raise ProcessLookupError(f"process {other} maps no memory")
             return read(other)
-        monkeypatch.setattr(supervise, "page_kib", exiting)
+        monkeypatch.setattr(probe_tree, "page_kib", exiting)
         tree = looked(pid)
         # Known, from the trainer's share (the mock worker still holds its half).
         assert tree.peak_own_mb is not None and 95 < tree.peak_own_mb < 160

@@ -69,12 +69,12 @@ def timeline(argv: list[str]) -> list[tuple[float, float, float | None]]:
         if group is not None:
             (group / "cgroup.procs").write_text(str(os.getpid()))
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, preexec_fn=enter)
-    tree, t0 = ProcessTree(proc.pid), time.monotonic()
+    t0 = time.monotonic()
     reads: list[tuple[float, float, float | None]] = []
     while proc.poll() is None:
-        tree.peak_own_mb = tree.peak_pss_mb = 0.0      # this look's, not the peak so far
-        tree.look(proportional=True)
-        reads.append((time.monotonic() - t0, tree.memory().footprint_mb,
+        look = ProcessTree(proc.pid)        # a tree of its own: this look's, not the peak
+        look.look(proportional=True)
+        reads.append((time.monotonic() - t0, look.memory().footprint_mb,
                       charged_mb(group) if group else None))
         time.sleep(LOOK_S)
     rc = proc.wait()

@@ -145,9 +145,9 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
             # Measured and trained on for peak_s, the script is ending: processes being
             # torn down can read hundreds of MB more than they hold (docs/profiling.md,
             # memory over a whole run). Those looks are not taken.
-            if measured_at is None or time.monotonic() - measured_at <= config.peak_s:
-                tree.look()
             now = time.monotonic()
+            if measured_at is None or now - measured_at <= config.peak_s:
+                tree.look()
             records = read_records(folder)
             if now - started > time_limit_s and not any(r.batches for r in records):
                 timed_out = True

@@ -135,12 +135,27 @@ def site_decider(slurm: Slurm) -> Callable[[Profile], dict[str, str]]:
     return lambda profile: {rule: one(profile, policies[rule]) for rule in RULES}
 
 
+def as_profiled(profile: Profile) -> Profile:
+    """The profile as its sweep stored it, before its job's whole run raised its memory
+    (an in-run profile's points share one footprint and it has no page-cache model)."""
+    if not profile.raised:
+        return profile
+    mb = profile.measured_footprint_mb
+    points = tuple(replace(p, peaks_mb=(mb,), peak_own_mb=mb) for p in profile.points)
+    return replace(profile, points=points, raised=(),
+                   model=replace(profile.model, footprint_mb=mb))
+
+
 def figures(profile: Profile, decider: Callable[[Profile], dict[str, str]],
             round_no: int) -> dict:
-    """One round's figures for one profile: its decisions, rates, spreads and cost."""
+    """One round's figures for one profile: its decisions (followed to the job's end, and
+    as the sweep stored it), rates, spreads and cost."""
     points = {p.cores: p for p in profile.train_points()}
     decisions = decider(profile)
     return {"round": round_no, "decision": decisions["site"], "by_rule": decisions,
+            "as_profiled": decider(as_profiled(profile))["site"],
+            "footprint_mb": round(profile.model.footprint_mb),
+            "profiled_mb": round(profile.measured_footprint_mb),
             "rates": {k: [round(x, 1) for x in p.repeats] for k, p in points.items()},
             "spread": {k: p.spread for k, p in points.items()},
             "lost_s": profile.profiling_s,
@@ -157,8 +172,9 @@ def ratio(runs: list[dict]) -> str:
 
 
 def per_round(runs: list[dict], rule: str = "site") -> str:
-    """A rule's decisions, round by round, shortened where all rounds agree."""
-    ds = [x["by_rule"][rule] for x in runs]
+    """A rule's decisions (or the as-profiled ones), round by round, shortened where all
+    rounds agree."""
+    ds = [x["as_profiled"] if rule == "as_profiled" else x["by_rule"][rule] for x in runs]
     return f"{ds[0]} ×{len(ds)}" if len(set(ds)) == 1 and len(ds) > 1 else " / ".join(ds)
 
 
@@ -215,19 +231,27 @@ def main() -> int:
     (args.out / "inrun.json").write_text(json.dumps(
         {"at": when, "offline": offline, "workloads": rows}, indent=1) + "\n")
     lines = [f"In-run profiles, {args.rounds} rounds from scratch ({when}; "
-             "`bench/bench_inrun.py`):", "",
-             "| workload | 1 core | 2 cores | 1c/2c | decision per round | offline per round | "
-             "same where offline agrees | unbounded noise rule | medians alone | "
-             "lost, share of 1 h |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "`bench/bench_inrun.py`). As profiled: the profile as its sweep stored it; "
+             "followed: after its own job's whole run (a peak above the profile's raises "
+             "it, as every later job's does in either flow):", "",
+             "| workload | 1 core | 2 cores | 1c/2c | as profiled, per round | "
+             "offline per round | same where offline agrees | peak as profiled, MB | "
+             "followed to the end, MB | decision followed | unbounded noise rule | "
+             "medians alone | lost, share of 1 h |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, runs in rows.items():
-        ds = [x["decision"] for x in runs]
+        ds = [x["as_profiled"] for x in runs]
         off = offline.get(name, [])
         same = ("offline differs" if len(set(off)) != 1 else
                 "yes" if all(d == off[0] for d in ds) else "no")
         off_text = f"{off[0]} ×{len(off)}" if len(set(off)) == 1 else " / ".join(off)
         lost = [x["lost_share_of_hour"] for x in runs]
+        mbs = [(x["profiled_mb"], x["footprint_mb"]) for x in runs]
         lines.append(f"| {name} | {rate(runs, 1)} | {rate(runs, 2)} | {ratio(runs)} | "
-                     f"{per_round(runs)} | {off_text} | {same} | "
+                     f"{per_round(runs, 'as_profiled')} | {off_text} | {same} | "
+                     f"{' / '.join(str(a) for a, _ in mbs)} | "
+                     f"{' / '.join(str(b) if b != a else '=' for a, b in mbs)} | "
+                     f"{per_round(runs)} | "
                      f"{per_round(runs, 'unbounded')} | {per_round(runs, 'medians')} | "
                      f"{min(lost):.2%}-{max(lost):.2%} |")
     (args.out / "inrun.md").write_text("\n".join(lines) + "\n")

@@ -260,6 +260,17 @@ class Allocation:
 
 
 @dataclass(frozen=True)
+class MemoryRaise:
+    """A later job of the workload whose whole run peaked above the profile: the
+    profile's footprint raised from `from_mb` to `to_mb` (MB, the tree's own memory)."""
+
+    job_id: str
+    from_mb: float
+    to_mb: float
+    at: str                      # when, ISO 8601 UTC
+
+
+@dataclass(frozen=True)
 class Profile:
     fingerprint: str
     job_name: str
@@ -276,6 +287,14 @@ class Profile:
     version: int = PROFILE_VERSION
     notes: tuple[str, ...] = field(default=())
     gpu_memory: GpuMemory | None = None
+    # Later jobs' whole runs that peaked above the profile, oldest first: the footprint
+    # is the last one's to_mb; the first one's from_mb is what the profile measured.
+    raised: tuple[MemoryRaise, ...] = ()
+
+    @property
+    def measured_footprint_mb(self) -> float:
+        """The footprint as the profile measured it, before later jobs raised it (MB)."""
+        return self.raised[0].from_mb if self.raised else self.model.footprint_mb
 
     def train_points(self) -> list[Point]:
         """The core sweep: end-to-end steps with all of the allocation's GPUs."""
@@ -330,7 +349,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
 _NESTED = {"Point": Point, "FetchRates": FetchRates, "PowerPoint": PowerPoint,
            "GpuReadings": GpuReadings, "PointError": PointError,
            "ThroughputModel": ThroughputModel, "Allocation": Allocation,
-           "BatchPeak": BatchPeak, "GpuMemory": GpuMemory}
+           "BatchPeak": BatchPeak, "GpuMemory": GpuMemory, "MemoryRaise": MemoryRaise}
 
 
 def _convert(type_name: str, value: Any, where: str) -> Any:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.model.profile import Profile, ProfileError
+from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
 from slurm_synergy.pending import rightsize_pending
 from slurm_synergy.probe.supervise import Started
 from slurm_synergy.probe.tree import ProcessTree
@@ -69,7 +70,7 @@ class Follow:
         # Within half the noise allowed for, the decision holds it already.
         if tree.footprint_mb <= seen * (1 + self.policy.min_mem_spread / 2):
             return
-        grown = with_peak(profile, tree)
+        grown = with_peak(profile, tree, self.job_id)
         self.store.save(grown)
         self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'}'s memory peaked at "
                  f"{tree.footprint_mb:.0f} MB, above its profile's {seen:.0f} MB; profile and "
@@ -102,8 +103,12 @@ def tree_memory(tree: ProcessTree) -> dict[str, Any]:
             "peak_own_mb": m.own_mb, "anon_mb": m.anon_mb}
 
 
-def with_peak(profile: Profile, tree: ProcessTree) -> Profile:
+def with_peak(profile: Profile, tree: ProcessTree, job_id: str) -> Profile:
+    """The profile with job `job_id`'s higher peak, the raise on its record."""
     points = tuple(replace(p, **tree_memory(tree)) for p in profile.points)
     m = tree.memory()
-    return replace(profile, points=points, model=replace(
+    raised = MemoryRaise(job_id or "-", round(profile.model.footprint_mb, 1),
+                         round(m.footprint_mb, 1),
+                         datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return replace(profile, points=points, raised=(*profile.raised, raised), model=replace(
         profile.model, footprint_mb=m.footprint_mb, anon_mb=m.anon_mb))

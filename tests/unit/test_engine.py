@@ -6,8 +6,9 @@ import pytest
 
 from slurm_synergy.model.engine import NoDecision, NodeShape, decide, shape_of
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
-                                         PowerPoint, Profile, ThroughputModel, combine)
+from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, MemoryRaise,
+                                         Point, PointError, PowerPoint, Profile,
+                                         ThroughputModel, combine)
 from slurm_synergy.slurm import Node
 
 NODE = NodeShape(cores=16, mem_mb=64000, gpus=4, gpu_types=("a100",))
@@ -268,6 +269,19 @@ def test_an_in_run_profile_says_why_it_has_no_memory_model():
     assert "peak use 900 MB;" in memory and "its runs" not in memory
     (offline,) = [r for r in decide(base, TWO, Policy()).reasons if r.startswith("memory:")]
     assert "the profile has no memory model (no dataset folder)" in offline
+
+
+def test_a_profile_raised_by_a_later_run_explains_the_raise():
+    # Profiled at 900 MB; job 12's whole run peaked at 1300 MB (Follow): the decision
+    # covers 1300 MB and says where the figure came from.
+    base = profile({2: [100.0, 101.0, 99.0], 1: [97.0, 98.0, 96.0]}, p=0.0005, g=100.0)
+    raised = dataclasses.replace(
+        base, model=dataclasses.replace(base.model, footprint_mb=1300.0),
+        raised=(MemoryRaise("12", 900.0, 1300.0, "t2"),))
+    d = decide(raised, TWO, Policy())
+    assert d.mem_mb == 1792                                  # 1300 x 1.1 x 1.25 -> 1792
+    (memory,) = [r for r in d.reasons if r.startswith("memory:")]
+    assert "peak use 1300 MB; 900 MB as profiled, raised by the whole run of job 12;" in memory
 
 
 def test_memory_counts_each_page_once_where_the_probe_measured_it():

@@ -202,6 +202,10 @@ def test_a_job_of_a_measured_workload_raises_its_profile_only_where_it_peaks_hig
         assert held_mb <= grown < held_mb + 100, grown
         assert any(f"peaked at {grown:.0f} MB, above its profile's 900 MB" in line
                    for line in lines), lines
+        # What the profile measured stays on its record, beside the job that raised it.
+        raised = store.load(FP).raised
+        assert [(r.from_mb, r.to_mb) for r in raised] == [(900.0, round(grown, 1))]
+        assert store.load(FP).measured_footprint_mb == 900.0
     else:
         assert store.path(FP).read_bytes() == before
         assert not any("peaked at" in line for line in lines), lines

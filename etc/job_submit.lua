@@ -8,9 +8,17 @@
 --     environment, and the decision is noted in its comment (so sacct shows it);
 --   * without one: it is marked for profiling (SYNERGY_PROFILE=1), if the site's policy
 --     says so and the job did not set SYNERGY_PROFILE itself.
--- Every other job is left alone.
+-- A plain batch job (any other sbatch script), where the site's policy covers plain
+-- scripts (plain=1 in the table's header): the shim computes its workload key from what
+-- it sees (slurm_synergy/model/plainkey.py: the script less its comments, its arguments,
+-- folder, GPUs, tasks and partition, the user), puts it in front of the job's comment
+-- (synergy:fp=<key> plain=1, the user's own comment kept after it), in its admin comment
+-- (which only admins can change) and in its environment (SYNERGY_FINGERPRINT, for the
+-- node's TaskProlog), and from there treats it as above. A job whose comment says
+-- synergy:off, an interactive job (no script), and a job in a partition, account or of
+-- a user the policy skips are left alone.
 --
--- Only such jobs make it look at its table, synergy-decisions.tbl beside this file,
+-- Our jobs and batch jobs make it look at its table, synergy-decisions.tbl beside this file,
 -- compiled by `synergy plugin sync`. The table is opened only when it is a regular file
 -- of bounded size, without blocking (lua-posix), and read again whenever its size,
 -- times or inode change. What it would write is checked against the cluster: the job's
@@ -30,6 +38,12 @@ local MAX_ENTRIES = 200000
 local HARD = { cpus = 65536, mem_mb = 64 * 1024 * 1024, gpus = 64, workers = 4096,
                power_w = 5000, procs = 256 }
 local NO_VAL = 4294967294          -- Slurm's "not set" for 32-bit fields (and above)
+-- The plain-script key (slurm_synergy/model/plainkey.py defines it; a contract test runs
+-- both on the same jobs).
+local KEY_VERSION = "synergy-plain-1"
+local MAX_SCRIPT_BYTES = 65536
+local KEY_MODULI = { { 131, 2147483647 }, { 137, 2147483629 } }
+local OPT_OUT = "synergy:off"
 
 -- Without lua-posix there is no way to tell a FIFO from a file before opening it, so
 -- the table is not read at all (and the log says so).
@@ -75,11 +89,23 @@ local function parse_header(line)
 	for t in (h.gpu_types or ""):gmatch("[%w_%.%-]+") do
 		types[t] = true
 	end
+	-- Names the policy leaves alone: partitions, accounts, uids.
+	local function set_of(list)
+		local out = {}
+		for name in (list or ""):gmatch("[^,]+") do
+			out[name] = true
+		end
+		return out
+	end
 	local head = {
 		gen = h.gen,
 		partition = h.partition or "",
 		user_wins = h.user_wins == "1",
 		profile_new = h.profile_new == "1",
+		plain = h.plain == "1",
+		skip_partitions = set_of(h.skip_partitions),
+		skip_accounts = set_of(h.skip_accounts),
+		skip_uids = set_of(h.skip_uids),
 		max_cpus = whole(h.max_cpus, 1, HARD.cpus),
 		max_mem_mb = whole(h.max_mem_mb, 1, HARD.mem_mb),
 		max_gpus = whole(h.max_gpus, 0, HARD.gpus),
@@ -324,9 +350,81 @@ local function leave_alone(job_desc, head, entry, part_list)
 	return nil
 end
 
--- What to change in a job, worked out without touching it: nil when nothing.
-local function plan(job_desc, tbl, part_list, submit_uid)
-	local comment = job_desc.comment
+-- A script less its comment lines (#SBATCH among them) and blank lines, spacing squeezed.
+local function normalised(script)
+	local lines = {}
+	for line in (script .. "\n"):gmatch("([^\n]*)\n") do
+		line = line:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")
+		if line ~= "" and line:sub(1, 1) ~= "#" then
+			lines[#lines + 1] = line
+		end
+	end
+	return table.concat(lines, "\n")
+end
+
+-- Two polynomial hashes modulo primes below 2^31: exact in Lua 5.1's doubles.
+local function key_hash(text)
+	local byte, out = string.byte, {}
+	for _, m in ipairs(KEY_MODULI) do
+		local base, modulus, h = m[1], m[2], 0
+		for i = 1, #text do
+			h = (h * base + byte(text, i)) % modulus
+		end
+		out[#out + 1] = string.format("%08x", h)
+	end
+	return table.concat(out)
+end
+
+-- A plain batch job's workload key, or nil and why it has none.
+local function plain_key(job_desc, submit_uid)
+	local text = normalised(job_desc.script)
+	if #text > MAX_SCRIPT_BYTES then
+		return nil, string.format("script over %d bytes: not keyed", MAX_SCRIPT_BYTES)
+	end
+	local fields = { KEY_VERSION, string.format("%.0f", submit_uid), job_desc.work_dir or "",
+		job_desc.partition or "", job_desc.tres_per_node or "",
+		is_set(job_desc.num_tasks) and whole_text(job_desc.num_tasks) or "" }
+	local argv = job_desc.argv
+	if type(argv) == "table" then
+		local i = 1         -- argv[0] is the script's own path
+		while argv[i] ~= nil do
+			fields[#fields + 1] = argv[i]
+			i = i + 1
+		end
+	end
+	fields[#fields + 1] = text
+	return key_hash(table.concat(fields, "\0"))
+end
+
+-- Why the policy leaves this job alone, or nil.
+local function skipped(job_desc, head, part_list, submit_uid)
+	if head.skip_uids[string.format("%.0f", submit_uid)] then
+		return "its user is one the policy skips"
+	end
+	local part = job_desc.partition
+	if part == nil or part == "" then
+		part = partition_of(job_desc, part_list)
+	end
+	for name in (part or ""):gmatch("[^,]+") do
+		if head.skip_partitions[name] then
+			return "partition " .. name .. " is one the policy skips"
+		end
+	end
+	if next(head.skip_accounts) ~= nil then
+		local account = job_desc.account
+		if account == nil or account == "" then
+			account = job_desc.default_account
+		end
+		if account ~= nil and head.skip_accounts[account] then
+			return "account " .. account .. " is one the policy skips"
+		end
+	end
+	return nil
+end
+
+-- What to change in a job, worked out without touching it: nil when nothing. `comment`
+-- is the job's, or for a plain job the one the shim gives it (its key in front).
+local function plan(job_desc, tbl, part_list, submit_uid, comment)
 	if comment == nil then
 		return nil
 	end
@@ -355,7 +453,7 @@ local function plan(job_desc, tbl, part_list, submit_uid)
 			pinned[word] = true
 		end
 	end
-	local p = { fp = fp, entry = entry, env = env ~= nil }
+	local p = { fp = fp, entry = entry }
 	local cpus, mem = job_desc.cpus_per_task, job_desc.pn_min_memory
 	if not pinned.cpus then
 		p.cpus, cpus = entry.cpus, entry.cpus
@@ -416,45 +514,88 @@ local function plan(job_desc, tbl, part_list, submit_uid)
 end
 
 local function apply(job_desc, p)
-	if p.profile then
-		job_desc.environment.SYNERGY_PROFILE = "1"
-		job_desc.comment = p.comment
-		return "no decision yet: marked for profiling"
-	end
-	local before = string.format("cpus %s, mem %s MB, %s", tostring(job_desc.cpus_per_task),
-		tostring(job_desc.pn_min_memory), tostring(job_desc.tres_per_node))
-	if p.cpus then
-		job_desc.cpus_per_task = p.cpus
-		-- slurmctld does not derive these again from cpus_per_task.
-		job_desc.min_cpus = p.cpus
-		job_desc.pn_min_cpus = p.cpus
-	end
-	if p.mem_mb then
-		job_desc.pn_min_memory = p.mem_mb
-	end
-	if p.tres_per_node then
-		job_desc.tres_per_node = p.tres_per_node
+	local result
+	if p.entry then
+		local before = string.format("cpus %s, mem %s MB, %s",
+			tostring(job_desc.cpus_per_task), tostring(job_desc.pn_min_memory),
+			tostring(job_desc.tres_per_node))
+		if p.cpus then
+			job_desc.cpus_per_task = p.cpus
+			-- slurmctld does not derive these again from cpus_per_task.
+			job_desc.min_cpus = p.cpus
+			job_desc.pn_min_cpus = p.cpus
+		end
+		if p.mem_mb then
+			job_desc.pn_min_memory = p.mem_mb
+		end
+		if p.tres_per_node then
+			job_desc.tres_per_node = p.tres_per_node
+		end
+		result = string.format("%s -> cpus %s, mem %s MB, %s, workers %d", before,
+			tostring(job_desc.cpus_per_task), tostring(job_desc.pn_min_memory),
+			tostring(job_desc.tres_per_node), p.workers)
+	elseif p.profile then
+		result = "no decision yet: marked for profiling"
+	else
+		result = p.skip or "keyed"
 	end
 	job_desc.comment = p.comment
-	if p.env then
-		job_desc.environment.SYNERGY_WORKERS = tostring(p.workers)
-		if p.entry.power_w > 0 then
-			job_desc.environment.SYNERGY_POWER_LIMIT_W = tostring(p.entry.power_w)
+	if p.plain then
+		-- Where the job's owner cannot change it: the reports trust this copy.
+		local admin = job_desc.admin_comment
+		job_desc.admin_comment = ((admin ~= nil and admin ~= "") and (admin .. " ") or "")
+			.. "synergy:fp=" .. p.fp
+	end
+	-- The environment last: what is set there cannot be put back.
+	local env = job_desc.environment
+	if env ~= nil then
+		if p.plain then
+			env.SYNERGY_FINGERPRINT = p.fp
+		end
+		if p.profile then
+			env.SYNERGY_PROFILE = "1"
+		end
+		if p.entry then
+			env.SYNERGY_WORKERS = tostring(p.workers)
+			if p.entry.power_w > 0 then
+				env.SYNERGY_POWER_LIMIT_W = tostring(p.entry.power_w)
+			end
 		end
 	end
-	return string.format("%s -> cpus %s, mem %s MB, %s, workers %d", before,
-		tostring(job_desc.cpus_per_task), tostring(job_desc.pn_min_memory),
-		tostring(job_desc.tres_per_node), p.workers)
+	return result
 end
 
+-- Restored as they were when a rewrite fails midway ("" puts back a field that was unset).
 local SAVED = { "cpus_per_task", "min_cpus", "pn_min_cpus", "pn_min_memory",
-	"tres_per_node", "comment" }
+	"tres_per_node", "comment", "admin_comment" }
+
+-- The plan for a plain batch job, keyed; nil and why where it is left alone.
+local function plain_plan(job_desc, tbl, part_list, submit_uid)
+	if not tbl.head.plain then
+		return nil
+	end
+	local fp, nokey = plain_key(job_desc, submit_uid)
+	if fp == nil then
+		return nil, nokey
+	end
+	local own = job_desc.comment
+	local comment = "synergy:fp=" .. fp .. " plain=1"
+		.. ((own ~= nil and own ~= "") and (" " .. own) or "")
+	local p = plan(job_desc, tbl, part_list, submit_uid, comment)
+		or { fp = fp, comment = comment }
+	p.plain = true
+	p.comment = p.comment or comment
+	return p
+end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
 	local ok, err = pcall(function()
-		-- Only our jobs make the shim look at its table: a plain job never waits on it.
 		local comment = job_desc.comment
-		if comment == nil or not comment:match("^synergy:fp=") then
+		local plain = comment == nil or not comment:match("^synergy:fp=")
+		-- A plain job is looked at only where it could be keyed: a batch script (srun and
+		-- salloc jobs have none, nor an environment) its user did not opt out.
+		if plain and (job_desc.script == nil or job_desc.environment == nil
+				or (comment or ""):find(OPT_OUT, 1, true)) then
 			return
 		end
 		local tbl, why = load_table()
@@ -465,12 +606,29 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		end
 		-- A fault that ends and comes back is logged again.
 		last_fault.msg = nil
-		local p = plan(job_desc, tbl, part_list, submit_uid)
-		if p == nil then
+		local name = tostring(job_desc.name)
+		local skip = skipped(job_desc, tbl.head, part_list, submit_uid)
+		if skip then
+			if not plain then
+				slurm.log_info("slurm-synergy: job %s (uid %s): %s", name,
+					tostring(submit_uid), skip)
+			end
 			return
 		end
-		local name = tostring(job_desc.name)
-		if p.skip then
+		local p, nokey
+		if plain then
+			p, nokey = plain_plan(job_desc, tbl, part_list, submit_uid)
+		else
+			p = plan(job_desc, tbl, part_list, submit_uid, comment)
+		end
+		if p == nil then
+			if nokey then
+				slurm.log_info("slurm-synergy: job %s (uid %s): %s", name,
+					tostring(submit_uid), nokey)
+			end
+			return
+		end
+		if p.skip and not p.plain then
 			slurm.log_info("slurm-synergy: job %s (uid %s, fp %s): %s", name,
 				tostring(submit_uid), p.fp, p.skip)
 			return
@@ -481,14 +639,18 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		end
 		local done, result = pcall(apply, job_desc, p)
 		if done then
-			slurm.log_info("slurm-synergy: job %s (uid %s, fp %s): %s", name,
-				tostring(submit_uid), p.fp, result)
+			slurm.log_info("slurm-synergy: job %s (uid %s, fp %s%s): %s", name,
+				tostring(submit_uid), p.fp, p.plain and ", a plain script" or "", result)
 			return
 		end
 		-- Put back what was changed before the error, then report it.
 		for _, field in ipairs(SAVED) do
-			if saved[field] ~= nil then
-				pcall(function() job_desc[field] = saved[field] end)
+			local was = saved[field]
+			if was == nil and type(job_desc[field]) == "string" then
+				was = ""
+			end
+			if was ~= nil then
+				pcall(function() job_desc[field] = was end)
 			end
 		end
 		error(result, 0)

@@ -21,7 +21,7 @@ from typing import Callable
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text, locked
-from slurm_synergy.hooks.install import WRAPPERS, HookPaths, needed_timeout_s, render_wrappers
+from slurm_synergy.hooks.install import HOOK_FILES, HookPaths, needed_timeout_s, render_wrappers
 from slurm_synergy.shim.install import install_shim
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
@@ -103,8 +103,7 @@ class LocalCluster:
             "state": str(self.state), "layout": layout, "cgroup_mode": mode,
             "job_submit": self.job_submit,
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
-            "prolog": str(self.etc / WRAPPERS["prolog"]),
-            "epilog": str(self.etc / WRAPPERS["epilog"]),
+            **{hook: str(self.etc / name) for hook, name in HOOK_FILES.items()},
             "hook_timeout_s": needed_timeout_s(load_policy(policy_path()).hook_timeout_s),
         }
         changed = False

@@ -1,11 +1,14 @@
-"""`synergy hooks install`: the node prolog and epilog, printed, or applied with --apply.
+"""`synergy hooks install`: the node prolog and epilog and the TaskProlog, printed, or
+applied with --apply.
 
 The wrappers go beside slurm.conf (one file each, naming this installation's Python and
-the folders the hooks use); slurm.conf gets Prolog=, Epilog= and a PrologEpilogTimeout
-that leaves the hooks' own deadline room. A site that runs its own prolog already keeps
-it: install then says how to call ours from it instead of replacing it. The hooks run as
-root, so --apply refuses an interpreter, package or policy file that another user could
-change (hooks/trust.py).
+the folders the hooks use); slurm.conf gets Prolog=, Epilog=, TaskProlog= and a
+PrologEpilogTimeout that leaves the hooks' own deadline room. The TaskProlog runs as each
+job's user and only prints where the probe is (etc/task_prolog.sh.j2). A site that runs
+its own prolog already keeps it: install then says how to call ours from it instead of
+replacing it. The hooks run as root, so --apply refuses an interpreter, package or
+policy file that another user could change (hooks/trust.py); every job's Python loads the
+probe from the same package.
 """
 
 from __future__ import annotations
@@ -24,8 +27,14 @@ from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.render import environment
 from slurm_synergy.hooks.trust import untrusted
+from slurm_synergy.probe.records import BOOT
 
 WRAPPERS = {"prolog": "synergy-prolog", "epilog": "synergy-epilog"}
+TASK_PROLOG = "synergy-task-prolog"
+HOOK_FILES = {**WRAPPERS, "task_prolog": TASK_PROLOG}     # as slurm.conf.j2 names them
+# slurm.conf's key for each wrapper.
+CONF_KEYS = {WRAPPERS["prolog"]: "Prolog", WRAPPERS["epilog"]: "Epilog",
+             TASK_PROLOG: "TaskProlog"}
 
 
 def kill_after_s(hook_timeout_s: float) -> int:
@@ -59,12 +68,14 @@ def render_wrappers(conf_dir: Path, where: HookPaths,
                     python: Path = Path(sys.executable)) -> list[ConfChange]:
     env = environment(paths.ETC)
     timeout = load_policy(where.policy).hook_timeout_s
+    texts = {name: env.get_template("node_hook.sh.j2").render(
+        hook=hook, key=CONF_KEYS[name], python=python, policy=where.policy,
+        stats_dir=where.stats_dir, log=where.log, run_dir=where.run_dir,
+        kill_after_s=kill_after_s(timeout)) for hook, name in WRAPPERS.items()}
+    texts[TASK_PROLOG] = env.get_template("task_prolog.sh.j2").render(
+        boot=BOOT, python=python)
     changes = []
-    for hook, name in WRAPPERS.items():
-        text = env.get_template("node_hook.sh.j2").render(
-            hook=hook, key=hook.capitalize(), python=python, policy=where.policy,
-            stats_dir=where.stats_dir, log=where.log, run_dir=where.run_dir,
-            kill_after_s=kill_after_s(timeout))
+    for name, text in texts.items():
         target = conf_dir / name
         if target.is_file() and target.read_text() == text:
             changes.append(ConfChange(f"{target} is current", True))
@@ -75,18 +86,22 @@ def render_wrappers(conf_dir: Path, where: HookPaths,
 
 
 def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[str, list[ConfChange]]:
-    """slurm.conf with our Prolog/Epilog and a long enough PrologEpilogTimeout."""
+    """slurm.conf with our Prolog/Epilog/TaskProlog and a long enough
+    PrologEpilogTimeout."""
     changes = []
     need = needed_timeout_s(hook_timeout_s)
-    for hook, name in WRAPPERS.items():
-        key, ours = hook.capitalize(), str(conf_dir / name)
+    for name, key in CONF_KEYS.items():
+        ours = str(conf_dir / name)
         m = re.search(rf"^(\s*{key}\s*=\s*)(\S+)(.*)$", text, re.IGNORECASE | re.MULTILINE)
         if m and m.group(2) == ours:
             changes.append(ConfChange(f"slurm.conf: {key}={ours}", True))
         elif m:
+            how = ("(what it prints goes to slurmstepd with the rest)" if name == TASK_PROLOG
+                   else f"(it exits as our {key.lower()} does)")
+            call = ours if name == TASK_PROLOG else f"{ours} || exit $?"
             raise SynergyError(
                 f"slurm.conf already runs {key}={m.group(2)}; keep it and add this line to "
-                f"it (it exits as our {hook} does):\n    {ours} || exit $?")
+                f"it {how}:\n    {call}")
         else:
             text = text.rstrip("\n") + f"\n# added by synergy hooks install\n{key}={ours}\n"
             changes.append(ConfChange(f"slurm.conf: {key}={ours}", False))
@@ -114,7 +129,7 @@ def plan_text(conf: Path, where: HookPaths, python: Path = Path(sys.executable))
     lines += [c.planned for c in changes]
     lines += [
         "# 2. the wrappers, beside slurm.conf on every GPU node (root-owned, mode 0755):",
-        *(f"#    {conf.parent / n}" for n in WRAPPERS.values()),
+        *(f"#    {conf.parent / n}" for n in CONF_KEYS),
         f"# 3. per-job GPU stats in {where.stats_dir}: storage the report host shares",
         "#    (SYNERGY_GPU_STATS names another); node log "
         f"{where.log}; site cap: power_cap_w in {where.policy}",

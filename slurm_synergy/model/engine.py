@@ -359,9 +359,7 @@ def _memory_note(profile: Profile, resident: float, mem_mb: int, floor_m: int,
     elif any(p.peak_pss_mb for p in mem_points):
         runs += (f"; each page once, where its processes' resident memory summed comes to "
                  f"{rss:.0f} MB")
-    if profile.raised:
-        runs += (f"; {profile.measured_footprint_mb:.0f} MB as profiled, raised by the whole "
-                 "run of job " + ", ".join(r.job_id for r in profile.raised))
+    runs += profile.raised_note
     note = (f"memory: {mem_mb} MB (peak use {profile.model.footprint_mb:.0f} MB{runs}; "
             f"counted +{peak_noise:.0%} for the noise between runs, at least the policy's "
             f"min_mem_spread of {policy.min_mem_spread:.0%}, and +{policy.mem_headroom:.0%} "

@@ -33,6 +33,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "user_request_wins": (bool, 0, 1),
     "profile_new": (bool, 0, 1),
     "watch_runs": (bool, 0, 1),
+    "plain_scripts": (bool, 0, 1),
     "first_batch_timeout_s": (float, 5.0, 86400.0),
     "gpu_sample_period_s": (float, 0.05, 60.0),
     "hook_timeout_s": (float, 1.0, 120.0),
@@ -45,6 +46,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {"on_profiled": ON_PROFILED}
 # Knobs that name something of the system's; "" names nothing.
 _NAMES = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _NAMED = ("share_group",)
+# Knobs that list such names.
+_NAME_LISTS = ("skip_partitions", "skip_accounts", "skip_users")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,15 @@ class Policy:
     # other members' jobs of that workload, where they have no profile of their own.
     # "" (the default): each user's profiles size that user's jobs alone.
     share_group: str = ""
+    # Plain batch scripts (any sbatch job `synergy submit` did not write) are keyed at
+    # submission, their Python training measured in the run and right-sized as a CSV
+    # row's are (the node's TaskProlog puts the probe on their path).
+    plain_scripts: bool = True
+    # Jobs in these partitions or accounts, or of these users, are left alone: no key, no
+    # mark, no rewrite, no probe.
+    skip_partitions: tuple[str, ...] = ()
+    skip_accounts: tuple[str, ...] = ()
+    skip_users: tuple[str, ...] = ()
 
     @property
     def noise(self) -> NoiseRule:
@@ -141,6 +153,13 @@ def _policy_of(data: dict[str, Any], path: Path) -> Policy:
     values: dict[str, Any] = {}
     for name, value in data.items():
         if name == CATALOG_KEY:
+            continue
+        if name in _NAME_LISTS:
+            if not isinstance(value, list) or not all(
+                    isinstance(v, str) and _NAMES.fullmatch(v) for v in value):
+                raise SynergyError(f"site policy {path}: {name} must be a list of names, "
+                                   f"not {value!r}")
+            values[name] = tuple(value)
             continue
         if name in _NAMED:
             if not isinstance(value, str) or (value and not _NAMES.fullmatch(value)):

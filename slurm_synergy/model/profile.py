@@ -2,6 +2,8 @@
 
 Profiles are checked field by field when read: a corrupt or foreign file is refused with
 a message naming it, never half-used. Where they are kept is slurm_synergy.profiles.
+Long because the records and their strict reading belong together: a field added to one
+is read by the other, and a reader apart would drift from what is written.
 """
 
 from __future__ import annotations
@@ -295,6 +297,12 @@ class Profile:
     def measured_footprint_mb(self) -> float:
         """The footprint as the profile measured it, before later jobs raised it (MB)."""
         return self.raised[0].from_mb if self.raised else self.model.footprint_mb
+
+    @property
+    def raised_note(self) -> str:
+        """Where the footprint came from, for `explain`, if later jobs raised it."""
+        return (f"; {self.measured_footprint_mb:.0f} MB as profiled, raised by the whole run "
+                "of job " + ", ".join(r.job_id for r in self.raised)) if self.raised else ""
 
     def train_points(self) -> list[Point]:
         """The core sweep: end-to-end steps with all of the allocation's GPUs."""

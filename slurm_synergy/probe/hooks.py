@@ -4,10 +4,12 @@ Installed at interpreter start by the probe's sitecustomize, before the script r
 without importing torch or DALI: the hooks go in when the script imports them. Hooked:
 `_BaseDataLoaderIter.__next__` (every PyTorch DataLoader, map-style or iterable),
 `DataLoader.__init__` (the worker count), DALI's PyTorch iterators' `__next__` and the
-thread count its Pipeline hands its backend.
+thread count its Pipeline hands its backend, and every optimizer's step (PyTorch's global
+step hook), which counts the steps of a script that slices its own batches.
 
 A step is the time from one request for a batch to the next, so it holds the wait on the
-loader and the rest of the step (forward, backward, optimizer, logging). On CUDA the
+loader and the rest of the step (forward, backward, optimizer, logging); without a
+loader, from one optimizer step to the next. On CUDA the
 probe synchronises before it reads the clock, or the wait would absorb queued kernels.
 
 Long because the hooks for PyTorch's and DALI's loaders share one process-wide state (the
@@ -33,10 +35,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from slurm_synergy.probe import task
 from slurm_synergy.probe.records import (CONTROL_NAME, ENV_CONFIG, ENV_DIR, ProbeConfig,
                                          ProcessRecord)
 
 CONTROL_POLL_S = 0.1    # how often a controlled process looks at its orders, at most
+OPTIMIZER = "optimizer"  # the loader kind of a script whose steps are its optimizer's
 
 DATA_ROOT_ATTRS = ("root", "data_dir", "root_dir", "data_root", "data_path", "folder",
                    "directory", "path")
@@ -208,6 +212,7 @@ class Recorder:
         if first:
             self.rec.first_batch_s = round(time.perf_counter() - self.t_start, 3)
             self.write("iterating")
+            task.start_supervisor()     # task mode: the tree's first batch starts it
 
     # --- the hooked __next__ -----------------------------------------------------------
 
@@ -249,6 +254,20 @@ class Recorder:
         if self.cfg.mode == "compute":
             self.replay = batch
         return batch
+
+    def optimizer_step(self) -> None:
+        """An optimizer is about to step. In a script that takes no batch from a loader
+        (it slices its own tensors), that is its step boundary; a batch's size is not
+        known then, so its samples are its steps."""
+        if self.done or self.cfg.mode not in ("watch", "train"):
+            return
+        if self.rec.loaders and self.rec.loaders != [OPTIMIZER]:
+            return          # a loader's batches count the steps
+        if not self.rec.loaders:
+            self.rec.loaders.append(OPTIMIZER)
+        self._step_boundary()
+        if not self.done:
+            self._took(0.0, None)
 
     def _drain(self, it: Any, original: Callable[[Any], Any]) -> None:
         """Loader mode: take warm-up + N batches as fast as the loader gives them, without
@@ -366,7 +385,10 @@ def _patch_torch(module: ModuleType) -> None:
         except Exception:       # an IterableDataset has no length, or refuses to say
             length = None
         rec.saw_dataset(length, data_root(dataset))
-        if rec.cfg.workers is not None:
+        # An iterable dataset's workers each run the whole iterator unless it splits the
+        # stream itself: another count would change what the script trains on.
+        iterable = isinstance(dataset, getattr(module, "IterableDataset", ()))
+        if rec.cfg.workers is not None and not iterable:
             args["num_workers"] = rec.cfg.workers
             if rec.cfg.workers == 0:    # options DataLoader refuses without workers
                 for name in ("prefetch_factor", "multiprocessing_context"):
@@ -392,6 +414,18 @@ def _patch_torch(module: ModuleType) -> None:
         return it
 
     loader_cls.__iter__ = __iter__
+
+
+def _patch_optim(module: ModuleType) -> None:
+    register = getattr(module, "register_optimizer_step_pre_hook", None)
+    if register is None:        # torch before 2.0: manual batching goes uncounted
+        return
+
+    def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if RECORDER is not None:
+            RECORDER.optimizer_step()
+
+    register(before_step)
 
 
 def _patch_dali_pipeline(module: ModuleType) -> None:
@@ -438,6 +472,7 @@ def _patch_dali_pytorch(module: ModuleType) -> None:
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "torch.utils.data.dataloader": _patch_torch,
+    "torch.optim.optimizer": _patch_optim,
     "nvidia.dali.pipeline": _patch_dali_pipeline,
     "nvidia.dali.plugin.pytorch": _patch_dali_pytorch,
 }
@@ -478,8 +513,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Start probing this process, if the probe's environment asks for it."""
+    """Start probing this process, if the probe's environment asks for it (a supervisor
+    started it, or the TaskProlog reached its task: probe/task.py)."""
     global RECORDER
+    task.anchor()
     folder, config = os.environ.get(ENV_DIR), os.environ.get(ENV_CONFIG)
     if not folder or not config or RECORDER is not None:
         return

@@ -18,12 +18,19 @@ from typing import Any
 from slurm_synergy.fileio import atomic_write_text
 
 MODES = ("train", "loader", "compute", "watch", "memory")
+# The folder whose sitecustomize.py installs the hooks in every Python process that has
+# it first on PYTHONPATH (the supervisor puts it there, or the node's TaskProlog).
+BOOT = Path(__file__).resolve().parent / "boot"
 ENV_DIR = "SYNERGY_PROBE_DIR"
 ENV_CONFIG = "SYNERGY_PROBE_CONFIG"
 # In a run measured while it trains (profiling/inrun.py), the supervisor's orders to the
 # processes: a JSON object {"window": id, "threads": torch threads or null for the
 # process's own, "record_s": seconds between record writes}, written whole.
 CONTROL_NAME = "control.json"
+# How often a process writes its record while a supervisor measures it in windows, and
+# otherwise while it is watched (the supervisor's orders change it: record_s above).
+RECORD_S = 0.25
+WATCH_RECORD_S = 30.0
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from typing import Callable, Protocol
 
 import psutil
 
-from slurm_synergy.probe.records import (ENV_CONFIG, ENV_DIR, LEAST_STEPS, ProbeConfig,
+from slurm_synergy.probe.records import (BOOT, ENV_CONFIG, ENV_DIR, LEAST_STEPS, ProbeConfig,
                                          ProbeResult, ProcessRecord, measure,
                                          probe_dir_of, read_records)
+from slurm_synergy.probe.task import ENV_ANCHOR, ENV_PYTHON
 from slurm_synergy.probe.tree import ProcessTree
 
-BOOT = Path(__file__).resolve().parent / "boot"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 WATCH_FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
 MEASURED_GRACE_S = 5.0      # after every process measured, before ending the script
@@ -119,6 +119,10 @@ def run(config: ProbeConfig, argv: list[str], out: Path, time_limit_s: float,
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT), env.get("PYTHONPATH")) if p)
     env[ENV_DIR], env[ENV_CONFIG] = str(folder), config.to_env()
+    # This supervisor is the command's: nothing beneath it starts one of its own, even
+    # where the node's TaskProlog made this process a task-mode anchor (probe/task.py).
+    for name in (ENV_ANCHOR, ENV_PYTHON):
+        env.pop(name, None)
     watch = config.mode == "watch"
     scratch = None if watch else _scratch()
     if scratch is not None:
@@ -235,9 +239,9 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
         if measurement is None:
             reason = f"{script}: no measured step (it took {took} batch(es))"
     elif timed_out_after is not None:
-        reason = (f"{script} took no batch from a PyTorch DataLoader or a DALI iterator in "
-                  f"{timed_out_after:.0f}s and was stopped; the probe measures training "
-                  "loops that read their data from one")
+        reason = (f"{script} took no batch from a PyTorch DataLoader or a DALI iterator, "
+                  f"nor stepped an optimizer, in {timed_out_after:.0f}s and was stopped; "
+                  "the probe measures training loops")
     elif all(r.state != "measured" for r in records):
         if took and errors:
             reason = f"{script} failed after {took} batch(es): {errors[0]}"
@@ -258,7 +262,7 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
                       "with torchrun or srun, or keep the training loop in the script")
         else:
             reason = (f"{script} ended without taking a batch from a PyTorch DataLoader or a "
-                      "DALI iterator: nothing to measure")
+                      "DALI iterator, or stepping an optimizer: nothing to measure")
     return ProbeResult(ok=not reason, reason=reason, script=script, mode=config.mode,
                        exit_status=rc, measurement=measurement, processes=records,
                        started_processes=unprobed)

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
 from slurm_synergy.pending import rightsize_pending
@@ -78,8 +79,15 @@ class Follow:
         self.apply(grown)
 
     def apply(self, profile: Profile) -> None:
-        """The table compiled, then this user's pending jobs right-sized in place."""
+        """The table compiled, then this user's pending jobs right-sized in place; where
+        Slurm cannot be asked (slurmctld down), one line says so and the job goes on."""
         sync_decisions(self.log, PROG)
+        try:
+            self._rightsize(profile)
+        except SynergyError as e:
+            self.log(f"{PROG}: pending jobs of {profile.fingerprint} not right-sized: {e}")
+
+    def _rightsize(self, profile: Profile) -> None:
         decider = Decider(self.store, self.policy, self.slurm)
         partition = os.environ.get("SLURM_JOB_PARTITION", "")
         decision = decider.decision(profile.fingerprint, partition)

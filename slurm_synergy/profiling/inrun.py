@@ -48,12 +48,12 @@ from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, PointEr
                                          ProfileError, ThroughputModel)
 from slurm_synergy.model.throughput import predict
 from slurm_synergy.paths import policy_path
-from slurm_synergy.probe.records import ProbeConfig
-from slurm_synergy.probe.supervise import PEAK_S, Started, run, watch_exit
+from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
+from slurm_synergy.probe.supervise import PEAK_S, During, Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.follow import PROG, Follow, tree_memory
 from slurm_synergy.profiling.store import profiling_lock
-from slurm_synergy.profiling.windows import RECORD_S, RunWindows, Window
+from slurm_synergy.profiling.windows import RunWindows, Window
 from slurm_synergy.slurm import Slurm
 
 USAGE_EXIT = 2
@@ -72,7 +72,7 @@ class InRunRequest:
     out: Path                        # the probe's result file
     workers: int | None = None       # loader workers the probe sets (the command has no option)
     workers_option: str = ""         # the option the command takes its workers by
-    record_s: float = 30.0           # the processes' record pace outside the windows
+    record_s: float = WATCH_RECORD_S   # the processes' record pace outside the windows
 
 
 def sweep_counts(top: int, procs: int) -> list[int]:
@@ -93,8 +93,38 @@ def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
             log: Callable[[str], None]) -> int:
     """Run the job's command to its end, measured if it is this workload's first, its
     memory followed if its workload is measured already."""
-    job_id = os.environ.get("SLURM_JOB_ID", "")
     command, workers = list(req.command), req.workers
+    # The command runs once, below, whatever happens here: a fault in looking up or
+    # locking the workload only means this run is not measured.
+    with contextlib.ExitStack() as held:
+        beside = choose(req, policy, slurm, True, held, log)
+        decided = beside.decided
+        if decided is not None and decided.workers is not None:
+            if req.workers_option:
+                command = with_workers(command, req.workers_option, decided.workers)
+            else:
+                workers = decided.workers
+            log(f"{PROG}: job {beside.job_id} was right-sized in place while it waited; it "
+                f"trains with {decided.workers} loader worker(s)")
+        return _watch(req, command, workers, beside.during, beside.swept)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """What the supervisor does beside a job's run."""
+
+    job_id: str
+    during: During | None           # the sweep, or following its memory; None: nothing
+    swept: bool = False
+    decided: comment_format.Resources | None = None   # its comment's decision, if any
+
+
+def choose(req: InRunRequest, policy: Policy, slurm: Slurm, marked: bool,
+           held: contextlib.ExitStack, log: Callable[[str], None]) -> Beside:
+    """Beside a job of this workload: follow its memory where it was decided or its
+    workload is measured already; where it is `marked` and no other job measures the
+    workload now, measure it (the lock is held in `held` for the run). Never raises."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
     try:
         decided = comment_format.decision(slurm.comment(job_id)) if job_id else None
     except SynergyError as e:
@@ -102,36 +132,28 @@ def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
         decided = None
     store = ProfileStore.default()
     follow = Follow(req.fingerprint, policy, store, slurm, job_id, log).during
-    if decided is not None and decided.workers is not None:
-        if req.workers_option:
-            command = with_workers(command, req.workers_option, decided.workers)
-        else:
-            workers = decided.workers
-        log(f"{PROG}: job {job_id} was right-sized in place while it waited; it trains with "
-            f"{decided.workers} loader worker(s)")
-        return _watch(req, command, workers, follow)
-    # The command runs once, below, whatever happens here: a fault in looking up or
-    # locking the workload only means this run is not measured.
-    with contextlib.ExitStack() as held:
-        during, swept = None, False
-        try:
-            if store.has(req.fingerprint):
-                log(f"{PROG}: {req.fingerprint} is measured already; job {job_id} trains as "
-                    "submitted")
-                during = follow
-            elif not held.enter_context(profiling_lock(store, req.fingerprint)):
-                log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
-                    "as submitted")
-            else:
-                during, swept = Sweep(req, policy, store, slurm, job_id, log).during, True
-        except (OSError, ProfileError) as e:
-            log(f"{PROG}: cannot look up or lock {req.fingerprint} in {store.root} ({e}); "
-                f"job {job_id} trains as submitted")
-        return _watch(req, command, workers, during, swept)
+    if decided is not None:
+        return Beside(job_id, follow, decided=decided)
+    try:
+        if store.has(req.fingerprint):
+            log(f"{PROG}: {req.fingerprint} is measured already; job {job_id} trains as "
+                "submitted")
+            return Beside(job_id, follow)
+        if not marked:
+            return Beside(job_id, None)
+        if not held.enter_context(profiling_lock(store, req.fingerprint)):
+            log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
+                "as submitted")
+            return Beside(job_id, None)
+        return Beside(job_id, Sweep(req, policy, store, slurm, job_id, log).during, True)
+    except (OSError, ProfileError) as e:
+        log(f"{PROG}: cannot look up or lock {req.fingerprint} in {store.root} ({e}); "
+            f"job {job_id} trains as submitted")
+        return Beside(job_id, None)
 
 
 def _watch(req: InRunRequest, command: list[str], workers: int | None,
-           during: Callable[[Started, Path], None] | None, swept: bool = False) -> int:
+           during: During | None, swept: bool = False) -> int:
     # Swept: the processes write their records at the windows' pace from the start (the
     # supervisor needs a first record to begin); the sweep's end slows them again.
     config = ProbeConfig(mode="watch", workers=workers,

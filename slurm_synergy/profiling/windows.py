@@ -23,11 +23,10 @@ import psutil
 
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.probe.affinity import first_cpus, job_pids, pin
-from slurm_synergy.probe.records import CONTROL_NAME, ProcessRecord, read_records
+from slurm_synergy.probe.records import CONTROL_NAME, RECORD_S, ProcessRecord, read_records
 from slurm_synergy.probe.supervise import PEAK_LOOK_S, Started
 from slurm_synergy.probe.tree import ProcessTree
 
-RECORD_S = 0.25         # how often a process writes its record while windows run
 ACK_S = 30.0            # the longest a window waits for every trainer's first boundary
 # How often a window looks at the job's processes (their memory; threads to hold) and
 # reads their proportional memory (smaps_rollup). The supervisor runs beside the job on
@@ -93,9 +92,7 @@ class RunWindows:
 
     def _command(self, cores: int | None, record_s: float) -> None:
         self.order += 1
-        atomic_write_text(self.folder / CONTROL_NAME, json.dumps(
-            {"window": self.order, "cores": cores, "of": self.top, "record_s": record_s}),
-            durable=False)
+        write_order(self.folder, self.order, cores, self.top, record_s)
 
     def _hold(self, cpus: set[int]) -> None:
         done = pin(job_pids(self.proc.pid), cpus)
@@ -165,6 +162,15 @@ class RunWindows:
             self._command(None, record_s)
         for _ in range(2):
             self._hold(self.allowed)
+
+
+def write_order(folder: Path, window: int, cores: int | None, of: int,
+                record_s: float) -> None:
+    """The supervisor's order to the job's processes (records.CONTROL_NAME), whole: from
+    their next step, window `window` at `cores` of their `of` (None: their own), their
+    records every `record_s` seconds."""
+    atomic_write_text(folder / CONTROL_NAME, json.dumps(
+        {"window": window, "cores": cores, "of": of, "record_s": record_s}), durable=False)
 
 
 def _window(cores: int, start: dict[int, ProcessRecord], end: dict[int, ProcessRecord],

@@ -6,7 +6,8 @@ rest) and what the partition's nodes have; the shim reads it again whenever the 
 inode, size or times change.
 
     synergy-decisions 3 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
-        max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 entries=2      (one line)
+        max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 plain=1 skip_partitions=debug
+        skip_accounts= skip_uids=1003 entries=2                         (one line)
     <uid> <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers>
         <power_limit_w or 0> <training processes per task>
 
@@ -99,8 +100,23 @@ def render(decisions: Sequence[Owned], policy: Policy, shape: NodeShape,
             f"user_wins={int(policy.user_request_wins)} "
             f"profile_new={int(policy.profile_new)} max_cpus={min(shape.cores, MAX_CPUS)} "
             f"max_mem_mb={min(shape.mem_mb, MAX_MEM_MB)} max_gpus={min(shape.gpus, MAX_GPUS)} "
-            f"gpu_types={','.join(shape.gpu_types)} entries={len(decisions)}\n")
+            f"gpu_types={','.join(shape.gpu_types)} plain={int(policy.plain_scripts)} "
+            f"skip_partitions={','.join(policy.skip_partitions)} "
+            f"skip_accounts={','.join(policy.skip_accounts)} "
+            f"skip_uids={','.join(str(u) for u in uids_of(policy.skip_users))} "
+            f"entries={len(decisions)}\n")
     return head + body
+
+
+def uids_of(names: Sequence[str]) -> list[int]:
+    """The uids of the named users this host knows, in order (the shim sees uids)."""
+    out = []
+    for name in names:
+        try:
+            out.append(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            continue        # no such user here: nothing of theirs to skip
+    return out
 
 
 def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry]]:

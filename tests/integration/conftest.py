@@ -151,6 +151,22 @@ def tenants(slurm) -> Iterator[Tenants]:
 
 
 @pytest.fixture
+def site(tenants) -> Iterator[Path]:
+    """A site's shared profile store for this test (mode 1777, as docs/install.md makes
+    it), which `synergy plugin sync` (root's, as a site's cron) compiles; then the
+    session's table compiled back."""
+    site = tenants.shared / f"profiles-{os.urandom(4).hex()}"
+    site.mkdir()
+    site.chmod(0o1777)
+    os.environ["SYNERGY_PROFILES"] = str(site)
+    try:
+        yield site
+    finally:
+        del os.environ["SYNERGY_PROFILES"]
+        assert synergy("plugin", "sync").returncode == 0
+
+
+@pytest.fixture
 def tag() -> str:
     """A token that makes this test's job names its own among earlier runs in accounting."""
     return uuid.uuid4().hex[:8]

@@ -44,20 +44,6 @@ PLANT = ("import os, sys\n"
          "os.symlink('/dev/zero', f'{d}/{sys.argv[5]}.json')\n")
 
 
-@pytest.fixture
-def site(tenants):
-    """The site's store for this test, then the session's table compiled back."""
-    site = tenants.shared / f"profiles-{os.urandom(4).hex()}"
-    site.mkdir()
-    site.chmod(0o1777)
-    os.environ["SYNERGY_PROFILES"] = str(site)
-    try:
-        yield site
-    finally:
-        del os.environ["SYNERGY_PROFILES"]
-        assert synergy("plugin", "sync").returncode == 0
-
-
 def _profile_file(tenants, name: str, one_core_rate: float, fp: str = FP) -> Path:
     """make_profile's workload (2 cores at 100 samples/s), its one core at `one_core_rate`."""
     p = make_profile(fp)

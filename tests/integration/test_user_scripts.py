@@ -145,8 +145,8 @@ def test_the_builtin_and_its_own_file_as_a_users_script_decide_alike(box, corpus
 BAD = {
     "bad-import": ("bad_import.py", "FAILED",
                    "bad_import.py failed before its first batch: ModuleNotFoundError"),
-    "bad-noloader": ("bad_no_loader.py", "COMPLETED",
-                     "bad_no_loader.py ended without taking a batch"),
+    "bad-notraining": ("bad_no_training.py", "COMPLETED",
+                       "bad_no_training.py ended without taking a batch"),
     "bad-spawns": ("bad_spawns.py", "COMPLETED",
                    "bad_spawns.py took no batch in its own processes; it started processes "
                    "the probe cannot follow"),
@@ -154,7 +154,7 @@ BAD = {
     # Slurm's time limit ends it.
     "bad-forever": ("bad_forever.py", "TIMEOUT",
                     "bad_forever.py took no batch from a PyTorch DataLoader or a DALI "
-                    "iterator in 10s and was stopped"),
+                    "iterator, nor stepped an optimizer, in 10s and was stopped"),
 }
 
 

@@ -243,15 +243,31 @@ def test_dali_threads_are_set_by_the_probe(tmp_path):
     assert rec["dataset_len"] == 40
 
 
+def test_a_script_that_batches_by_hand_is_measured_by_its_optimizer_steps(tmp_path):
+    # 20 steps of its own: short of the plan's 3 + 20, measured on the steps it took.
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.probe", "--out", str(out),
+                           "--", str(CORPUS / "manual_batches.py")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "done" in proc.stdout
+    result = json.loads(out.read_text())
+    (rec,) = result["processes"]
+    assert result["ok"] and rec["loaders"] == ["optimizer"] and rec["steps"] == 16
+    assert not rec["batch_size_known"] and rec["samples"] == rec["steps"]
+
+
 @pytest.mark.parametrize("script,options,words", [
     ("bad_import.py", [], "bad_import.py failed before its first batch: ModuleNotFoundError: "
                           "No module named 'a_module_that_does_not_exist'"),
-    ("bad_no_loader.py", [], "bad_no_loader.py ended without taking a batch from a PyTorch "
-                             "DataLoader or a DALI iterator"),
+    ("bad_no_training.py", [], "bad_no_training.py ended without taking a batch from a "
+                               "PyTorch DataLoader or a DALI iterator, or stepping an "
+                               "optimizer: nothing to measure"),
     ("bad_spawns.py", [], "bad_spawns.py took no batch in its own processes; it started "
                           "processes the probe cannot follow ("),
     ("bad_forever.py", ["--time-limit", "5"], "bad_forever.py took no batch from a PyTorch "
-                                              "DataLoader or a DALI iterator in 5s"),
+                                              "DataLoader or a DALI iterator, nor stepped an "
+                                              "optimizer, in 5s"),
 ])
 def test_scripts_with_nothing_to_measure_get_one_reason(tmp_path, script, options, words):
     out = tmp_path / "probe.json"

@@ -1,9 +1,10 @@
 -- Runs etc/job_submit.lua outside slurmctld, for the unit tests (tests/unit/test_shim.py).
 -- usage: lua5.1 harness.lua SHIM JOBS [PARTITIONS]
--- JOBS holds jobs as "key=value" lines (env.NAME=value for the environment, fail_on=FIELD
--- to make writing FIELD raise, table_from=FILE to put FILE's text at the decision table's
--- path just before this job, as a sync between two submissions would), separated by
--- blank lines. PARTITIONS is what slurmctld
+-- JOBS holds jobs as "key=value" lines (env.NAME=value for the environment, argv.N=value
+-- for the script's argv (argv.0 its path), script_from=FILE for the batch script's text,
+-- fail_on=FIELD to make writing FIELD raise, table_from=FILE to put FILE's text at the
+-- decision table's path just before this job, as a sync between two submissions would),
+-- separated by blank lines. PARTITIONS is what slurmctld
 -- would hand the shim: "name:total_cpus:total_nodes:default[:max_mem_per_node],..."
 -- (default gpu:16:1:1). Prints each job's fields after slurm_job_submit, and everything
 -- the shim logged.
@@ -21,10 +22,17 @@ end
 
 local function make_job(fields)
 	local data, env, fail_on = {}, {}, fields.fail_on
+	local argv = nil
 	for key, value in pairs(fields) do
 		local name = key:match("^env%.(.*)$")
+		local index = key:match("^argv%.(%d+)$")
 		if name then
 			env[name] = value
+		elseif index then
+			argv = argv or {}
+			argv[tonumber(index)] = value
+		elseif key == "script_from" then
+			data.script = assert(io.open(value, "rb")):read("*a")
 		elseif key ~= "fail_on" and key ~= "table_from" then
 			data[key] = numeric(key) and tonumber(value) or value
 		end
@@ -39,10 +47,12 @@ local function make_job(fields)
 	local job = setmetatable({}, {
 		__index = function(_, k)
 			if k == "environment" then return environment end
+			if k == "argv" then return argv end
 			return data[k]
 		end,
 		__newindex = function(_, k, v)
 			if k == fail_on then error("refused to set " .. k) end
+			if v == "" then v = nil end     -- slurmctld unsets a string field set to ""
 			data[k] = v
 		end })
 	return job, data, env
@@ -88,7 +98,9 @@ for i, fields in ipairs(jobs) do
 	table.sort(keys)
 	for _, k in ipairs(keys) do
 		local name = k:match("^env%.(.*)$")
-		print(k .. "=" .. tostring(name and env[name] or data[k]))
+		if k ~= "script" then       -- many lines; the tests know it
+			print(k .. "=" .. tostring(name and env[name] or data[k]))
+		end
 	end
 end
 for _, line in ipairs(logs) do print("LOG " .. line) end

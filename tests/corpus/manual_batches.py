@@ -1,4 +1,5 @@
-"""Trains a small model on in-memory random tensors, without any DataLoader."""
+"""Trains a small model on in-memory random tensors, without any DataLoader: its steps
+are its optimizer's (pytorch/examples' word_language_model batches by hand the same way)."""
 import torch
 import torch.nn as nn
 

@@ -1,0 +1,67 @@
+"""The workload key of a plain batch script: what etc/job_submit.lua computes at
+submission for a job that `synergy submit` did not write, so that its decisions, profile
+and accounting join up as a CSV row's fingerprint does.
+
+Two jobs share a key when the same user submits the same script, its comments (the
+#SBATCH lines among them) and spacing aside, with the same arguments, from the same
+folder, with the same GPUs, task count and partition: a sweep's resubmissions, an
+array's tasks, the job again next week. Cores, memory, time and names are not in it:
+those are what a decision changes, or do not change the workload. A config file edited
+under an unchanged script keeps the key; the run itself tells (profiling/runtime.py).
+
+The hash is two polynomial hashes modulo primes below 2**31, so that Lua 5.1, which has
+only doubles and no bit operations, computes it exactly and in a few milliseconds for
+the largest script keyed; tests/unit/test_plainkey.py runs both on the same jobs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KEY_VERSION = "synergy-plain-1"
+# A script whose normalised text is longer is not keyed (left alone): hashing it in
+# slurmctld would hold up every submission behind it.
+MAX_SCRIPT_BYTES = 65536
+_MODULI = ((131, 2147483647), (137, 2147483629))
+_SPACE = re.compile(rb"[ \t\n\v\f\r]+")     # C's isspace, as Lua's %s
+
+
+@dataclass(frozen=True)
+class PlainJob:
+    """What the shim sees of a batch job at submission, as asked."""
+
+    uid: int
+    script: str
+    args: tuple[str, ...] = ()      # the script's arguments (argv after the script)
+    work_dir: str = ""
+    partition: str = ""             # as asked; "" for the default
+    gres: str = ""                  # tres_per_node as asked, e.g. gres:gpu:a100:2
+    tasks: str = ""                 # --ntasks as asked; "" when not set
+
+
+def normalised(script: bytes) -> bytes:
+    """The script less its comment lines (#SBATCH ones among them) and blank lines, each
+    line's spacing squeezed to single spaces. Bytes: slurmctld hands the shim bytes."""
+    lines = (_SPACE.sub(b" ", line).strip(b" ") for line in script.split(b"\n"))
+    return b"\n".join(line for line in lines if line and not line.startswith(b"#"))
+
+
+def _hash(data: bytes) -> str:
+    parts = []
+    for base, modulus in _MODULI:
+        h = 0
+        for byte in data:
+            h = (h * base + byte) % modulus
+        parts.append(f"{h:08x}")
+    return "".join(parts)
+
+
+def plain_key(job: PlainJob) -> str | None:
+    """The job's 16-hex-digit key; None where its script is too long to key."""
+    text = normalised(job.script.encode("utf-8", "surrogateescape"))
+    if len(text) > MAX_SCRIPT_BYTES:
+        return None
+    fields = (KEY_VERSION, str(job.uid), job.work_dir, job.partition, job.gres, job.tasks,
+              *job.args)
+    return _hash(b"\0".join([*(f.encode("utf-8", "surrogateescape") for f in fields), text]))

@@ -1,0 +1,129 @@
+"""Task mode: the probe in the Python processes of a task that the node's TaskProlog
+reached (etc/task_prolog.sh.j2), where nothing of ours started them: a plain batch
+script's `python train.py`, `srun python`, `torchrun`, `python -m package`.
+
+The first such process of a process tree (the anchor: the script, or torchrun) gives its
+tree a records folder and the probe's configuration in the environment, which every
+process it starts inherits, so that all of them record their steps as they do under the
+supervisor (probe/supervise.py). The first of them to take a batch starts the supervisor
+beside the tree (profiling/attach.py, with the installation's interpreter), which does
+what the in-run wrapper does beside a command it starts: measures the job if the plugin
+marked it, follows its memory otherwise, and writes its result for the reports.
+
+Runs in the user's interpreter, before their script: standard library only, and nothing
+here may fail or change the user's process. A fault leaves it unprobed, with one line on
+its standard error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import sys
+
+from slurm_synergy.probe.records import (BOOT, ENV_CONFIG, ENV_DIR, RECORD_S, WATCH_RECORD_S,
+                                         ProbeConfig)
+
+# What the job's environment says (the plugin wrote it at submission).
+ENV_FINGERPRINT = "SYNERGY_FINGERPRINT"     # its workload key
+ENV_PROFILE = "SYNERGY_PROFILE"             # "1": no decision yet, measure it in the run
+ENV_WORKERS = "SYNERGY_WORKERS"             # the decision's data-loader workers
+# What the TaskProlog adds: the installation's interpreter, which runs the supervisor.
+ENV_PYTHON = "SYNERGY_TASK_PYTHON"
+# What the anchor adds for its tree: its pid, which the supervisor follows.
+ENV_ANCHOR = "SYNERGY_TASK_ANCHOR"
+# In the records folder: created once, by the process that starts the supervisor; the
+# supervisor's pid, once it runs; the anchor's last moments (see _end).
+SUPERVISOR_MARK = "supervisor"
+SUPERVISING = "supervising"
+ENDING = "ending"
+# The longest the anchor waits at its exit for its supervisor to write the run's result:
+# when the batch script ends, Slurm ends every process left in the job, the supervisor's
+# too, so it must finish while the anchor is still there.
+END_WAIT_S = 10.0
+ATTACH_MODULE = "slurm_synergy.profiling.attach"
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
+
+def anchor() -> bool:
+    """Make this process the anchor of a probed tree, where the TaskProlog reached it and
+    no supervisor or anchor above it probes it already. False where not."""
+    env = os.environ
+    if env.get(ENV_DIR) or not env.get(ENV_PYTHON) or \
+            not _FINGERPRINT.fullmatch(env.get(ENV_FINGERPRINT, "")):
+        return False
+    marked = env.get(ENV_PROFILE) == "1"
+    workers = env.get(ENV_WORKERS, "")
+    # Controlled: the supervisor may sweep its cores, or only slow its records down.
+    config = ProbeConfig(mode="watch", workers=int(workers) if workers.isdigit() else None,
+                         interval_s=RECORD_S if marked else WATCH_RECORD_S, controlled=True)
+    # A fresh folder of its own, as mkdtemp makes one (mkdir fails on a name someone
+    # planted); without the imports mkdtemp costs every Python process of the task.
+    folder = os.path.join(env.get("TMPDIR") or "/tmp", f"synergy-{env.get('SLURM_JOB_ID', '')}-"
+                          f"{os.getpid()}-{os.urandom(6).hex()}")
+    try:
+        os.mkdir(folder, 0o700)
+    except OSError as e:
+        print(f"slurm-synergy probe: not watching this process: {e}", file=sys.stderr)
+        return False
+    env[ENV_DIR], env[ENV_CONFIG], env[ENV_ANCHOR] = folder, config.to_env(), str(os.getpid())
+    atexit.register(_end, folder, os.getpid())
+    return True
+
+
+def _end(folder: str, anchor_pid: int) -> None:
+    """At the anchor's exit: where its supervisor runs, tell it the run is ending and give
+    it up to END_WAIT_S to finish (it removes the folder); else remove the folder."""
+    import time
+    if os.getpid() != anchor_pid:
+        return          # a child forked from the anchor, exiting: not the run's end
+    try:
+        with open(os.path.join(folder, SUPERVISING)) as f:
+            pid = int(f.read().strip() or 0)
+        open(os.path.join(folder, ENDING), "w").close()
+    except (OSError, ValueError):
+        pid = 0
+    deadline = time.monotonic() + END_WAIT_S
+    while pid and os.path.isdir(folder) and time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if os.path.isdir(folder) and not (pid and _alive(pid)):
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True         # someone else's: alive, not ours to signal
+    return True
+
+
+def start_supervisor() -> None:
+    """Start the supervisor beside this tree, unless a process of it has (the first to
+    take a batch does). Outside the tree: a shell puts it in the background and ends, so
+    that the supervisor is no descendant of the processes it holds to fewer cores or
+    whose memory it reads. Never raises."""
+    env = os.environ
+    pid, folder, python = env.get(ENV_ANCHOR), env.get(ENV_DIR), env.get(ENV_PYTHON)
+    if not (pid and folder and python):
+        return
+    try:
+        os.close(os.open(os.path.join(folder, SUPERVISOR_MARK),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError:
+        return          # another process of the tree started it
+    child = {k: v for k, v in env.items() if k not in (ENV_DIR, ENV_CONFIG, ENV_ANCHOR)}
+    path = [p for p in child.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOT)]
+    child["PYTHONPATH"] = os.pathsep.join(path)
+    import subprocess
+    try:
+        subprocess.run(["/bin/sh", "-c", 'exec "$@" </dev/null &', "sh", python, "-I", "-m",
+                        ATTACH_MODULE, "--anchor", pid, "--folder", folder],
+                       env=child, cwd="/", timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"slurm-synergy probe: its supervisor did not start ({e}); this run is not "
+              "measured", file=sys.stderr)

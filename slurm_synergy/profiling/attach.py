@@ -1,0 +1,142 @@
+"""The supervisor beside a task's Python training that nothing of ours started.
+
+    python -I -m slurm_synergy.profiling.attach --anchor PID --folder DIR
+
+probe/task.py starts it, with the installation's interpreter, when the first process of
+a tree the node's TaskProlog reached takes a batch (a plain batch script's `python
+train.py`, `srun python`, `torchrun`). It does beside that tree what the in-run wrapper
+(profiling/inrun.py) does beside the command it starts: measures the job while it trains
+if the plugin marked it and no other job measures its workload, follows its memory to
+its end otherwise, and once the tree has ended writes the run's probe result where the
+reports find it (`synergy report`: samples/s and the wait on data). It never touches the
+job's result or exit status; on any fault it gives every core back and says so in one
+line of the job's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import psutil
+
+from slurm_synergy import paths
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.paths import policy_path
+from slurm_synergy.probe.records import WATCH_RECORD_S, ProbeConfig, read_records
+from slurm_synergy.probe.supervise import judge
+from slurm_synergy.probe.task import ENDING, ENV_FINGERPRINT, ENV_PROFILE, SUPERVISING
+from slurm_synergy.probe.tree import ProcessTree
+from slurm_synergy.profiling.follow import PROG
+from slurm_synergy.profiling.inrun import InRunRequest, choose
+from slurm_synergy.profiling.windows import write_order
+from slurm_synergy.slurm import Slurm
+
+WAIT_LOOK_S = 1.0       # how often the end of a tree nothing beside it watches is looked for
+
+
+class Attached:
+    """A running process this one did not start, as the supervisor sees a child
+    (supervise.Started): ended when it has, or when it says it is ending (task.ENDING in
+    its records folder: it waits for us then). Its exit status is not ours to know."""
+
+    def __init__(self, pid: int, folder: Path) -> None:
+        self.pid = pid
+        self._proc = psutil.Process(pid)
+        self._ending = folder / ENDING
+
+    def poll(self) -> int | None:
+        with contextlib.suppress(psutil.Error):
+            if self._proc.is_running() and self._proc.status() != psutil.STATUS_ZOMBIE \
+                    and not self._ending.exists():
+                return None
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(WAIT_LOOK_S if deadline is None else
+                       max(0.0, min(WAIT_LOOK_S, deadline - time.monotonic())))
+        return 0
+
+
+def result_path(job_id: str, cluster: str) -> Path:
+    """Where a run's probe result goes for the reports: the job's folder of this user's
+    records (named in the outputs pointers, as a CSV job's output folder is), probe.json
+    for its first run, probe-<n>.json for a later one of the same job."""
+    folder = paths.cluster_dir(cluster) / "runs" / (job_id or "unknown")
+    folder.mkdir(parents=True, exist_ok=True)
+    pointer = paths.outputs_dir(cluster) / job_id
+    if job_id and not pointer.exists():
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.write_text(f"{folder}\n")
+    n = 1
+    while (folder / ("probe.json" if n == 1 else f"probe-{n}.json")).exists():
+        n += 1
+    return folder / ("probe.json" if n == 1 else f"probe-{n}.json")
+
+
+def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
+    """Beside the tree of `pid` until it ends; the result written for the reports."""
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+    try:
+        proc = Attached(pid, folder)
+        command = tuple(psutil.Process(pid).cmdline())
+        (folder / SUPERVISING).write_text(f"{os.getpid()}\n")
+    except (psutil.Error, OSError):
+        return 0            # ended before its supervisor started
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    req = InRunRequest(os.environ.get(ENV_FINGERPRINT, ""), os.environ.get(
+        "SLURM_JOB_NAME", ""), command, Path("probe.json"))
+    tree = ProcessTree(pid)
+    with contextlib.ExitStack() as held:
+        marked = os.environ.get(ENV_PROFILE) == "1"
+        beside = choose(req, policy, slurm, marked, held, log)
+        if marked and not beside.swept:     # their records back to the watch's pace
+            with contextlib.suppress(OSError):
+                write_order(folder, 0, None, len(os.sched_getaffinity(0)), WATCH_RECORD_S)
+        if beside.during is not None:
+            try:
+                beside.during(proc, folder)
+            except Exception as e:      # noqa: BLE001 - never the run's fault
+                log(f"{PROG}: measuring the run stopped: {type(e).__name__}: {e}")
+        proc.wait()
+    records = read_records(folder)
+    result = replace(judge(ProbeConfig(mode="watch"), list(command), 0, records, tree, None),
+                     exit_status=None)
+    with contextlib.suppress(OSError):
+        result.write(result_path(job_id, paths.job_cluster()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m slurm_synergy.profiling.attach",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--anchor", type=int, required=True, help="the tree's first process")
+    p.add_argument("--folder", type=Path, required=True, help="its processes' records")
+    args = p.parse_args(argv)
+    try:
+        try:
+            policy = load_policy(policy_path())
+        except SynergyError as e:
+            print(f"{PROG}: the default policy measures this run: {e}", file=sys.stderr)
+            policy = Policy()
+        return supervise(args.anchor, args.folder, policy, Slurm())
+    finally:
+        shutil.rmtree(args.folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

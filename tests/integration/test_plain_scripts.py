@@ -1,0 +1,228 @@
+"""Batch scripts as users write them, submitted with plain `sbatch` by an ordinary user of
+the real local cluster, each twice: the shim keys the first and marks it, the node's
+TaskProlog puts the probe on its tasks' path, it trains to its end while it is measured
+and yields a profile; the site's sync compiles it; the second starts right-sized (sacct).
+A job that runs no Python, and one its user opted out, are left as they were asked."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.shim.table import TABLE_NAME, read
+
+from tests.policies import site_policy_with
+
+from .conftest import ROOT, TENANT_PYTHON, finish, synergy
+
+pytestmark = pytest.mark.cluster
+
+VENV = ROOT / ".venv"
+ACCT = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "AllocCPUS", "ReqMem", "Comment",
+        "AdminComment")
+# A user's training script: a DataLoader over squares of numbers (or, with --manual,
+# slices of one tensor and no loader), for --seconds; it prints what it trained.
+TRAIN = """\
+import argparse, time, torch
+from torch.utils.data import DataLoader, Dataset
+p = argparse.ArgumentParser()
+p.add_argument("--seconds", type=float, default=15)
+p.add_argument("--lr", type=float, default=0.01)
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--manual", action="store_true")
+a = p.parse_args()
+torch.manual_seed(a.seed)
+class Squares(Dataset):
+    def __len__(self): return 256
+    def __getitem__(self, i):
+        x = torch.full((64,), float(i))
+        for _ in range(40): x = (x * 1.0001).sin()
+        return x
+model = torch.nn.Linear(64, 1)
+opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+data = torch.randn(4096, 64)
+end, steps = time.monotonic() + a.seconds, 0
+while time.monotonic() < end:
+    batches = (data[i:i + 32] for i in range(0, 4096, 32)) if a.manual else \\
+        DataLoader(Squares(), batch_size=16, num_workers=1)
+    for x in batches:
+        loss = model(x).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step(); steps += 1
+        if time.monotonic() >= end: break
+print(f"trained {steps} steps", flush=True)
+"""
+HEADER = """#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=3G
+#SBATCH --gres=gpu:1
+#SBATCH --time=10
+#SBATCH --output={out}/{name}-%j.out
+{extra}
+"""
+PY = TENANT_PYTHON
+# Each style's body; {py} is the venv's interpreter, {dir} the user's folder.
+STYLES = {
+    "srun": "srun {py} train.py --seconds 16\n",
+    "torchrun": "{venv}/bin/torchrun --standalone --nproc_per_node=1 train.py --seconds 16\n",
+    "module": "cd {dir}/project\n{py} -m trainpkg.main --seconds 16\n",
+    "activated": "source {venv}/bin/activate\nexport OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
+                 "python train.py --seconds 16\n",
+    "array": "{py} train.py --seconds 16 --seed $SLURM_ARRAY_TASK_ID\n",
+    "two-in-a-row": "{py} train.py --seconds 14\n{py} train.py --seconds 6 --lr 0.1\n",
+    "manual": "{py} train.py --seconds 16 --manual\n",
+    "no-python": "sleep 2\necho done\n",
+    "opted-out": "{py} train.py --seconds 4\n",
+}
+EXTRA = {"array": "#SBATCH --array=0-1", "opted-out": "#SBATCH --comment=synergy:off"}
+PYTHON_STYLES = [s for s in STYLES if s not in ("no-python", "opted-out")]
+
+
+def write_scripts(folder: Path, tag: str) -> dict[str, Path]:
+    """Each style's batch script in the user's folder, with train.py beside them."""
+    (folder / "train.py").write_text(TRAIN)
+    pkg = folder / "project" / "trainpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "main.py").write_text(TRAIN)
+    scripts = {}
+    for style, body in STYLES.items():
+        path = folder / f"{style}.sh"
+        path.write_text(HEADER.format(name=f"plain{tag}-{style}", out=folder,
+                                      extra=EXTRA.get(style, "")) +
+                        body.format(py=PY, venv=VENV, dir=folder))
+        scripts[style] = path
+    for path in folder.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    folder.chmod(0o755)
+    return scripts
+
+
+def submit_all(tenants, who, folder: Path, scripts: dict[str, Path],
+               env: dict[str, str]) -> dict[str, str]:
+    ids = {}
+    for style, path in scripts.items():
+        ran = tenants.run(who, ["sbatch", "--parsable", str(path)], env=env)
+        assert ran.returncode == 0, ran.stderr
+        ids[style] = ran.stdout.strip().split(";")[0]
+    return ids
+
+
+def accounted(slurm, ids: dict[str, str]) -> dict[str, list[dict[str, str]]]:
+    """Each style's sacct records (an array's tasks each), once accounting has their
+    sizes (a record read right at the end can show ReqMem "16?")."""
+    deadline = time.monotonic() + 30
+    while True:
+        rows = slurm.sacct(list(ids.values()), ACCT)
+        by_style = {s: [r for r in rows if r["JobID"].split("_")[0] == j]
+                    for s, j in ids.items()}
+        if all(re.fullmatch(r"\d+(\.\d+)?[MG]", r["ReqMem"]) for r in rows) or \
+                time.monotonic() > deadline:
+            return by_style
+        time.sleep(1)
+
+
+def key_of(record: dict[str, str]) -> str:
+    m = re.match(r"synergy:fp=([0-9a-f]{16}) plain=1", record["Comment"])
+    assert m, record
+    return m.group(1)
+
+
+def mem_mb(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([MG])", text)
+    assert m, text
+    return int(float(m.group(1)) * (1024 if m.group(2) == "G" else 1))
+
+
+@pytest.fixture(scope="module")
+def rounds(box, slurm, tenants):
+    """Every style submitted once, the site's sync, then every style again."""
+    tag = f"{time.time_ns() % 10**6:06d}"
+    site = tenants.shared / f"plain-profiles-{tag}"
+    site.mkdir()
+    site.chmod(0o1777)
+    alice = tenants.alice
+    folder = tenants.shared / f"alice-plain-{tag}"
+    folder.mkdir()
+    scripts = write_scripts(folder, tag)
+    # The sweep's windows short, as a site might set them for short jobs.
+    policy = folder / "policy.toml"
+    policy.write_text(site_policy_with(sweep_window_s="1.0", sweep_repeats="1"))
+    policy.chmod(0o644)
+    env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy)}
+    first = submit_all(tenants, alice, folder, scripts, env)
+    finish(slurm, first.values(), timeout=1200)
+    one = accounted(slurm, first)
+    # The site's cron: root compiles every user's folder of the store.
+    os.environ["SYNERGY_PROFILES"] = str(site)
+    try:
+        synced = synergy("plugin", "sync")
+    finally:
+        del os.environ["SYNERGY_PROFILES"]
+    assert synced.returncode == 0, synced.stderr
+    table = read(box.etc / TABLE_NAME)[1]
+    second = submit_all(tenants, alice, folder, scripts, env)
+    finish(slurm, second.values(), timeout=1200)
+    two = accounted(slurm, second)
+    yield folder, site, alice, one, two, table
+    assert synergy("plugin", "sync").returncode == 0     # the session's table back
+
+
+def log_of(folder: Path, record: dict[str, str]) -> str:
+    return (folder / f"{record['JobName']}-{record['JobIDRaw']}.out").read_text()
+
+
+def test_every_job_completes_and_trains_to_its_end(rounds):
+    folder, _, _, one, two, _ = rounds
+    for round_ in (one, two):
+        for style, recs in round_.items():
+            assert recs and all(r["State"] == "COMPLETED" and r["ExitCode"] == "0:0"
+                                for r in recs), (style, recs)
+            if style in PYTHON_STYLES:
+                assert all("trained" in log_of(folder, r) for r in recs), style
+    assert all(len(r["array"]) == 2 for r in (one, two))
+
+
+def test_the_first_job_of_each_python_style_is_measured_in_its_run(rounds):
+    folder, site, alice, one, _, _ = rounds
+    store = ProfileStore(site / str(alice.uid))
+    for style in PYTHON_STYLES:
+        rec = one[style][0]
+        fp = key_of(rec)
+        assert rec["AdminComment"] == f"synergy:fp={fp}", rec
+        assert store.has(fp), (style, log_of(folder, rec)[-3000:])
+        saved = (site / str(alice.uid) / f"{fp}.json").lstat()
+        assert saved.st_uid == alice.uid and stat.S_IMODE(saved.st_mode) == 0o600
+        profile = store.load(fp)
+        assert profile.model.basis == "in-run" and len(profile.train_points()) >= 1, style
+
+
+def test_the_second_job_starts_right_sized(rounds):
+    _, _, alice, one, two, table = rounds
+    for style in PYTHON_STYLES:
+        fp = key_of(one[style][0])
+        assert key_of(two[style][0]) == fp, f"{style}: the same script, another key"
+        d = table[(alice.uid, fp)]
+        for rec in two[style]:
+            assert "decision=" in rec["Comment"] and "asked=c2,m3072,g1" in rec["Comment"]
+            assert int(rec["AllocCPUS"]) == d.cpus and mem_mb(rec["ReqMem"]) == d.mem_mb, \
+                (style, rec, d)
+    assert any(mem_mb(r["ReqMem"]) != 3072 for s in PYTHON_STYLES for r in two[s]), \
+        "no decision changed what the jobs asked"
+
+
+def test_a_job_without_python_and_an_opted_out_job_are_left_as_asked(rounds):
+    _, site, alice, one, two, _ = rounds
+    for rec in one["no-python"] + two["no-python"]:
+        assert int(rec["AllocCPUS"]) == 2 and mem_mb(rec["ReqMem"]) == 3072
+        assert "decision=" not in rec["Comment"]
+    assert not ProfileStore(site / str(alice.uid)).has(key_of(one["no-python"][0]))
+    for rec in one["opted-out"] + two["opted-out"]:
+        assert rec["Comment"] == "synergy:off" and rec["AdminComment"] == "", rec
+        assert int(rec["AllocCPUS"]) == 2 and mem_mb(rec["ReqMem"]) == 3072

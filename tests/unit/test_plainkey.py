@@ -1,0 +1,151 @@
+"""model/plainkey.py and etc/job_submit.lua on plain batch scripts: both compute the same
+key for the same job, and the shim keys, marks and right-sizes such a job as it does a
+CSV row, leaving alone what the user or the site opted out."""
+
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.model.plainkey import MAX_SCRIPT_BYTES, PlainJob, normalised, plain_key
+from slurm_synergy.model.policy import Policy
+
+from .test_decision_table import decision
+from .test_shim import UID, run, table
+
+SCRIPT = """#!/bin/bash
+#SBATCH --cpus-per-task=4
+#SBATCH --mem=8G
+#SBATCH --gres=gpu:1
+# set up
+source ~/venv/bin/activate
+
+srun python train.py --epochs 10   --lr 0.1
+"""
+BATCH = {"name": "train", "cpus_per_task": "4", "min_cpus": "4", "pn_min_cpus": "4",
+         "pn_min_memory": "8192", "tres_per_node": "gres:gpu:1", "work_dir": "/home/u/exp",
+         "num_tasks": "4294967294", "env.PATH": "/usr/bin"}
+
+
+def submit(tmp_path: Path, script: str | bytes, tbl: str | None, **fields: str):
+    path = tmp_path / f"script{len(list(tmp_path.glob('script*')))}.sh"
+    path.write_bytes(script if isinstance(script, bytes) else script.encode())
+    (job,), logs = run(tmp_path, [dict(BATCH, script_from=str(path), **fields)], tbl)
+    return job, logs
+
+
+def key_of(job: dict) -> str:
+    assert job["comment"].startswith("synergy:fp="), job
+    return job["comment"].split()[0].removeprefix("synergy:fp=")
+
+
+def python_key(script: str | bytes, **fields: str) -> str | None:
+    text = script if isinstance(script, str) else script.decode("utf-8", "surrogateescape")
+    args = tuple(v for k, v in sorted(fields.items()) if k.startswith("argv.") and k != "argv.0")
+    return plain_key(PlainJob(UID, text, args, fields.get("work_dir", BATCH["work_dir"]),
+                              fields.get("partition", ""),
+                              fields.get("tres_per_node", BATCH["tres_per_node"]),
+                              fields.get("tasks", "")))
+
+
+@pytest.mark.parametrize("script, fields", [
+    (SCRIPT, {}),
+    (SCRIPT, {"argv.0": "job.sh", "argv.1": "--seed", "argv.2": "7 8", "argv.3": "ü"}),
+    (SCRIPT, {"partition": "gpu", "tres_per_node": "gres:gpu:a100:2", "work_dir": "/x y"}),
+    (SCRIPT.replace("\n", "\r\n").replace("  ", "\t\v"), {}),
+    (b"#!/bin/sh\npython caf\xe9.py\n", {}),
+    ("python -c 'print(1)'", {}),
+], ids=["plain", "arguments", "gpus-partition-folder", "crlf-tabs", "latin1", "one-line"])
+def test_the_shim_and_python_compute_the_same_key(tmp_path, script, fields):
+    job, _ = submit(tmp_path, script, table(), **fields)
+    assert key_of(job) == python_key(script, **fields)
+
+
+def test_tasks_as_asked_are_in_the_key(tmp_path):
+    job, _ = submit(tmp_path, SCRIPT, table(), num_tasks="2")
+    assert key_of(job) == python_key(SCRIPT, tasks="2") != python_key(SCRIPT)
+
+
+def test_what_a_decision_changes_and_comments_are_not_in_the_key():
+    other = SCRIPT.replace("--cpus-per-task=4", "--cpus-per-task=1").replace(
+        "# set up", "# set up, v2") + "\n\n# the end\n"
+    assert normalised(other.encode()) == normalised(SCRIPT.encode())
+    assert python_key(other) == python_key(SCRIPT)
+    # The command, its arguments, folder and GPUs are.
+    assert python_key(SCRIPT.replace("--lr 0.1", "--lr 0.2")) != python_key(SCRIPT)
+    assert python_key(SCRIPT, work_dir="/home/u/other") != python_key(SCRIPT)
+    assert python_key(SCRIPT, tres_per_node="gres:gpu:2") != python_key(SCRIPT)
+    assert plain_key(PlainJob(UID + 1, SCRIPT)) != plain_key(PlainJob(UID, SCRIPT))
+
+
+def test_a_new_plain_job_is_keyed_and_marked_for_measuring(tmp_path):
+    job, logs = submit(tmp_path, SCRIPT, table(decision("fedcba9876543210")),
+                       comment="lr sweep")
+    fp = python_key(SCRIPT)
+    assert job["comment"] == f"synergy:fp={fp} plain=1 lr sweep profile=1"
+    assert job["admin_comment"] == f"synergy:fp={fp}"
+    assert job["env.SYNERGY_FINGERPRINT"] == fp and job["env.SYNERGY_PROFILE"] == "1"
+    assert (job["cpus_per_task"], job["pn_min_memory"]) == ("4", "8192")
+    assert any("a plain script" in line and "marked for profiling" in line for line in logs)
+
+
+def test_a_decided_plain_job_is_right_sized(tmp_path):
+    fp = python_key(SCRIPT)
+    assert fp is not None
+    job, _ = submit(tmp_path, SCRIPT, table(decision(fp, cpus=2, mem_mb=1024, gpus=1,
+                                                     workers=1)),
+                    **{"env.SYNERGY_FINGERPRINT": "0000000000000000"})
+    assert (job["cpus_per_task"], job["min_cpus"], job["pn_min_memory"]) == ("2", "2", "1024")
+    assert job["comment"] == f"synergy:fp={fp} plain=1 asked=c4,m8192,g1 decision=c2,m1024,g1,w1"
+    # The key the job runs under is the shim's, whatever the user's environment said.
+    assert job["env.SYNERGY_FINGERPRINT"] == fp and job["env.SYNERGY_WORKERS"] == "1"
+    assert "env.SYNERGY_PROFILE" not in job
+
+
+def test_an_admins_own_admin_comment_is_kept(tmp_path):
+    job, _ = submit(tmp_path, SCRIPT, table(), admin_comment="ticket 42")
+    assert job["admin_comment"] == f"ticket 42 synergy:fp={python_key(SCRIPT)}"
+
+
+@pytest.mark.parametrize("fields, policy", [
+    ({"comment": "synergy:off"}, None),
+    ({"comment": "baseline run, synergy:off please"}, None),
+    ({"partition": "debug"}, Policy(skip_partitions=("debug",))),
+    ({"account": "teaching"}, Policy(skip_accounts=("teaching",))),
+    ({}, Policy(plain_scripts=False)),
+], ids=["opted-out", "opted-out-in-words", "partition", "account", "site-off"])
+def test_opted_out_and_skipped_jobs_are_untouched(tmp_path, fields, policy):
+    fp = python_key(SCRIPT)
+    assert fp is not None
+    job, _ = submit(tmp_path, SCRIPT, table(decision(fp, cpus=1), policy=policy or Policy()),
+                    **fields)
+    assert job["cpus_per_task"] == "4" and job.get("comment") == fields.get("comment")
+    assert "admin_comment" not in job and not any(k.startswith("env.SYNERGY") for k in job)
+
+
+def test_a_skipped_user_is_untouched(tmp_path, monkeypatch):
+    from slurm_synergy.shim import table as table_module
+    monkeypatch.setattr(table_module, "uids_of", lambda names: [UID] if names else [])
+    job, _ = submit(tmp_path, SCRIPT, table(policy=Policy(skip_users=("someone",))))
+    assert "comment" not in job and "admin_comment" not in job
+
+
+def test_interactive_jobs_and_oversized_scripts_are_not_keyed(tmp_path):
+    (job,), _ = run(tmp_path, [dict(BATCH)], table())         # srun/salloc: no script
+    assert "comment" not in job
+    huge = "echo x\n" * (MAX_SCRIPT_BYTES // 6)
+    assert plain_key(PlainJob(UID, huge)) is None
+    job, logs = submit(tmp_path, huge, table())
+    assert "comment" not in job and any("not keyed" in line for line in logs)
+
+
+def test_without_a_table_a_plain_job_is_untouched_and_the_fault_logged(tmp_path):
+    job, logs = submit(tmp_path, SCRIPT, None)
+    assert "comment" not in job and not any(k.startswith("env.SYNERGY") for k in job)
+    assert any(line.startswith("error slurm-synergy") for line in logs)
+
+
+def test_a_fault_midway_puts_the_plain_job_back(tmp_path):
+    job, logs = submit(tmp_path, SCRIPT, table(), comment="mine", fail_on="admin_comment")
+    assert job["comment"] == "mine" and "admin_comment" not in job
+    assert not any(k.startswith("env.SYNERGY") for k in job)
+    assert any("error in job_submit.lua" in line for line in logs)

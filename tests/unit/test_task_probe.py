@@ -1,0 +1,247 @@
+"""Task mode (probe/task.py, profiling/attach.py, etc/task_prolog.sh.j2), outside Slurm:
+the TaskProlog's output and its faults, and real Python training scripts started as a
+plain batch script starts them, with nothing of ours around them: watched in their own
+processes, measured while they train where the job is marked, their exit status and
+what they compute their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy import paths
+from slurm_synergy.probe.records import BOOT
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.render import environment
+from tests.policies import site_policy_with
+
+FP = "00000000000000a7"
+PYTHON = sys.executable
+# A sweep needs two cores: fail loudly where there are fewer, never skip.
+assert len(os.sched_getaffinity(0)) >= 2, "these tests hold a run to fewer cores: they need 2"
+
+LOADER_SCRIPT = """
+import json, sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+class Squares(Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i):
+        x = torch.full((64,), float(i))
+        for _ in range(40): x = (x * 1.0001).sin()
+        return x
+total, end = 0.0, time.monotonic() + float(sys.argv[2])
+loader = DataLoader(Squares(), batch_size=8, num_workers=1)
+while time.monotonic() < end:
+    for batch in loader:
+        total += float(batch.sum())
+        torch.mm(torch.ones(120, 120), torch.ones(120, 120))
+        if time.monotonic() >= end: break
+json.dump({"total_is_finite": total == total}, open(sys.argv[1], "w"))
+print("trained", flush=True)
+sys.exit(int(sys.argv[3]))
+"""
+# pytorch/examples' word_language_model batches by hand: slices of one tensor, no loader.
+MANUAL_SCRIPT = """
+import sys, time, torch
+data = torch.randn(4000, 16)
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+end = time.monotonic() + float(sys.argv[1])
+i = 0
+while time.monotonic() < end:
+    batch = data[i % 3900:i % 3900 + 100]
+    loss = model(batch).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    i += 100
+"""
+ITERABLE_SCRIPT = """
+import json, sys, torch
+from torch.utils.data import DataLoader, IterableDataset, Dataset
+class Stream(IterableDataset):
+    def __iter__(self): return iter(range(12))
+class Items(Dataset):
+    def __len__(self): return 12
+    def __getitem__(self, i): return i
+stream = DataLoader(Stream(), batch_size=None, num_workers=2)
+items = DataLoader(Items(), batch_size=None, num_workers=2)
+json.dump({"stream": sorted(int(x) for x in stream), "stream_workers": stream.num_workers,
+           "items_workers": items.num_workers}, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.fixture
+def task(tmp_path: Path) -> dict[str, str]:
+    """The environment a task of a keyed plain job has once the TaskProlog ran: the
+    probe's boot folder first on PYTHONPATH, the installation's interpreter named."""
+    (tmp_path / "tmp").mkdir()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(site_policy_with(sweep_window_s="0.5", sweep_repeats="1"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SYNERGY_"))}
+    env.update(PYTHONPATH=str(BOOT), SYNERGY_TASK_PYTHON=PYTHON, SYNERGY_FINGERPRINT=FP,
+               SYNERGY_HOME=str(tmp_path / "home"), SYNERGY_POLICY=str(policy),
+               SYNERGY_DECISIONS=str(tmp_path / "table.tbl"), TMPDIR=str(tmp_path / "tmp"))
+    return env
+
+
+def run(script: str, args: list[str], env: dict[str, str], tmp_path: Path,
+        python: str = PYTHON) -> subprocess.CompletedProcess:
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    return subprocess.run([python, str(path), *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)
+
+
+def result(tmp_path: Path, timeout_s: float = 60.0) -> dict:
+    """The run's probe result once its supervisor, which outlives the script by a moment,
+    has written it and gone, leaving no records folder behind."""
+    path = tmp_path / "home" / "runs" / "unknown" / "probe.json"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (
+            not path.exists() or list((tmp_path / "tmp").glob("synergy-*"))):
+        time.sleep(0.2)
+    assert path.exists(), "no probe result"
+    assert not list((tmp_path / "tmp").glob("synergy-*")), "the records folder stays"
+    return json.loads(path.read_text())
+
+
+def test_a_plain_scripts_training_is_watched_in_its_own_processes(task, tmp_path):
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "4", "3"], task, tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "trained\n" and "slurm-synergy" not in proc.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["total_is_finite"]
+    res = result(tmp_path)
+    assert res["ok"] and res["mode"] == "watch" and res["exit_status"] is None
+    m = res["measurement"]
+    assert m["processes"] == 1 and m["samples_per_s"] > 0 and 0 <= m["data_wait_share"] <= 1
+    assert res["processes"][0]["loaders"] == ["DataLoader"]
+
+
+def test_a_marked_job_is_measured_while_it_trains(task, tmp_path):
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "14", "0"],
+               dict(task, SYNERGY_PROFILE="1"), tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "trained\n", proc.stderr
+    result(tmp_path)
+    env_home = tmp_path / "home"
+    store = ProfileStore(env_home / "profiles")
+    assert store.has(FP), proc.stderr
+    profile = store.load(FP)
+    assert {p.cores for p in profile.train_points()} == {1, 2}
+    assert profile.model.basis == "in-run" and profile.command[-3:] == (
+        str(tmp_path / "out.json"), "14", "0")
+    assert f"inrun: measuring {FP}" in proc.stderr
+
+
+def test_a_script_that_batches_by_hand_is_counted_by_its_optimizer_steps(task, tmp_path):
+    proc = run(MANUAL_SCRIPT, ["3"], task, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    res = result(tmp_path)
+    (rec,) = res["processes"]
+    assert rec["loaders"] == ["optimizer"] and not rec["batch_size_known"]
+    assert res["ok"] and res["measurement"]["steps"] > 10
+
+
+def test_an_iterable_datasets_workers_are_never_changed(task, tmp_path):
+    plain = run(ITERABLE_SCRIPT, [str(tmp_path / "alone.json")],
+                {k: v for k, v in task.items() if k != "PYTHONPATH"}, tmp_path)
+    probed = run(ITERABLE_SCRIPT, [str(tmp_path / "probed.json")],
+                 dict(task, SYNERGY_WORKERS="0"), tmp_path)
+    assert plain.returncode == probed.returncode == 0, probed.stderr
+    alone = json.loads((tmp_path / "alone.json").read_text())
+    seen = json.loads((tmp_path / "probed.json").read_text())
+    # Each of two workers runs the whole stream: 24 items either way, never 12.
+    assert seen["stream"] == alone["stream"] and seen["stream_workers"] == 2
+    assert seen["items_workers"] == 0, "a map-style loader takes the decision's workers"
+
+
+def test_a_process_that_never_trains_starts_nothing_and_leaves_nothing(task, tmp_path):
+    proc = run("print('hello')", [], task, tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "hello\n" and proc.stderr == ""
+    assert not list((tmp_path / "tmp").iterdir())
+    assert not (tmp_path / "home" / "runs").exists()
+
+
+def test_an_interpreter_too_old_for_the_probe_runs_unwatched_with_one_line(task, tmp_path):
+    # As an old interpreter: the version the boot file reads says 3.6.
+    code = ("import sys; sys.version_info = (3, 6, 15, 'final', 0); "
+            f"sys.path.insert(0, {str(BOOT)!r}); import sitecustomize; print('ran')")
+    proc = subprocess.run([PYTHON, "-S", "-c", code], env=task, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "ran\n"
+    assert proc.stderr == ("slurm-synergy probe: Python 3.6 is older than the probe needs "
+                           "(3.8); this process runs unwatched\n")
+
+
+def test_a_supervisor_that_cannot_start_costs_the_run_nothing(task, tmp_path):
+    env = dict(task, SYNERGY_TASK_PYTHON=str(tmp_path / "no-such-python"))
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "2", "5"], env, tmp_path)
+    assert proc.returncode == 5 and proc.stdout == "trained\n"
+    assert json.loads((tmp_path / "out.json").read_text())["total_is_finite"]
+
+
+def test_under_our_own_supervisor_no_second_one_starts(task, tmp_path):
+    # A CSV job's script runs its command under the probe: the probe's process may be a
+    # task-mode anchor itself, and the command beneath it must not start another.
+    (tmp_path / "train.py").write_text(LOADER_SCRIPT)
+    proc = subprocess.run([PYTHON, "-m", "slurm_synergy.probe", "--mode", "watch", "--out",
+                           str(tmp_path / "probe.json"), "--", PYTHON, str(tmp_path / "train.py"),
+                           str(tmp_path / "out.json"), "3", "0"],
+                          env=task, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "probe.json").read_text())["ok"]
+    time.sleep(2)
+    assert not (tmp_path / "home" / "runs").exists(), "a second supervisor wrote a result"
+    assert not list((tmp_path / "tmp").glob("synergy-*"))
+
+
+# --- the TaskProlog --------------------------------------------------------------------
+
+def task_prolog(tmp_path: Path, boot: Path = BOOT, python: str = PYTHON) -> Path:
+    path = tmp_path / "task_prolog"
+    path.write_text(environment(paths.ETC).get_template("task_prolog.sh.j2").render(
+        boot=boot, python=python))
+    path.chmod(0o755)
+    return path
+
+
+def prolog_output(script: Path, env: dict[str, str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=10,
+                          **kwargs)
+
+
+def test_the_task_prolog_puts_the_probe_first_on_a_keyed_jobs_path(tmp_path):
+    script = task_prolog(tmp_path)
+    out = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "PYTHONPATH": "/mine"})
+    assert out.returncode == 0 and out.stderr == ""
+    assert out.stdout == (f"export PYTHONPATH={BOOT}:/mine\n"
+                          f"export SYNERGY_TASK_PYTHON={PYTHON}\n")
+    # An srun step inside the batch script has it already: not twice.
+    again = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "PYTHONPATH": f"{BOOT}:/mine"})
+    assert again.stdout == f"export SYNERGY_TASK_PYTHON={PYTHON}\n"
+
+
+@pytest.mark.parametrize("fingerprint", ["", "0123", "00000000000000A7", "00000000000$(id)",
+                                         "00000000000000a7\nexport X=1"])
+def test_the_task_prolog_prints_nothing_for_other_jobs(tmp_path, fingerprint):
+    out = prolog_output(task_prolog(tmp_path), {"SYNERGY_FINGERPRINT": fingerprint})
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("fault", ["no probe folder", "no interpreter", "output closed"])
+def test_a_task_prolog_that_cannot_work_never_fails_the_task(tmp_path, fault):
+    script = task_prolog(tmp_path, boot=tmp_path / "gone" if fault == "no probe folder" else
+                         BOOT, python=str(tmp_path / "gone") if fault == "no interpreter"
+                         else PYTHON)
+    env = {"SYNERGY_FINGERPRINT": FP}
+    if fault == "output closed":
+        out = subprocess.run(f"{script} >&-", shell=True, env=env, capture_output=True,
+                             text=True, timeout=10)
+    else:
+        out = prolog_output(script, env)
+        assert out.stdout == ""
+    assert out.returncode == 0

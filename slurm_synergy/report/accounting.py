@@ -46,9 +46,10 @@ def _marks(comment: str) -> dict[str, Any]:
                            "from_job": marks.get("from", ""),
                            "sized_by": marks.get("by", ""),
                            "measured": marks.get("measured") == "run",
-                           # Marked, and not a job that trained while it was measured.
+                           # Marked, and not a job that trains anyway: one measured
+                           # while it trained, or a plain script's (never profiled apart).
                            "profiling": marks.get("profile") == "1"
-                           and marks.get("measured") != "run"}
+                           and marks.get("measured") != "run" and marks.get("plain") != "1"}
     d = comment_format.decision(comment)
     if d:
         out.update(decided_cpus=d.cpus, decided_mem_mb=d.mem_mb, decided_gpus=d.gpus,

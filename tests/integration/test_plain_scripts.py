@@ -6,11 +6,15 @@ A job that runs no Python, and one its user opted out, are left as they were ask
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import re
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -19,7 +23,7 @@ from slurm_synergy.shim.table import TABLE_NAME, read
 
 from tests.policies import site_policy_with
 
-from .conftest import ROOT, TENANT_PYTHON, finish, synergy
+from .conftest import ROOT, TENANT_PYTHON, Tenant, finish, synergy
 
 pytestmark = pytest.mark.cluster
 
@@ -69,14 +73,14 @@ HEADER = """#!/bin/bash
 PY = TENANT_PYTHON
 # Each style's body; {py} is the venv's interpreter, {dir} the user's folder.
 STYLES = {
-    "srun": "srun {py} train.py --seconds 16\n",
-    "torchrun": "{venv}/bin/torchrun --standalone --nproc_per_node=1 train.py --seconds 16\n",
-    "module": "cd {dir}/project\n{py} -m trainpkg.main --seconds 16\n",
+    "srun": "srun {py} train.py --seconds 22\n",
+    "torchrun": "{venv}/bin/torchrun --standalone --nproc_per_node=1 train.py --seconds 22\n",
+    "module": "cd {dir}/project\n{py} -m trainpkg.main --seconds 22\n",
     "activated": "source {venv}/bin/activate\nexport OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
-                 "python train.py --seconds 16\n",
-    "array": "{py} train.py --seconds 16 --seed $SLURM_ARRAY_TASK_ID\n",
-    "two-in-a-row": "{py} train.py --seconds 14\n{py} train.py --seconds 6 --lr 0.1\n",
-    "manual": "{py} train.py --seconds 16 --manual\n",
+                 "python train.py --seconds 22\n",
+    "array": "{py} train.py --seconds 22 --seed $SLURM_ARRAY_TASK_ID\n",
+    "two-in-a-row": "{py} train.py --seconds 20\n{py} train.py --seconds 6 --lr 0.1\n",
+    "manual": "{py} train.py --seconds 22 --manual\n",
     "no-python": "sleep 2\necho done\n",
     "opted-out": "{py} train.py --seconds 4\n",
 }
@@ -84,8 +88,9 @@ EXTRA = {"array": "#SBATCH --array=0-1", "opted-out": "#SBATCH --comment=synergy
 PYTHON_STYLES = [s for s in STYLES if s not in ("no-python", "opted-out")]
 
 
-def write_scripts(folder: Path, tag: str) -> dict[str, Path]:
-    """Each style's batch script in the user's folder, with train.py beside them."""
+def write_scripts(folder: Path, tag: str, owner: int) -> dict[str, Path]:
+    """Each style's batch script in the user's folder (`owner`'s, where Slurm writes the
+    jobs' logs as that user), with train.py beside them."""
     (folder / "train.py").write_text(TRAIN)
     pkg = folder / "project" / "trainpkg"
     pkg.mkdir(parents=True)
@@ -98,9 +103,9 @@ def write_scripts(folder: Path, tag: str) -> dict[str, Path]:
                                       extra=EXTRA.get(style, "")) +
                         body.format(py=PY, venv=VENV, dir=folder))
         scripts[style] = path
-    for path in folder.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    folder.chmod(0o755)
+    gid = pwd.getpwuid(owner).pw_gid
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, owner, gid)
     return scripts
 
 
@@ -140,8 +145,19 @@ def mem_mb(text: str) -> int:
     return int(float(m.group(1)) * (1024 if m.group(2) == "G" else 1))
 
 
+@dataclass(frozen=True)
+class Rounds:
+    folder: Path                            # the user's scripts and the jobs' logs
+    site: Path                              # the site's profile store
+    alice: Tenant
+    one: dict[str, list[dict[str, str]]]    # each style's sacct records, first round
+    two: dict[str, list[dict[str, str]]]    # ... second round
+    table: dict                             # the decision table after the site's sync
+    synced: str                             # what the sync said
+
+
 @pytest.fixture(scope="module")
-def rounds(box, slurm, tenants):
+def rounds(box, slurm, tenants) -> Iterator[Rounds]:
     """Every style submitted once, the site's sync, then every style again."""
     tag = f"{time.time_ns() % 10**6:06d}"
     site = tenants.shared / f"plain-profiles-{tag}"
@@ -150,10 +166,11 @@ def rounds(box, slurm, tenants):
     alice = tenants.alice
     folder = tenants.shared / f"alice-plain-{tag}"
     folder.mkdir()
-    scripts = write_scripts(folder, tag)
-    # The sweep's windows short, as a site might set them for short jobs.
+    scripts = write_scripts(folder, tag, alice.uid)
+    # The sweep's windows short (each count still three times), as a site might set them
+    # for short jobs.
     policy = folder / "policy.toml"
-    policy.write_text(site_policy_with(sweep_window_s="1.0", sweep_repeats="1"))
+    policy.write_text(site_policy_with(sweep_window_s="1.0"))
     policy.chmod(0o644)
     env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy)}
     first = submit_all(tenants, alice, folder, scripts, env)
@@ -170,7 +187,7 @@ def rounds(box, slurm, tenants):
     second = submit_all(tenants, alice, folder, scripts, env)
     finish(slurm, second.values(), timeout=1200)
     two = accounted(slurm, second)
-    yield folder, site, alice, one, two, table
+    yield Rounds(folder, site, alice, one, two, table, synced.stdout)
     assert synergy("plugin", "sync").returncode == 0     # the session's table back
 
 
@@ -179,7 +196,7 @@ def log_of(folder: Path, record: dict[str, str]) -> str:
 
 
 def test_every_job_completes_and_trains_to_its_end(rounds):
-    folder, _, _, one, two, _ = rounds
+    folder, one, two = rounds.folder, rounds.one, rounds.two
     for round_ in (one, two):
         for style, recs in round_.items():
             assert recs and all(r["State"] == "COMPLETED" and r["ExitCode"] == "0:0"
@@ -190,7 +207,7 @@ def test_every_job_completes_and_trains_to_its_end(rounds):
 
 
 def test_the_first_job_of_each_python_style_is_measured_in_its_run(rounds):
-    folder, site, alice, one, _, _ = rounds
+    folder, site, alice, one = rounds.folder, rounds.site, rounds.alice, rounds.one
     store = ProfileStore(site / str(alice.uid))
     for style in PYTHON_STYLES:
         rec = one[style][0]
@@ -204,10 +221,11 @@ def test_the_first_job_of_each_python_style_is_measured_in_its_run(rounds):
 
 
 def test_the_second_job_starts_right_sized(rounds):
-    _, _, alice, one, two, table = rounds
+    alice, one, two, table = rounds.alice, rounds.one, rounds.two, rounds.table
     for style in PYTHON_STYLES:
         fp = key_of(one[style][0])
         assert key_of(two[style][0]) == fp, f"{style}: the same script, another key"
+        assert (alice.uid, fp) in table, f"{style}: no decision for {fp}: {rounds.synced}"
         d = table[(alice.uid, fp)]
         for rec in two[style]:
             assert "decision=" in rec["Comment"] and "asked=c2,m3072,g1" in rec["Comment"]
@@ -218,7 +236,7 @@ def test_the_second_job_starts_right_sized(rounds):
 
 
 def test_a_job_without_python_and_an_opted_out_job_are_left_as_asked(rounds):
-    _, site, alice, one, two, _ = rounds
+    site, alice, one, two = rounds.site, rounds.alice, rounds.one, rounds.two
     for rec in one["no-python"] + two["no-python"]:
         assert int(rec["AllocCPUS"]) == 2 and mem_mb(rec["ReqMem"]) == 3072
         assert "decision=" not in rec["Comment"]
@@ -226,3 +244,18 @@ def test_a_job_without_python_and_an_opted_out_job_are_left_as_asked(rounds):
     for rec in one["opted-out"] + two["opted-out"]:
         assert rec["Comment"] == "synergy:off" and rec["AdminComment"] == "", rec
         assert int(rec["AllocCPUS"]) == 2 and mem_mb(rec["ReqMem"]) == 3072
+
+
+def test_the_report_shows_plain_jobs_under_their_key_with_what_their_runs_measured(rounds,
+                                                                                    tenants):
+    alice, one = rounds.alice, rounds.one
+    ids = [r["JobIDRaw"] for s in PYTHON_STYLES for r in one[s]]
+    ran = tenants.synergy(alice, "report", "--jobs", ",".join(ids), "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    jobs = {j["raw_id"]: j for j in json.loads(ran.stdout)["jobs"]}
+    for style in PYTHON_STYLES:
+        for rec in one[style]:
+            job = jobs[rec["JobIDRaw"]]
+            assert job["fingerprint"] == key_of(rec), (style, job)
+            assert job["samples_per_s"] and job["samples_per_s"] > 0, (style, job)
+            assert job["data_wait_share"] is not None, (style, job)

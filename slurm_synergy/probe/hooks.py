@@ -20,6 +20,7 @@ modules imported at interpreter start.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -92,7 +93,9 @@ class Recorder:
 
     Steps are counted on one loader: the one that has yielded most so far (the first on
     a tie). zip(a, b) is then one step per pair, and a validation loader's batches are
-    time spent in the run (waiting on data), not training steps.
+    time spent in the run (waiting on data), not training steps. A DataLoader is known by
+    where it was made and how (loader_key), so a script that makes its loader anew each
+    epoch keeps counting on it.
     """
 
     def __init__(self, config: ProbeConfig, folder: Path) -> None:
@@ -371,6 +374,16 @@ def _with_arguments(func: Callable[..., Any],
     return wrapper
 
 
+def loader_key(args: dict[str, Any], caller: Any) -> str:
+    """A DataLoader's role in the script: the line that made it, its dataset's type, its
+    batch size and whether it shuffles. A training loader made anew each epoch keeps its
+    key; a validation loader, made elsewhere or without shuffling, has its own."""
+    sampler = args.get("sampler")
+    shuffles = bool(args.get("shuffle")) or type(sampler).__name__ == "RandomSampler"
+    return (f"{caller.f_code.co_filename}:{caller.f_lineno}:"
+            f"{type(args.get('dataset')).__qualname__}:{args.get('batch_size', 1)}:{shuffles}")
+
+
 def _patch_torch(module: ModuleType) -> None:
     rec = RECORDER
     assert rec is not None
@@ -380,6 +393,8 @@ def _patch_torch(module: ModuleType) -> None:
     def change(bound: inspect.BoundArguments) -> None:
         args = bound.arguments
         dataset = args.get("dataset")
+        with contextlib.suppress(Exception):    # a loader without a key is known by its id
+            args["self"]._synergy_key = loader_key(args, sys._getframe(2))
         try:
             length = len(dataset)  # type: ignore[arg-type]
         except Exception:       # an IterableDataset has no length, or refuses to say
@@ -409,7 +424,7 @@ def _patch_torch(module: ModuleType) -> None:
         # loader with persistent workers holds its iterator, and a cycle would keep both
         # past the script's end, where multiprocessing terminates the workers instead of
         # the loader shutting them down (each leaving its /tmp/pymp-* folder).
-        it._synergy_loader_id = id(self)
+        it._synergy_loader_id = getattr(self, "_synergy_key", id(self))
         it._synergy_loader = weakref.ref(self)
         return it
 

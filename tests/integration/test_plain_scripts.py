@@ -68,6 +68,7 @@ HEADER = """#!/bin/bash
 #SBATCH --gres=gpu:1
 #SBATCH --time=10
 #SBATCH --output={out}/{name}-%j.out
+#SBATCH --chdir={out}
 {extra}
 """
 PY = TENANT_PYTHON
@@ -192,15 +193,18 @@ def rounds(box, slurm, tenants) -> Iterator[Rounds]:
 
 
 def log_of(folder: Path, record: dict[str, str]) -> str:
-    return (folder / f"{record['JobName']}-{record['JobIDRaw']}.out").read_text()
+    path = folder / f"{record['JobName']}-{record['JobIDRaw']}.out"
+    return path.read_text() if path.exists() else f"(no log at {path})"
 
 
 def test_every_job_completes_and_trains_to_its_end(rounds):
     folder, one, two = rounds.folder, rounds.one, rounds.two
     for round_ in (one, two):
         for style, recs in round_.items():
-            assert recs and all(r["State"] == "COMPLETED" and r["ExitCode"] == "0:0"
-                                for r in recs), (style, recs)
+            assert recs, style
+            for r in recs:
+                assert r["State"] == "COMPLETED" and r["ExitCode"] == "0:0", \
+                    (style, r, log_of(folder, r)[-3000:])
             if style in PYTHON_STYLES:
                 assert all("trained" in log_of(folder, r) for r in recs), style
     assert all(len(r["array"]) == 2 for r in (one, two))

@@ -358,6 +358,28 @@ def test_two_loaders_zipped_are_one_step_and_a_second_loader_is_waiting_time(tmp
     assert rec["steps"] == 100 and rec["samples"] == 400 and rec["dataset_len"] is None
 
 
+def test_a_loader_made_anew_each_epoch_keeps_counting_and_validation_does_not(tmp_path):
+    # Three epochs, each with a training loader made anew (25 batches) and a validation
+    # loader after it (5 batches): the steps are the training loaders' alone.
+    script = textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        train, val = TensorDataset(torch.zeros(100, 2)), TensorDataset(torch.zeros(20, 2))
+        for epoch in range(3):
+            for x in DataLoader(train, batch_size=4, shuffle=True):
+                pass
+            for x in DataLoader(val, batch_size=4):
+                pass
+        """)
+    proc, result = probe(tmp_path, "--mode", "watch", "--warmup", "0", script=script)
+    assert proc.returncode == 0, proc.stderr
+    rec = result["processes"][0]
+    # A step ends when the next training batch is asked for (the epoch's end too): known
+    # by its id, the first epoch's loader alone would count, 25 steps.
+    assert rec["steps"] == 75 and rec["samples"] == 300
+
+
 def test_a_loader_read_by_another_thread_is_ended_once_measured(tmp_path):
     script = textwrap.dedent("""\
         import queue, threading, time

@@ -212,7 +212,7 @@ def test_every_job_completes_and_trains_to_its_end(rounds):
 
 def test_the_first_job_of_each_python_style_is_measured_in_its_run(rounds):
     folder, site, alice, one = rounds.folder, rounds.site, rounds.alice, rounds.one
-    store = ProfileStore(site / str(alice.uid))
+    store = ProfileStore.named(site / str(alice.uid))
     for style in PYTHON_STYLES:
         rec = one[style][0]
         fp = key_of(rec)
@@ -244,7 +244,7 @@ def test_a_job_without_python_and_an_opted_out_job_are_left_as_asked(rounds):
     for rec in one["no-python"] + two["no-python"]:
         assert int(rec["AllocCPUS"]) == 2 and mem_mb(rec["ReqMem"]) == 3072
         assert "decision=" not in rec["Comment"]
-    assert not ProfileStore(site / str(alice.uid)).has(key_of(one["no-python"][0]))
+    assert not ProfileStore.named(site / str(alice.uid)).has(key_of(one["no-python"][0]))
     for rec in one["opted-out"] + two["opted-out"]:
         assert rec["Comment"] == "synergy:off" and rec["AdminComment"] == "", rec
         assert int(rec["AllocCPUS"]) == 2 and mem_mb(rec["ReqMem"]) == 3072

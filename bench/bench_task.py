@@ -42,7 +42,7 @@ FP = "00000000000be7c1"
 def task_env(home: Path) -> dict[str, str]:
     """A keyed job's task once the TaskProlog ran (a store of its own: watched only)."""
     return dict(os.environ, PYTHONPATH=str(BOOT), SYNERGY_TASK_PYTHON=sys.executable,
-                SYNERGY_FINGERPRINT=FP, SYNERGY_HOME=str(home))
+                SYNERGY_FINGERPRINT=FP, SYNERGY_PLAIN=FP, SYNERGY_HOME=str(home))
 
 
 def timed_ms(argv: list[str], env: dict[str, str]) -> float:
@@ -60,7 +60,8 @@ def prolog_ms(folder: Path, runs: int) -> dict[str, list[float]]:
     for _ in range(runs):
         out["untouched"].append(timed_ms([str(script)], {"PATH": os.environ["PATH"]}))
         out["keyed"].append(timed_ms([str(script)], {"PATH": os.environ["PATH"],
-                                                      "SYNERGY_FINGERPRINT": FP}))
+                                                      "SYNERGY_FINGERPRINT": FP,
+                                                      "SYNERGY_PLAIN": FP}))
     return out
 
 

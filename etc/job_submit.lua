@@ -13,8 +13,8 @@
 -- it sees (slurm_synergy/model/plainkey.py: the script less its comments, its arguments,
 -- folder, GPUs, tasks and partition, the user), puts it in front of the job's comment
 -- (synergy:fp=<key> plain=1, the user's own comment kept after it), in its admin comment
--- (which only admins can change) and in its environment (SYNERGY_FINGERPRINT, for the
--- node's TaskProlog), and from there treats it as above. A job whose comment says
+-- (which only admins can change) and in its environment (SYNERGY_FINGERPRINT and
+-- SYNERGY_PLAIN, for the node's TaskProlog), and from there treats it as above. A job whose comment says
 -- synergy:off, an interactive job (no script), and a job in a partition, account or of
 -- a user the policy skips are left alone.
 --
@@ -550,7 +550,10 @@ local function apply(job_desc, p)
 	local env = job_desc.environment
 	if env ~= nil then
 		if p.plain then
+			-- Both, equal: the TaskProlog acts for a plain job alone (a CSV job's script
+			-- exports its own fingerprint and runs its own probe).
 			env.SYNERGY_FINGERPRINT = p.fp
+			env.SYNERGY_PLAIN = p.fp
 		end
 		if p.profile then
 			env.SYNERGY_PROFILE = "1"

@@ -29,6 +29,7 @@ from slurm_synergy.probe.records import (BOOT, ENV_CONFIG, ENV_DIR, RECORD_S, WA
 ENV_FINGERPRINT = "SYNERGY_FINGERPRINT"     # its workload key
 ENV_PROFILE = "SYNERGY_PROFILE"             # "1": no decision yet, measure it in the run
 ENV_WORKERS = "SYNERGY_WORKERS"             # the decision's data-loader workers
+ENV_PLAIN = "SYNERGY_PLAIN"                 # a plain script's key again: task mode is for it
 # What the TaskProlog adds: the installation's interpreter, which runs the supervisor.
 ENV_PYTHON = "SYNERGY_TASK_PYTHON"
 # What the anchor adds for its tree: its pid, which the supervisor follows.
@@ -50,8 +51,9 @@ def anchor() -> bool:
     """Make this process the anchor of a probed tree, where the TaskProlog reached it and
     no supervisor or anchor above it probes it already. False where not."""
     env = os.environ
-    if env.get(ENV_DIR) or not env.get(ENV_PYTHON) or \
-            not _FINGERPRINT.fullmatch(env.get(ENV_FINGERPRINT, "")):
+    key = env.get(ENV_FINGERPRINT, "")
+    if env.get(ENV_DIR) or not env.get(ENV_PYTHON) or not _FINGERPRINT.fullmatch(key) \
+            or env.get(ENV_PLAIN) != key:
         return False
     marked = env.get(ENV_PROFILE) == "1"
     workers = env.get(ENV_WORKERS, "")

@@ -83,7 +83,8 @@ def test_a_new_plain_job_is_keyed_and_marked_for_measuring(tmp_path):
     fp = python_key(SCRIPT)
     assert job["comment"] == f"synergy:fp={fp} plain=1 lr sweep profile=1"
     assert job["admin_comment"] == f"synergy:fp={fp}"
-    assert job["env.SYNERGY_FINGERPRINT"] == fp and job["env.SYNERGY_PROFILE"] == "1"
+    assert job["env.SYNERGY_FINGERPRINT"] == job["env.SYNERGY_PLAIN"] == fp
+    assert job["env.SYNERGY_PROFILE"] == "1"
     assert (job["cpus_per_task"], job["pn_min_memory"]) == ("4", "8192")
     assert any("a plain script" in line and "marked for profiling" in line for line in logs)
 

@@ -84,6 +84,7 @@ def task(tmp_path: Path) -> dict[str, str]:
     policy.write_text(site_policy_with(sweep_window_s="0.5", sweep_repeats="1"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SYNERGY_"))}
     env.update(PYTHONPATH=str(BOOT), SYNERGY_TASK_PYTHON=PYTHON, SYNERGY_FINGERPRINT=FP,
+               SYNERGY_PLAIN=FP,
                SYNERGY_HOME=str(tmp_path / "home"), SYNERGY_POLICY=str(policy),
                SYNERGY_DECISIONS=str(tmp_path / "table.tbl"), TMPDIR=str(tmp_path / "tmp"))
     return env
@@ -184,6 +185,14 @@ def test_a_supervisor_that_cannot_start_costs_the_run_nothing(task, tmp_path):
     assert json.loads((tmp_path / "out.json").read_text())["total_is_finite"]
 
 
+def test_a_records_folder_that_cannot_be_made_leaves_the_run_unwatched(task, tmp_path):
+    env = dict(task, TMPDIR=str(tmp_path / "no-such-folder"))
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "2", "6"], env, tmp_path)
+    assert proc.returncode == 6 and proc.stdout == "trained\n"
+    assert proc.stderr.startswith("slurm-synergy probe: not watching this process: ")
+    assert proc.stderr.count("\n") == 1 and not (tmp_path / "home" / "runs").exists()
+
+
 def test_under_our_own_supervisor_no_second_one_starts(task, tmp_path):
     # A CSV job's script runs its command under the probe: the probe's process may be a
     # task-mode anchor itself, and the command beneath it must not start another.
@@ -216,19 +225,31 @@ def prolog_output(script: Path, env: dict[str, str], **kwargs) -> subprocess.Com
 
 def test_the_task_prolog_puts_the_probe_first_on_a_keyed_jobs_path(tmp_path):
     script = task_prolog(tmp_path)
-    out = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "PYTHONPATH": "/mine"})
+    out = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "SYNERGY_PLAIN": FP,
+                                 "PYTHONPATH": "/mine"})
     assert out.returncode == 0 and out.stderr == ""
     assert out.stdout == (f"export PYTHONPATH={BOOT}:/mine\n"
                           f"export SYNERGY_TASK_PYTHON={PYTHON}\n")
     # An srun step inside the batch script has it already: not twice.
-    again = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "PYTHONPATH": f"{BOOT}:/mine"})
+    again = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "SYNERGY_PLAIN": FP,
+                                   "PYTHONPATH": f"{BOOT}:/mine"})
     assert again.stdout == f"export SYNERGY_TASK_PYTHON={PYTHON}\n"
 
 
 @pytest.mark.parametrize("fingerprint", ["", "0123", "00000000000000A7", "00000000000$(id)",
                                          "00000000000000a7\nexport X=1"])
 def test_the_task_prolog_prints_nothing_for_other_jobs(tmp_path, fingerprint):
-    out = prolog_output(task_prolog(tmp_path), {"SYNERGY_FINGERPRINT": fingerprint})
+    out = prolog_output(task_prolog(tmp_path), {"SYNERGY_FINGERPRINT": fingerprint,
+                                                "SYNERGY_PLAIN": fingerprint})
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("plain", [None, "", "0000000000000001"])
+def test_the_task_prolog_leaves_a_job_lists_row_to_its_own_probe(tmp_path, plain):
+    # A CSV row's script exports its fingerprint and unsets SYNERGY_PLAIN; one submitted
+    # from inside a plain job inherits that job's key as SYNERGY_PLAIN.
+    env = {"SYNERGY_FINGERPRINT": FP, **({} if plain is None else {"SYNERGY_PLAIN": plain})}
+    out = prolog_output(task_prolog(tmp_path), env)
     assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
 
 
@@ -237,7 +258,7 @@ def test_a_task_prolog_that_cannot_work_never_fails_the_task(tmp_path, fault):
     script = task_prolog(tmp_path, boot=tmp_path / "gone" if fault == "no probe folder" else
                          BOOT, python=str(tmp_path / "gone") if fault == "no interpreter"
                          else PYTHON)
-    env = {"SYNERGY_FINGERPRINT": FP}
+    env = {"SYNERGY_FINGERPRINT": FP, "SYNERGY_PLAIN": FP}
     if fault == "output closed":
         out = subprocess.run(f"{script} >&-", shell=True, env=env, capture_output=True,
                              text=True, timeout=10)

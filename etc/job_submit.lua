@@ -44,6 +44,15 @@ local KEY_VERSION = "synergy-plain-1"
 local MAX_SCRIPT_BYTES = 65536
 local KEY_MODULI = { { 131, 2147483647 }, { 137, 2147483629 } }
 local OPT_OUT = "synergy:off"
+local HETERO = "synergy:hetero"
+-- Slurm refuses a comment longer than this, after job_submit: room is kept for the marks.
+local MAX_COMMENT = 1024
+local COMMENT_ROOM = 160
+-- What a job submitted from inside one of ours inherits and is not its own: its key,
+-- marks and the probe's state are the shim's to give, or none.
+local INHERITED = { "SYNERGY_FINGERPRINT", "SYNERGY_PLAIN", "SYNERGY_PROFILE",
+	"SYNERGY_WORKERS", "SYNERGY_POWER_LIMIT_W", "SYNERGY_PROBE_DIR", "SYNERGY_PROBE_CONFIG",
+	"SYNERGY_TASK_ANCHOR", "SYNERGY_TASK_PYTHON" }
 
 -- Without lua-posix there is no way to tell a FIFO from a file before opening it, so
 -- the table is not read at all (and the log says so).
@@ -97,6 +106,8 @@ local function parse_header(line)
 		end
 		return out
 	end
+	-- Slurm lowercases a job's account after job_submit; the policy's names are compared so.
+	local accounts = set_of((h.skip_accounts or ""):lower())
 	local head = {
 		gen = h.gen,
 		partition = h.partition or "",
@@ -104,7 +115,7 @@ local function parse_header(line)
 		profile_new = h.profile_new == "1",
 		plain = h.plain == "1",
 		skip_partitions = set_of(h.skip_partitions),
-		skip_accounts = set_of(h.skip_accounts),
+		skip_accounts = accounts,
 		skip_uids = set_of(h.skip_uids),
 		max_cpus = whole(h.max_cpus, 1, HARD.cpus),
 		max_mem_mb = whole(h.max_mem_mb, 1, HARD.mem_mb),
@@ -375,8 +386,12 @@ local function key_hash(text)
 	return table.concat(out)
 end
 
--- A plain batch job's workload key, or nil and why it has none.
+-- A plain batch job's workload key and its normalised text, or nil and why it has none.
 local function plain_key(job_desc, submit_uid)
+	-- The raw size first: normalising a large script would hold up slurmctld already.
+	if #job_desc.script > 4 * MAX_SCRIPT_BYTES then
+		return nil, string.format("script over %d bytes: not keyed", 4 * MAX_SCRIPT_BYTES)
+	end
 	local text = normalised(job_desc.script)
 	if #text > MAX_SCRIPT_BYTES then
 		return nil, string.format("script over %d bytes: not keyed", MAX_SCRIPT_BYTES)
@@ -393,7 +408,21 @@ local function plain_key(job_desc, submit_uid)
 		end
 	end
 	fields[#fields + 1] = text
-	return key_hash(table.concat(fields, "\0"))
+	return key_hash(table.concat(fields, "\0")), text
+end
+
+-- Whether the script's own steps ask for cores, memory, tasks or GPUs (srun -c 8,
+-- --mem=...): in a smaller allocation Slurm would refuse them.
+local function steps_ask(text)
+	for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+		local l = " " .. line .. " "
+		if l:find("[%s;&|(/]srun%s") and (l:find("%s%-[cnG][%s%d=]") or l:find("%-%-cpus%-per%-task")
+				or l:find("%-%-mem") or l:find("%-%-ntasks") or l:find("%-%-gres")
+				or l:find("%-%-gpus")) then
+			return true
+		end
+	end
+	return false
 end
 
 -- Why the policy leaves this job alone, or nil.
@@ -415,7 +444,7 @@ local function skipped(job_desc, head, part_list, submit_uid)
 		if account == nil or account == "" then
 			account = job_desc.default_account
 		end
-		if account ~= nil and head.skip_accounts[account] then
+		if account ~= nil and head.skip_accounts[account:lower()] then
 			return "account " .. account .. " is one the policy skips"
 		end
 	end
@@ -424,7 +453,7 @@ end
 
 -- What to change in a job, worked out without touching it: nil when nothing. `comment`
 -- is the job's, or for a plain job the one the shim gives it (its key in front).
-local function plan(job_desc, tbl, part_list, submit_uid, comment)
+local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 	if comment == nil then
 		return nil
 	end
@@ -435,7 +464,8 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment)
 	local env = job_desc.environment
 	local entry = tbl.entries[key(submit_uid, fp)]
 	if entry == nil then
-		if tbl.head.profile_new and env ~= nil and env.SYNERGY_PROFILE == nil then
+		if tbl.head.profile_new and env ~= nil
+				and (env.SYNERGY_PROFILE == nil or env.SYNERGY_PROFILE == "") then
 			-- (user mode may have marked the comment already)
 			local marked = (comment .. " "):find(" profile=1 ", 1, true)
 			return { fp = fp, profile = true, comment = marked and comment
@@ -452,6 +482,9 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment)
 		for word in (comment:match(" req=([%a,]+)") or ""):gmatch("%a+") do
 			pinned[word] = true
 		end
+	end
+	for word in pairs(fixed or {}) do
+		pinned[word] = true
 	end
 	local p = { fp = fp, entry = entry }
 	local cpus, mem = job_desc.cpus_per_task, job_desc.pn_min_memory
@@ -577,14 +610,33 @@ local function plain_plan(job_desc, tbl, part_list, submit_uid)
 	if not tbl.head.plain then
 		return nil
 	end
-	local fp, nokey = plain_key(job_desc, submit_uid)
+	local fp, text = plain_key(job_desc, submit_uid)
 	if fp == nil then
-		return nil, nokey
+		return nil, text
 	end
 	local own = job_desc.comment
+	if own ~= nil and #own > MAX_COMMENT - COMMENT_ROOM then
+		return nil, "comment too long to add the workload's key: not keyed"
+	end
+	-- What the script set itself, which the site may let win (user_request_wins).
+	local req = {}
+	if is_set(job_desc.cpus_per_task) and job_desc.cpus_per_task < 65534 then
+		req[#req + 1] = "cpus"
+	end
+	if is_set(job_desc.pn_min_memory) and job_desc.pn_min_memory < 2 ^ 40 then
+		req[#req + 1] = "mem"
+	end
+	if job_desc.tres_per_node ~= nil and job_desc.tres_per_node ~= "" then
+		req[#req + 1] = "gpus"
+	end
 	local comment = "synergy:fp=" .. fp .. " plain=1"
+		.. (#req > 0 and (" req=" .. table.concat(req, ",")) or "")
 		.. ((own ~= nil and own ~= "") and (" " .. own) or "")
-	local p = plan(job_desc, tbl, part_list, submit_uid, comment)
+	-- A script launches its steps for its GPUs (torchrun --nproc_per_node, one rank a
+	-- GPU): their count stays. Steps that ask for cores or memory of their own keep all.
+	local fixed = steps_ask(text) and { cpus = true, mem = true, gpus = true }
+		or { gpus = true }
+	local p = plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 		or { fp = fp, comment = comment }
 	p.plain = true
 	p.comment = p.comment or comment
@@ -594,12 +646,26 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
 	local ok, err = pcall(function()
 		local comment = job_desc.comment
+		-- A job over two GPU types (synergy:hetero) is no one workload's.
+		if comment ~= nil and comment:match("^" .. HETERO) then
+			return
+		end
 		local plain = comment == nil or not comment:match("^synergy:fp=")
 		-- A plain job is looked at only where it could be keyed: a batch script (srun and
 		-- salloc jobs have none, nor an environment) its user did not opt out.
-		if plain and (job_desc.script == nil or job_desc.environment == nil
-				or (comment or ""):find(OPT_OUT, 1, true)) then
-			return
+		if plain then
+			local env = job_desc.environment
+			if job_desc.script == nil or env == nil then
+				return
+			end
+			for _, name in ipairs(INHERITED) do
+				if env[name] ~= nil then
+					env[name] = ""
+				end
+			end
+			if (comment or ""):find(OPT_OUT, 1, true) then
+				return
+			end
 		end
 		local tbl, why = load_table()
 		if tbl == nil then

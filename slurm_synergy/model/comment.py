@@ -53,6 +53,8 @@ class Resources:
 
 
 HETERO = "synergy:hetero"
+# Anywhere in a job's comment: the shim leaves that plain batch job alone.
+OPT_OUT = "synergy:off"
 
 
 def hetero_comment(component: int, batch: int, micro_batch: int, accumulation: int,

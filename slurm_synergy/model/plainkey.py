@@ -59,7 +59,10 @@ def _hash(data: bytes) -> str:
 
 def plain_key(job: PlainJob) -> str | None:
     """The job's 16-hex-digit key; None where its script is too long to key."""
-    text = normalised(job.script.encode("utf-8", "surrogateescape"))
+    raw = job.script.encode("utf-8", "surrogateescape")
+    if len(raw) > 4 * MAX_SCRIPT_BYTES:     # not even normalised: it would hold slurmctld up
+        return None
+    text = normalised(raw)
     if len(text) > MAX_SCRIPT_BYTES:
         return None
     fields = (KEY_VERSION, str(job.uid), job.work_dir, job.partition, job.gres, job.tasks,

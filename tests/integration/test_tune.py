@@ -87,8 +87,10 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
 
         # The running job kept what it asked for, and a finished job cannot be put back.
         still = _queued(slurm, blocker)
-        assert (still.state, still.cpus_per_task, slurm.comment(blocker)) == \
-            ("RUNNING", node.cpus - 1, "running-as-asked")
+        assert (still.state, still.cpus_per_task) == ("RUNNING", node.cpus - 1)
+        # The shim keyed it as a plain script; what its user wrote is kept, untuned.
+        assert "running-as-asked" in slurm.comment(blocker)
+        assert "tuned=" not in slurm.comment(blocker)
         back = subprocess.run([*SYNERGY, "tune", "--revert", mine], capture_output=True,
                               text=True, env=env)
         assert back.returncode == 1
@@ -110,12 +112,14 @@ def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, co
     log = tmp_path / "tune.jsonl"
     try:
         before = _queued(slurm, job)
-        assert slurm.comment(job) == comment
+        # As slurmctld holds it: the shim keys a plain script, the user's words kept.
+        submitted = slurm.comment(job)
+        assert comment in submitted and submitted.startswith("synergy:fp=")
         change = Resize(job, before.user, "vm", 2, 3000, 1, 1000, 1, "test")
         assert applying.apply(slurm, change, log) is None
         tuned = _queued(slurm, job)
         assert (tuned.cpus_per_task, tuned.mem_mb) == (1, 1000)
-        assert slurm.comment(job) == " ".join(filter(None, (comment, "tuned=c1,m1000")))
+        assert slurm.comment(job) == f"{submitted} tuned=c1,m1000"
         # Tuned once, it is not tuned again before it is put back.
         assert "tuned before" in applying.apply(slurm, change, log)
         back = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,
@@ -123,7 +127,7 @@ def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, co
         assert back.returncode == 0, back.stderr
         after = _queued(slurm, job)
         assert (after.state, after.cpus_per_task, after.mem_mb, slurm.comment(job)) == \
-            ("PENDING", 2, 3000, comment)
+            ("PENDING", 2, 3000, submitted)
         again = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,
                                text=True, env=dict(os.environ, SYNERGY_TUNE_LOG=str(log)))
         assert again.returncode == 1
@@ -148,6 +152,7 @@ def test_memory_per_cpu_and_comments_are_read_job_by_job(slurm, tmp_path, tag):
         queue = {j.job_id: j for j in slurm.queue()}
         assert queue[per_cpu].mem_mb == 500 and queue[per_node].mem_mb == 1000
         assert "999999" not in queue
-        assert slurm.comment(per_node) == forged
+        # Keyed by the shim as a plain script: the forged text is the comment's, whole.
+        assert forged in slurm.comment(per_node) and "999999" not in queue
     finally:
         slurm.cancel(jobs)

@@ -2,15 +2,17 @@
 key for the same job, and the shim keys, marks and right-sizes such a job as it does a
 CSV row, leaving alone what the user or the site opted out."""
 
+import re
 from pathlib import Path
 
 import pytest
 
-from slurm_synergy.model.plainkey import MAX_SCRIPT_BYTES, PlainJob, normalised, plain_key
+from slurm_synergy.model.comment import HETERO, OPT_OUT
+from slurm_synergy.model.plainkey import KEY_VERSION, MAX_SCRIPT_BYTES, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
 
 from .test_decision_table import decision
-from .test_shim import UID, run, table
+from .test_shim import ROOT, UID, run, table
 
 SCRIPT = """#!/bin/bash
 #SBATCH --cpus-per-task=4
@@ -60,6 +62,13 @@ def test_the_shim_and_python_compute_the_same_key(tmp_path, script, fields):
     assert key_of(job) == python_key(script, **fields)
 
 
+def test_the_shim_spells_the_marks_and_limits_as_python_does():
+    lua = (ROOT / "etc" / "job_submit.lua").read_text()
+    for name, value in (("KEY_VERSION", f'"{KEY_VERSION}"'), ("OPT_OUT", f'"{OPT_OUT}"'),
+                        ("HETERO", f'"{HETERO}"'), ("MAX_SCRIPT_BYTES", str(MAX_SCRIPT_BYTES))):
+        assert re.search(rf"^local {name} = {re.escape(value)}$", lua, re.M), name
+
+
 def test_tasks_as_asked_are_in_the_key(tmp_path):
     job, _ = submit(tmp_path, SCRIPT, table(), num_tasks="2")
     assert key_of(job) == python_key(SCRIPT, tasks="2") != python_key(SCRIPT)
@@ -81,7 +90,7 @@ def test_a_new_plain_job_is_keyed_and_marked_for_measuring(tmp_path):
     job, logs = submit(tmp_path, SCRIPT, table(decision("fedcba9876543210")),
                        comment="lr sweep")
     fp = python_key(SCRIPT)
-    assert job["comment"] == f"synergy:fp={fp} plain=1 lr sweep profile=1"
+    assert job["comment"] == f"synergy:fp={fp} plain=1 req=cpus,mem,gpus lr sweep profile=1"
     assert job["admin_comment"] == f"synergy:fp={fp}"
     assert job["env.SYNERGY_FINGERPRINT"] == job["env.SYNERGY_PLAIN"] == fp
     assert job["env.SYNERGY_PROFILE"] == "1"
@@ -92,11 +101,15 @@ def test_a_new_plain_job_is_keyed_and_marked_for_measuring(tmp_path):
 def test_a_decided_plain_job_is_right_sized(tmp_path):
     fp = python_key(SCRIPT)
     assert fp is not None
-    job, _ = submit(tmp_path, SCRIPT, table(decision(fp, cpus=2, mem_mb=1024, gpus=1,
+    # The decision would give two GPUs: a script launches its ranks for the GPUs it asked
+    # for (torchrun --nproc_per_node), so their count stays.
+    job, _ = submit(tmp_path, SCRIPT, table(decision(fp, cpus=2, mem_mb=1024, gpus=2,
                                                      workers=1)),
                     **{"env.SYNERGY_FINGERPRINT": "0000000000000000"})
     assert (job["cpus_per_task"], job["min_cpus"], job["pn_min_memory"]) == ("2", "2", "1024")
-    assert job["comment"] == f"synergy:fp={fp} plain=1 asked=c4,m8192,g1 decision=c2,m1024,g1,w1"
+    assert job["tres_per_node"] == "gres:gpu:1"
+    assert job["comment"] == (f"synergy:fp={fp} plain=1 req=cpus,mem,gpus asked=c4,m8192,g1 "
+                              "decision=c2,m1024,g1,w1")
     # The key the job runs under is the shim's, whatever the user's environment said.
     assert job["env.SYNERGY_FINGERPRINT"] == fp and job["env.SYNERGY_WORKERS"] == "1"
     assert "env.SYNERGY_PROFILE" not in job
@@ -135,6 +148,8 @@ def test_interactive_jobs_and_oversized_scripts_are_not_keyed(tmp_path):
     assert "comment" not in job
     huge = "echo x\n" * (MAX_SCRIPT_BYTES // 6)
     assert plain_key(PlainJob(UID, huge)) is None
+    # Comments are not in the key, but a script that long is not even read through.
+    assert plain_key(PlainJob(UID, "# x\n" * MAX_SCRIPT_BYTES + "echo x\n")) is None
     job, logs = submit(tmp_path, huge, table())
     assert "comment" not in job and any("not keyed" in line for line in logs)
 
@@ -150,3 +165,55 @@ def test_a_fault_midway_puts_the_plain_job_back(tmp_path):
     assert job["comment"] == "mine" and "admin_comment" not in job
     assert not any(k.startswith("env.SYNERGY") for k in job)
     assert any("error in job_submit.lua" in line for line in logs)
+
+
+def test_a_script_whose_steps_ask_for_resources_keeps_them(tmp_path):
+    # srun -c 4 inside a job given 2 cores would be refused: the job keeps what it asked.
+    script = SCRIPT.replace("srun python", "srun -c 4 --mem=6G python")
+    fp = python_key(script)
+    assert fp is not None
+    job, _ = submit(tmp_path, script, table(decision(fp, cpus=2, mem_mb=1024, gpus=1)))
+    assert (job["cpus_per_task"], job["pn_min_memory"]) == ("4", "8192")
+    assert "decision=c4,m8192,g1" in job["comment"]
+
+
+def test_where_the_users_request_wins_a_plain_script_keeps_what_it_set(tmp_path):
+    fp = python_key(SCRIPT)
+    assert fp is not None
+    job, _ = submit(tmp_path, SCRIPT, table(decision(fp, cpus=2, mem_mb=1024, gpus=1),
+                                            policy=Policy(user_request_wins=True)))
+    assert (job["cpus_per_task"], job["pn_min_memory"]) == ("4", "8192")
+
+
+def test_what_a_job_inherits_from_the_job_that_submitted_it_is_not_its_own(tmp_path):
+    # Submitted from inside a marked plain job (sbatch copies the environment), with
+    # synergy:off: nothing of the parent's key, marks or probe state reaches its tasks.
+    inherited = {f"env.{k}": v for k, v in (
+        ("SYNERGY_FINGERPRINT", "0123456789abcdef"), ("SYNERGY_PLAIN", "0123456789abcdef"),
+        ("SYNERGY_PROFILE", "1"), ("SYNERGY_WORKERS", "3"),
+        ("SYNERGY_PROBE_DIR", "/tmp/synergy-1-2-ab"), ("SYNERGY_TASK_ANCHOR", "42"))}
+    job, _ = submit(tmp_path, SCRIPT, table(), comment="synergy:off", **inherited)
+    assert job["comment"] == "synergy:off" and "admin_comment" not in job
+    assert all(job[k] == "" for k in inherited), job
+    # Keyed, the child gets its own key and its own mark.
+    job, _ = submit(tmp_path, SCRIPT, table(), **inherited)
+    fp = python_key(SCRIPT)
+    assert job["env.SYNERGY_FINGERPRINT"] == job["env.SYNERGY_PLAIN"] == fp
+    assert job["env.SYNERGY_PROFILE"] == "1" and job["env.SYNERGY_WORKERS"] == ""
+    assert job["env.SYNERGY_PROBE_DIR"] == job["env.SYNERGY_TASK_ANCHOR"] == ""
+
+
+def test_a_job_over_two_gpu_types_and_a_long_comment_are_not_keyed(tmp_path):
+    hetero = "synergy:hetero het=0,b32,u16,a1 decision=c2,m1024,g1:local4g,w1"
+    job, _ = submit(tmp_path, SCRIPT, table(), comment=hetero)
+    assert job["comment"] == hetero and "admin_comment" not in job
+    # Slurm refuses a comment over 1024 characters, after job_submit.
+    long = "x" * 900
+    job, logs = submit(tmp_path, SCRIPT, table(), comment=long)
+    assert job["comment"] == long and any("comment too long" in line for line in logs)
+
+
+def test_a_skipped_account_is_matched_as_slurm_spells_it(tmp_path):
+    job, _ = submit(tmp_path, SCRIPT, table(policy=Policy(skip_accounts=("Teaching",))),
+                    account="TEACHING")
+    assert "comment" not in job

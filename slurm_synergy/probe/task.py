@@ -121,11 +121,21 @@ def start_supervisor() -> None:
     child = {k: v for k, v in env.items() if k not in (ENV_DIR, ENV_CONFIG, ENV_ANCHOR)}
     path = [p for p in child.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOT)]
     child["PYTHONPATH"] = os.pathsep.join(path)
+    import stat
     import subprocess
+    # Its log lines go to the job's log, where that is a file or a terminal; never to a
+    # pipe the script's caller reads to its end (subprocess.run(capture_output=True),
+    # `| tee`): the supervisor outlives the script by a moment and would hold it open.
     try:
-        subprocess.run(["/bin/sh", "-c", 'exec "$@" </dev/null &', "sh", python, "-I", "-m",
-                        ATTACH_MODULE, "--anchor", pid, "--folder", folder],
-                       env=child, cwd="/", timeout=10, check=True)
+        mode = os.fstat(2).st_mode
+        err = None if stat.S_ISREG(mode) or stat.S_ISCHR(mode) else subprocess.DEVNULL
+    except OSError:
+        err = subprocess.DEVNULL
+    try:
+        subprocess.run(["/bin/sh", "-c", 'exec "$@" </dev/null >/dev/null &', "sh", python,
+                        "-I", "-m", ATTACH_MODULE, "--anchor", pid, "--folder", folder],
+                       env=child, cwd="/", timeout=10, check=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     except (OSError, subprocess.SubprocessError) as e:
         print(f"slurm-synergy probe: its supervisor did not start ({e}); this run is not "
               "measured", file=sys.stderr)

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -81,10 +82,12 @@ def result_path(job_id: str, cluster: str) -> Path:
     if job_id and not pointer.exists():
         pointer.parent.mkdir(parents=True, exist_ok=True)
         pointer.write_text(f"{folder}\n")
-    n = 1
-    while (folder / ("probe.json" if n == 1 else f"probe-{n}.json")).exists():
-        n += 1
-    return folder / ("probe.json" if n == 1 else f"probe-{n}.json")
+    for n in range(1, 1000):        # taken whole, so two runs of one job never share one
+        path = folder / ("probe.json" if n == 1 else f"probe-{n}.json")
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return path
+    raise OSError(f"{folder}: no free name for a run's result")
 
 
 def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
@@ -103,6 +106,12 @@ def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
     tree = ProcessTree(pid)
     with contextlib.ExitStack() as held:
         marked = os.environ.get(ENV_PROFILE) == "1"
+        tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "1")
+        if marked and tasks.isdigit() and int(tasks) > 1:
+            # Each task's tree has a supervisor of its own: one sweeping its task alone
+            # would measure a rank beside others at full speed. Followed, not swept.
+            log(f"{PROG}: job {job_id}'s step runs {tasks} tasks: watched, not swept")
+            marked = False
         beside = choose(req, policy, slurm, marked, held, log)
         if marked and not beside.swept:     # their records back to the watch's pace
             with contextlib.suppress(OSError):
@@ -121,7 +130,21 @@ def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
     return 0
 
 
+def _stop(sig: int, frame: object) -> None:
+    raise SystemExit(128 + sig)     # windows close on the way out: every core given back
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # The job's signals reach every process of its step: the ones a script takes for its
+    # own (--signal=USR1@90 to checkpoint) are not ours; a TERM ends the measurement with
+    # the job's cores given back.
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop)
+    # The job's cores, not those of the process that started it (a rank a launcher bound
+    # to some): the kernel narrows the set to the job's cpuset.
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
     p = argparse.ArgumentParser(prog="python -m slurm_synergy.profiling.attach",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--anchor", type=int, required=True, help="the tree's first process")

@@ -48,6 +48,7 @@ from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, PointEr
                                          ProfileError, ThroughputModel)
 from slurm_synergy.model.throughput import predict
 from slurm_synergy.paths import policy_path
+from slurm_synergy.probe.affinity import job_pids
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
 from slurm_synergy.probe.supervise import PEAK_S, During, Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore
@@ -177,11 +178,19 @@ class Sweep:
 
     def during(self, proc: Started, folder: Path) -> None:
         allowed = os.sched_getaffinity(0)
-        windows = RunWindows(proc, folder, allowed, self.log)
         fp = self.req.fingerprint
         if len(allowed) < 2:
             self.log(f"{PROG}: job {self.job_id} has one core: no sweep, no profile")
             return
+        bound = bound_elsewhere(proc.pid, allowed)
+        if bound:
+            # A launcher that binds each rank to cores of its own (numactl, DeepSpeed's
+            # --bind_cores_to_rank): windows would hold every rank to the same cores,
+            # and giving the cores back would undo the binding.
+            self.log(f"{PROG}: job {self.job_id}'s processes keep cores of their own "
+                     f"({bound}): no sweep, no profile")
+            return
+        windows = RunWindows(proc, folder, allowed, self.log)
         if not windows.wait_for_steps(time.monotonic() + self.policy.first_batch_timeout_s):
             self.log(f"{PROG}: the job took no batch from a data loader (or ended) before "
                      "its sweep could start; no profile")
@@ -313,6 +322,17 @@ class Sweep:
                 "Comment": comment_format.with_marks(comment, measured="run")})
         except SynergyError as e:
             self.log(f"{PROG}: job {self.job_id}'s comment not marked: {e}")
+
+
+def bound_elsewhere(top: int, allowed: set[int]) -> str:
+    """A process of the tree under `top` whose CPUs are not `allowed`, as "pid N: CPUs";
+    "" when every one runs on all of them."""
+    for pid in job_pids(top):
+        with contextlib.suppress(OSError):
+            cpus = os.sched_getaffinity(pid)
+            if cpus != allowed:
+                return f"pid {pid}: CPUs {','.join(map(str, sorted(cpus)))}"
+    return ""
 
 
 def _own_cpu_s() -> float:

@@ -92,10 +92,16 @@ def task(tmp_path: Path) -> dict[str, str]:
 
 def run(script: str, args: list[str], env: dict[str, str], tmp_path: Path,
         python: str = PYTHON) -> subprocess.CompletedProcess:
+    """The script run as a job runs it: its standard error a file (the job's log), which
+    the supervisor writes its lines to as well."""
     path = tmp_path / "train.py"
     path.write_text(script)
-    return subprocess.run([python, str(path), *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180)
+    log = tmp_path / "job.log"
+    with open(log, "w") as err:
+        proc = subprocess.run([python, str(path), *args], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=err, text=True, timeout=180)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout,
+                                       log.read_text())
 
 
 def result(tmp_path: Path, timeout_s: float = 60.0) -> dict:
@@ -178,6 +184,30 @@ def test_an_interpreter_too_old_for_the_probe_runs_unwatched_with_one_line(task,
                            "(3.8); this process runs unwatched\n")
 
 
+def test_a_caller_reading_the_scripts_output_to_its_end_is_not_held_up(task, tmp_path):
+    # A driver that runs the training with capture_output waits for the end of its pipes:
+    # the supervisor, which outlives the script by a moment, must not hold them.
+    (tmp_path / "train.py").write_text(LOADER_SCRIPT)
+    proc = subprocess.run([PYTHON, str(tmp_path / "train.py"), str(tmp_path / "out.json"),
+                           "3", "0"], env=dict(task, SYNERGY_PROFILE="1"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and proc.stdout == "trained\n"
+    assert "inrun:" not in proc.stderr, "the supervisor wrote to the caller's pipe"
+    result(tmp_path)
+
+
+def test_processes_bound_to_cores_of_their_own_are_not_swept(task, tmp_path):
+    # As numactl or a launcher that binds each rank: the sweep would hold them all to
+    # the same cores and, giving cores back, undo the binding.
+    bound = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+    proc = run(bound + LOADER_SCRIPT, [str(tmp_path / "out.json"), "8", "0"],
+               dict(task, SYNERGY_PROFILE="1"), tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "trained\n"
+    result(tmp_path)
+    assert "keep cores of their own" in proc.stderr and "no sweep" in proc.stderr
+    assert not (tmp_path / "home" / "profiles" / f"{FP}.json").exists()
+
+
 def test_a_supervisor_that_cannot_start_costs_the_run_nothing(task, tmp_path):
     env = dict(task, SYNERGY_TASK_PYTHON=str(tmp_path / "no-such-python"))
     proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "2", "5"], env, tmp_path)
@@ -228,12 +258,13 @@ def test_the_task_prolog_puts_the_probe_first_on_a_keyed_jobs_path(tmp_path):
     out = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "SYNERGY_PLAIN": FP,
                                  "PYTHONPATH": "/mine"})
     assert out.returncode == 0 and out.stderr == ""
+    fresh = "unset SYNERGY_PROBE_DIR\nunset SYNERGY_PROBE_CONFIG\nunset SYNERGY_TASK_ANCHOR\n"
     assert out.stdout == (f"export PYTHONPATH={BOOT}:/mine\n"
-                          f"export SYNERGY_TASK_PYTHON={PYTHON}\n")
+                          f"export SYNERGY_TASK_PYTHON={PYTHON}\n" + fresh)
     # An srun step inside the batch script has it already: not twice.
     again = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "SYNERGY_PLAIN": FP,
                                    "PYTHONPATH": f"{BOOT}:/mine"})
-    assert again.stdout == f"export SYNERGY_TASK_PYTHON={PYTHON}\n"
+    assert again.stdout == f"export SYNERGY_TASK_PYTHON={PYTHON}\n" + fresh
 
 
 @pytest.mark.parametrize("fingerprint", ["", "0123", "00000000000000A7", "00000000000$(id)",

@@ -128,7 +128,9 @@ def plan_text(conf: Path, where: HookPaths, python: Path = Path(sys.executable))
     lines += ["# 1. slurm.conf on every node (then: scontrol reconfigure)"]
     lines += [c.planned for c in changes]
     lines += [
-        "# 2. the wrappers, beside slurm.conf on every GPU node (root-owned, mode 0755):",
+        "# 2. the wrappers, beside slurm.conf on every node that runs slurmd (root-owned,",
+        "#    mode 0755, on local disk: slurmstepd fails a task whose TaskProlog is missing",
+        "#    and waits for it without a limit):",
         *(f"#    {conf.parent / n}" for n in CONF_KEYS),
         f"# 3. per-job GPU stats in {where.stats_dir}: storage the report host shares",
         "#    (SYNERGY_GPU_STATS names another); node log "

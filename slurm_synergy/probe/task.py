@@ -121,14 +121,12 @@ def start_supervisor() -> None:
     child = {k: v for k, v in env.items() if k not in (ENV_DIR, ENV_CONFIG, ENV_ANCHOR)}
     path = [p for p in child.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOT)]
     child["PYTHONPATH"] = os.pathsep.join(path)
-    import stat
     import subprocess
-    # Its log lines go to the job's log, where that is a file or a terminal; never to a
-    # pipe the script's caller reads to its end (subprocess.run(capture_output=True),
-    # `| tee`): the supervisor outlives the script by a moment and would hold it open.
+    # Its log lines go where the script's do: the job's log, or srun's pipe to it; it
+    # lets go of a pipe once the tree has ended (profiling/attach.py).
     try:
-        mode = os.fstat(2).st_mode
-        err = None if stat.S_ISREG(mode) or stat.S_ISCHR(mode) else subprocess.DEVNULL
+        os.fstat(2)
+        err = None
     except OSError:
         err = subprocess.DEVNULL
     try:

@@ -20,8 +20,10 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -72,6 +74,24 @@ class Attached:
         return 0
 
 
+def let_go_of_the_log(pid: int) -> None:
+    """Where this process's standard error is a pipe (srun carrying a task's output to the
+    job's log, a `| tee`), point it at /dev/null once process `pid` has ended: the
+    reader waits for every writer to let go, and the supervisor may still be writing the
+    run's result. A file or a terminal is kept."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(2).st_mode) and not stat.S_ISSOCK(os.fstat(2).st_mode):
+            return
+    except OSError:
+        return
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(pid).wait()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+
+
 def result_path(job_id: str, cluster: str) -> Path:
     """Where a run's probe result goes for the reports: the job's folder of this user's
     records (named in the outputs pointers, as a CSV job's output folder is), probe.json
@@ -100,6 +120,7 @@ def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
         (folder / SUPERVISING).write_text(f"{os.getpid()}\n")
     except (psutil.Error, OSError):
         return 0            # ended before its supervisor started
+    threading.Thread(target=let_go_of_the_log, args=(pid,), daemon=True).start()
     job_id = os.environ.get("SLURM_JOB_ID", "")
     req = InRunRequest(os.environ.get(ENV_FINGERPRINT, ""), os.environ.get(
         "SLURM_JOB_NAME", ""), command, Path("probe.json"))

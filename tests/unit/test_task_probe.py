@@ -184,16 +184,38 @@ def test_an_interpreter_too_old_for_the_probe_runs_unwatched_with_one_line(task,
                            "(3.8); this process runs unwatched\n")
 
 
-def test_a_caller_reading_the_scripts_output_to_its_end_is_not_held_up(task, tmp_path):
-    # A driver that runs the training with capture_output waits for the end of its pipes:
-    # the supervisor, which outlives the script by a moment, must not hold them.
+def test_a_caller_reading_the_scripts_output_to_its_end_gets_the_supervisors_lines(
+        task, tmp_path):
+    # srun carries a task's output to the job's log through a pipe, as a driver with
+    # capture_output reads it: the supervisor's lines go there too, and the pipe ends
+    # with the run (the timeout only guards the test against a hang).
     (tmp_path / "train.py").write_text(LOADER_SCRIPT)
     proc = subprocess.run([PYTHON, str(tmp_path / "train.py"), str(tmp_path / "out.json"),
                            "3", "0"], env=dict(task, SYNERGY_PROFILE="1"), cwd=tmp_path,
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0 and proc.stdout == "trained\n"
-    assert "inrun:" not in proc.stderr, "the supervisor wrote to the caller's pipe"
+    assert "inrun: " in proc.stderr, proc.stderr
     result(tmp_path)
+
+
+def test_the_supervisor_lets_go_of_a_log_pipe_once_the_run_has_ended(tmp_path):
+    # A reader of the pipe (srun, `| tee`) sees its end with the run's, while the
+    # supervisor may still be writing the result: here it goes on for a minute.
+    helper = ("import subprocess, sys, time\n"
+              "from slurm_synergy.profiling.attach import let_go_of_the_log\n"
+              "run = subprocess.Popen(['sleep', '1'])\n"
+              "print('watching', file=sys.stderr, flush=True)\n"
+              "let_go_of_the_log(run.pid)\n"
+              "print('after the run', file=sys.stderr, flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([PYTHON, "-c", helper], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.read() == "watching\n", "the pipe ended with the run, quietly"
+        assert proc.poll() is None, "while the supervisor goes on"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_processes_bound_to_cores_of_their_own_are_not_swept(task, tmp_path):

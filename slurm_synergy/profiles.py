@@ -23,6 +23,9 @@ from slurm_synergy.model.profile import FINGERPRINT_RE, Profile, ProfileError, p
 
 MAX_PROFILE_BYTES = 1 << 20      # a profile is a few kB
 PROFILE_MODE = 0o600
+# A profile set aside once a run of its workload read another program: kept to read,
+# no longer one that decisions come from (its name is no fingerprint's).
+SUPERSEDED = ".superseded.json"
 USER_FOLDER_MODE = 0o700
 
 
@@ -96,6 +99,16 @@ class ProfileStore:
         path = self.path(profile.fingerprint)
         atomic_write_text(path, profile.to_json(), PROFILE_MODE)
         return path
+
+    def retire(self, fingerprint: str) -> Path | None:
+        """Set the profile aside as <fingerprint>.superseded.json; None when it is gone
+        already (another job of the workload set it aside first)."""
+        aside = self.root / f"{fingerprint}{SUPERSEDED}"
+        try:
+            os.replace(self.path(fingerprint), aside)
+        except FileNotFoundError:
+            return None
+        return aside
 
     def claim(self) -> None:
         """Make the folder (mode 0700 in a site's store), or ProfileError when a folder

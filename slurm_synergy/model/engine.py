@@ -170,8 +170,8 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                f"{alloc.mem_mb} MB, {alloc.gpus} GPU(s); model fitted to {model.basis}"
                + (f", held-out error {err:.1%}" if err is not None else "")
                + (f" (the runs' noise alone could make {model.mean_noise:.1%})"
-                  if err is not None and model.mean_noise is not None else ""))
-
+                  if err is not None and model.mean_noise is not None else "")
+               + profile.program_note)
     gpus, gpu_note = _gpus(profile, policy.gpu_threshold)
     why.append(gpu_note)
 

@@ -262,6 +262,16 @@ class Allocation:
 
 
 @dataclass(frozen=True)
+class CommandFile:
+    """A file the measured run's command named (its script, a module, a config, the
+    Python files beside its script) and did not write, by content: a later run of the
+    workload that finds another content there runs another workload."""
+
+    path: str                    # absolute, as the run's folder resolved it
+    sha256: str                  # of its content, hex
+
+
+@dataclass(frozen=True)
 class MemoryRaise:
     """A later job of the workload whose whole run peaked above the profile: the
     profile's footprint raised from `from_mb` to `to_mb` (MB, the tree's own memory)."""
@@ -292,6 +302,8 @@ class Profile:
     # Later jobs' whole runs that peaked above the profile, oldest first: the footprint
     # is the last one's to_mb; the first one's from_mb is what the profile measured.
     raised: tuple[MemoryRaise, ...] = ()
+    # What the measured run read (in-run profiles): none, nothing to compare with.
+    command_files: tuple[CommandFile, ...] = ()
 
     @property
     def measured_footprint_mb(self) -> float:
@@ -303,6 +315,14 @@ class Profile:
         """Where the footprint came from, for `explain`, if later jobs raised it."""
         return (f"; {self.measured_footprint_mb:.0f} MB as profiled, raised by the whole run "
                 "of job " + ", ".join(r.job_id for r in self.raised)) if self.raised else ""
+
+    @property
+    def program_note(self) -> str:
+        """What its measured run read as its program, for `explain`, where it is known."""
+        return ("; its program " + ", ".join(f"{f.path} ({f.sha256[:12]})"
+                                             for f in self.command_files)
+                + ": a run that reads another content there drops the decision"
+                ) if self.command_files else ""
 
     def train_points(self) -> list[Point]:
         """The core sweep: end-to-end steps with all of the allocation's GPUs."""
@@ -357,7 +377,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
 _NESTED = {"Point": Point, "FetchRates": FetchRates, "PowerPoint": PowerPoint,
            "GpuReadings": GpuReadings, "PointError": PointError,
            "ThroughputModel": ThroughputModel, "Allocation": Allocation,
-           "BatchPeak": BatchPeak, "GpuMemory": GpuMemory, "MemoryRaise": MemoryRaise}
+           "BatchPeak": BatchPeak, "GpuMemory": GpuMemory, "MemoryRaise": MemoryRaise,
+           "CommandFile": CommandFile}
 
 
 def _convert(type_name: str, value: Any, where: str) -> Any:

@@ -7,6 +7,9 @@ siblings, later submissions) is followed: its process tree's memory is read ever
 MEMORY_LOOK_S (its proportional share every PSS_LOOK_S), and a peak above its workload's
 profile raises the profile, so that the decision, and this user's jobs of the workload
 still pending, cover it. Only ever up: a job that used less says nothing about the next.
+A later run whose program (probe/cmdfiles.py: a config, the script, the code beside it)
+reads another content than the measured run's did sets the profile aside: the decision
+was measured on another program, and the workload's next job is measured again.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
 from slurm_synergy.pending import rightsize_pending
+from slurm_synergy.probe import cmdfiles
+from slurm_synergy.probe.cmdfiles import Seen
 from slurm_synergy.probe.supervise import Started
 from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiles import ProfileStore
@@ -37,15 +42,44 @@ MEMORY_LOOK_S = 2.0         # the job's memory read this often to its end
 class Follow:
     """Beside a job of a measured workload (the measured one too, after its sweep): its
     memory to its end. A peak above its workload's profile raises the profile, and so the
-    decision and this user's jobs of the workload still pending."""
+    decision and this user's jobs of the workload still pending. A run whose program is
+    not what the profile's run read drops the profile (probe/cmdfiles.py)."""
 
     def __init__(self, fingerprint: str, policy: Policy, store: ProfileStore, slurm: Slurm,
-                 job_id: str, log: Callable[[str], None]) -> None:
+                 job_id: str, log: Callable[[str], None], measured: Seen | None = None) -> None:
         self.fingerprint, self.policy, self.store, self.slurm = fingerprint, policy, store, slurm
         self.job_id, self.log = job_id, log
+        self.measured = measured    # the measured run's files: what it writes is left out
+        self.dropped = False
 
     def during(self, proc: Started, folder: Path) -> None:
+        self.same_program(proc.pid)
         self.until_it_ends(ProcessTree(proc.pid, pss_every_s=PSS_LOOK_S), proc)
+
+    def same_program(self, pid: int) -> None:
+        """Where this run reads another content from a file its workload's measured run
+        read (a config edited under the same batch script), the profile is set aside and
+        the decision table compiled without it: the workload's next job is measured."""
+        try:
+            profile = self.store.load(self.fingerprint)
+        except (OSError, ProfileError):
+            return
+        seen = cmdfiles.of_process(pid) if profile.command_files else None
+        differ = cmdfiles.changed(profile.command_files, seen.read) if seen else []
+        if not differ:
+            return
+        try:
+            self.store.retire(self.fingerprint)
+        except OSError as e:
+            self.log(f"{PROG}: {self.fingerprint}: the profile could not be set aside ({e}); "
+                     "its decision stays")
+            return
+        self.dropped = True
+        self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'} reads "
+                 f"{', '.join(differ)} other than its profile's run (job "
+                 f"{profile.allocation.job_id or '-'}) did: the decision is dropped, and the "
+                 "workload's next job is measured")
+        sync_decisions(self.log, PROG)
 
     def until_it_ends(self, tree: ProcessTree, proc: Started) -> None:
         while True:
@@ -61,22 +95,32 @@ class Follow:
             # 65 MB; docs/profiling.md, memory over a whole run). Not counted.
             tree.restore(kept)
             break
+        if self.dropped:
+            return
         try:
             profile = self.store.load(self.fingerprint)
         except (OSError, ProfileError) as e:
             self.log(f"{PROG}: job {self.job_id}'s memory peak not compared with its "
                      f"workload's profile: {e}")
             return
+        updated = profile
+        if self.measured is not None:
+            # What the measured run wrote after its profile was saved is its output.
+            unchanged = set(self.measured.unchanged())
+            updated = replace(profile, command_files=tuple(
+                f for f in profile.command_files if f in unchanged))
         seen = profile.model.footprint_mb
         # Within half the noise allowed for, the decision holds it already.
-        if tree.footprint_mb <= seen * (1 + self.policy.min_mem_spread / 2):
-            return
-        grown = with_peak(profile, tree, self.job_id)
-        self.store.save(grown)
-        self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'}'s memory peaked at "
-                 f"{tree.footprint_mb:.0f} MB, above its profile's {seen:.0f} MB; profile and "
-                 "decisions updated")
-        self.apply(grown)
+        grew = tree.footprint_mb > seen * (1 + self.policy.min_mem_spread / 2)
+        if grew:
+            updated = with_peak(updated, tree, self.job_id)
+        if updated != profile:
+            self.store.save(updated)
+        if grew:
+            self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'}'s memory peaked "
+                     f"at {tree.footprint_mb:.0f} MB, above its profile's {seen:.0f} MB; "
+                     "profile and decisions updated")
+            self.apply(updated)
 
     def apply(self, profile: Profile) -> None:
         """The table compiled, then this user's pending jobs right-sized in place; where

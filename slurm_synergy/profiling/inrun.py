@@ -48,6 +48,7 @@ from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, PointEr
                                          ProfileError, ThroughputModel)
 from slurm_synergy.model.throughput import predict
 from slurm_synergy.paths import policy_path
+from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.affinity import job_pids
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
 from slurm_synergy.probe.supervise import PEAK_S, During, Started, run, watch_exit
@@ -190,6 +191,7 @@ class Sweep:
             self.log(f"{PROG}: job {self.job_id}'s processes keep cores of their own "
                      f"({bound}): no sweep, no profile")
             return
+        program = cmdfiles.of_process(proc.pid)
         windows = RunWindows(proc, folder, allowed, self.log)
         if not windows.wait_for_steps(time.monotonic() + self.policy.first_batch_timeout_s):
             self.log(f"{PROG}: the job took no batch from a data loader (or ended) before "
@@ -209,7 +211,7 @@ class Sweep:
         # What watching cost, beside what the windows at fewer cores cost: the supervisor
         # shares the job's cores.
         self.overhead = (_own_cpu_s() - cpu0, time.monotonic() - wall0)
-        profile = self._profile(windows, runs, started)
+        profile = self._profile(windows, runs, started, program)
         if profile is None:
             self.log(f"{PROG}: no profile: " + "; ".join(windows.trouble.reasons or
                                                          ["no full window"]))
@@ -218,7 +220,8 @@ class Sweep:
         self.log(f"{PROG}: {fp}: {profile.summary()}; peak {profile.model.footprint_mb:.0f} MB; "
                  f"{profile.notes[0]}; saved {path}")
         self._mark_measured()
-        follow = Follow(fp, self.policy, self.store, self.slurm, self.job_id, self.log)
+        follow = Follow(fp, self.policy, self.store, self.slurm, self.job_id, self.log,
+                        measured=program)
         follow.apply(profile)
         # The job trains on: a later peak (validation, a bigger epoch) must count.
         follow.until_it_ends(windows.tree, windows.proc)
@@ -250,8 +253,8 @@ class Sweep:
                     active = [c for c in active if c >= k]
         return runs
 
-    def _profile(self, windows: RunWindows, runs: list[Window],
-                 started: str) -> Profile | None:
+    def _profile(self, windows: RunWindows, runs: list[Window], started: str,
+                 program: cmdfiles.Seen | None) -> Profile | None:
         full = [w for w in runs if w.cores == windows.top]
         if not full:
             return None
@@ -309,7 +312,8 @@ class Sweep:
             gpu=GpuReadings(available=False, reason="an in-run profile reads no GPU; the node "
                             "epilog records the job's GPU energy and use"),
             started=started, finished=_now(), profiling_s=round(lost_s, 2),
-            profiler_version=__version__, notes=tuple(notes))
+            profiler_version=__version__, notes=tuple(notes),
+            command_files=program.unchanged() if program else ())
 
     def _mark_measured(self) -> None:
         """measured=run in this job's comment, so sacct and the reports tell the job

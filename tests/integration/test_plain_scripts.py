@@ -40,7 +40,10 @@ p.add_argument("--seconds", type=float, default=15)
 p.add_argument("--lr", type=float, default=0.01)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--manual", action="store_true")
+p.add_argument("--config", default="")
 a = p.parse_args()
+if a.config:
+    a.lr = float(open(a.config).read().split(":")[1])
 torch.manual_seed(a.seed)
 class Squares(Dataset):
     def __len__(self): return 256
@@ -82,6 +85,7 @@ STYLES = {
     "array": "{py} train.py --seconds 22 --seed $SLURM_ARRAY_TASK_ID\n",
     "two-in-a-row": "{py} train.py --seconds 20\n{py} train.py --seconds 6 --lr 0.1\n",
     "manual": "{py} train.py --seconds 22 --manual\n",
+    "configured": "srun {py} train.py --seconds 22 --config cfg.yaml\n",
     "no-python": "sleep 2\necho done\n",
     "opted-out": "{py} train.py --seconds 4\n",
 }
@@ -97,6 +101,7 @@ def write_scripts(folder: Path, tag: str, owner: int) -> dict[str, Path]:
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "main.py").write_text(TRAIN)
+    (folder / "cfg.yaml").write_text("lr: 0.01\n")
     scripts = {}
     for style, body in STYLES.items():
         path = folder / f"{style}.sh"
@@ -107,6 +112,9 @@ def write_scripts(folder: Path, tag: str, owner: int) -> dict[str, Path]:
     gid = pwd.getpwuid(owner).pw_gid
     for path in [folder, *folder.rglob("*")]:
         os.chown(path, owner, gid)
+        # Written well before their jobs, as users' files are: a file written as a run
+        # starts is its output, not its program (probe/cmdfiles.py).
+        os.utime(path, (time.time() - 600,) * 2)
     return scripts
 
 
@@ -263,3 +271,57 @@ def test_the_report_shows_plain_jobs_under_their_key_with_what_their_runs_measur
             assert job["fingerprint"] == key_of(rec), (style, job)
             assert job["samples_per_s"] and job["samples_per_s"] > 0, (style, job)
             assert job["data_wait_share"] is not None, (style, job)
+
+
+@dataclass(frozen=True)
+class Edited:
+    three: list[dict[str, str]]     # the configured style, its config edited since round two
+    four: list[dict[str, str]]      # ... submitted again after the site's next sync
+    table: dict                     # the decision table between the two
+
+
+@pytest.fixture(scope="module")
+def edited(rounds, box, slurm, tenants) -> Edited:
+    """The configured style's config file edited under the same batch script: the next
+    job runs as decided (its key is the same) and drops the decision; after the site's
+    sync the one after is measured again, as asked."""
+    folder, alice = rounds.folder, rounds.alice
+    cfg = folder / "cfg.yaml"
+    cfg.write_text("lr: 0.05\n")
+    os.utime(cfg, (time.time() - 300,) * 2)
+    script = {"configured": folder / "configured.sh"}
+    env = {"SYNERGY_PROFILES": str(rounds.site),
+           "SYNERGY_POLICY": str(folder / "policy.toml")}
+    third = submit_all(tenants, alice, folder, script, env)
+    finish(slurm, third.values(), timeout=600)
+    three = accounted(slurm, third)["configured"]
+    os.environ["SYNERGY_PROFILES"] = str(rounds.site)
+    try:
+        assert synergy("plugin", "sync").returncode == 0
+    finally:
+        del os.environ["SYNERGY_PROFILES"]
+    table = read(box.etc / TABLE_NAME)[1]
+    fourth = submit_all(tenants, alice, folder, script, env)
+    finish(slurm, fourth.values(), timeout=600)
+    return Edited(three, accounted(slurm, fourth)["configured"], table)
+
+
+def test_a_config_edited_under_the_same_script_drops_the_decision_until_measured(
+        rounds, edited):
+    folder, alice = rounds.folder, rounds.alice
+    fp = key_of(rounds.one["configured"][0])
+    (three,), (four,) = edited.three, edited.four
+    assert key_of(three) == key_of(four) == fp, "the same batch script, the same key"
+    # Decided at submission, as the key's decision stood; its run read another config.
+    assert "decision=" in three["Comment"] and three["State"] == "COMPLETED", three
+    log = log_of(folder, three)
+    assert re.search(rf"inrun: {fp}: job {three['JobIDRaw']} reads \S*cfg\.yaml other "
+                     r"than its profile's run \(job \d+\) did: the decision is dropped", log), \
+        log[-3000:]
+    assert (alice.uid, fp) not in edited.table, "the site's sync dropped it"
+    # Asked for as written, marked, and measured again: the new profile reads the new config.
+    assert "decision=" not in four["Comment"] and "profile=1" in four["Comment"], four
+    assert int(four["AllocCPUS"]) == 2 and mem_mb(four["ReqMem"]) == 3072, four
+    profile = ProfileStore.named(rounds.site / str(alice.uid)).load(fp)
+    assert profile.allocation.job_id == four["JobIDRaw"], log_of(folder, four)[-3000:]
+    assert any(f.path == str(folder / "cfg.yaml") for f in profile.command_files), profile

@@ -6,7 +6,7 @@ import pytest
 
 from slurm_synergy.model.engine import NoDecision, NodeShape, decide, shape_of
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, MemoryRaise,
+from slurm_synergy.model.profile import (Allocation, CommandFile, FetchRates, GpuReadings, MemoryRaise,
                                          Point, PointError, PowerPoint, Profile,
                                          ThroughputModel, combine)
 from slurm_synergy.slurm import Node
@@ -282,6 +282,15 @@ def test_a_profile_raised_by_a_later_run_explains_the_raise():
     assert d.mem_mb == 1792                                  # 1300 x 1.1 x 1.25 -> 1792
     (memory,) = [r for r in d.reasons if r.startswith("memory:")]
     assert "peak use 1300 MB; 900 MB as profiled, raised by the whole run of job 12;" in memory
+
+
+def test_explain_names_the_program_its_measured_run_read():
+    base = profile({2: [100.0, 101.0, 99.0], 1: [97.0, 98.0, 96.0]}, p=0.0005, g=100.0)
+    ran = dataclasses.replace(base, command_files=(CommandFile("/w/train.py", "ab" * 32),))
+    (line,) = [r for r in decide(ran, TWO, Policy()).reasons if r.startswith("profile:")]
+    assert line.endswith("; its program /w/train.py (abababababab): a run that reads "
+                         "another content there drops the decision")
+    assert not any("program" in r for r in decide(base, TWO, Policy()).reasons)
 
 
 def test_memory_counts_each_page_once_where_the_probe_measured_it():

@@ -74,6 +74,9 @@ def home(tmp_path, monkeypatch):
 def run_script(tmp_path: Path, seconds: float, status: int, policy: Policy = FAST,
                where: str = "main") -> tuple[int, dict, list[str]]:
     (tmp_path / "train.py").write_text(SCRIPT)
+    # Written long before the run, as a user's script is (files written as the run
+    # starts are its outputs, probe/cmdfiles.py).
+    os.utime(tmp_path / "train.py", (time.time() - 600,) * 2)
     lines: list[str] = []
     req = InRunRequest(FP, "t", (sys.executable, str(tmp_path / "train.py"),
                                  str(tmp_path / "result.json"), str(seconds), str(status),
@@ -100,6 +103,8 @@ def test_a_run_is_swept_while_it_trains_and_ends_as_the_script_ends(home, where)
                      profile.notes[0])
     assert used and float(used.group(1)) < 100 and int(used.group(2)) > 0, profile.notes[0]
     assert any(line.startswith(f"inrun: {FP}: ") for line in lines), lines
+    # What the run read as its program, by content, for later runs to compare with.
+    assert [f.path for f in profile.command_files] == [str(home / "train.py")]
 
 
 def test_a_job_that_ends_inside_a_window_keeps_its_status_and_what_was_measured(home):

@@ -197,6 +197,8 @@ def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: 
         except KeyError:
             skipped.append(f"share_group {policy.share_group!r}: no such group, so no "
                            "decision is shared")
+    skipped += [f"skip_users {name!r}: no such user on this host, so no job is skipped for "
+                "that name" for name in policy.skip_users if not uids_of([name])]
     return decisions, skipped
 
 

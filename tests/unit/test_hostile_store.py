@@ -315,12 +315,16 @@ def test_a_group_the_site_names_shares_its_members_decisions_and_no_one_elses(tm
     assert 1003 not in limited and set(limited) == {member, other_member}
 
 
-def test_share_group_is_off_unless_named_and_an_unknown_group_shares_nothing(tmp_path):
+def test_share_group_is_off_unless_named_and_unknown_group_or_users_are_named(tmp_path):
     assert Policy().share_group == ""
     saved(user_folder(tmp_path, VICTIM), VICTIM, make_profile())
     stores, _ = user_stores(tmp_path)
     made, skipped = compile_decisions(stores, SHAPE, Policy(share_group="no-such-group-x"))
     assert [uid for uid, _ in made] == [VICTIM]
     assert skipped == ["share_group 'no-such-group-x': no such group, so no decision is shared"]
+    # A user to skip whom this host does not know is named, as the group is.
+    _, skipped = compile_decisions(stores, SHAPE, Policy(skip_users=("root", "no-such-user-x")))
+    assert skipped == ["skip_users 'no-such-user-x': no such user on this host, so no job is "
+                       "skipped for that name"]
     # root's group holds root (its primary group) whatever else it lists.
     assert 0 in group_members("root")

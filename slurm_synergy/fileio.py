@@ -45,13 +45,27 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644, durable: bool = 
 
 
 def read_untrusted(path: Path, max_bytes: int, owner: int | None = None) -> str:
-    """The text of a regular file that someone else may have written, or UntrustedFile.
+    """The text of a regular file that someone else may have written, or UntrustedFile:
+    read as read_untrusted_bytes reads it, UTF-8."""
+    data = read_untrusted_bytes(path, max_bytes, owner)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UntrustedFile(f"{path}: not read: not UTF-8 text ({e.reason})") from None
 
-    Opened without following a link and without blocking (a FIFO or a device would hold
-    the reader for ever), checked on the open descriptor (a path can be swapped between
-    a check and an open): a regular file, owned by `owner` when given, at most
-    `max_bytes` long (a sparse 50 GB file is refused by its size, never read)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+def read_untrusted_bytes(path: Path, max_bytes: int, owner: int | None = None,
+                         follow_links: bool = False) -> bytes:
+    """The bytes of a regular file that someone else may have written, or UntrustedFile.
+
+    Opened without following a link (unless `follow_links`: a reader that only hashes
+    what a program reads) and without blocking (a FIFO or a device would hold the reader
+    for ever), checked on the open descriptor (a path can be swapped between a check and
+    an open): a regular file, owned by `owner` when given, at most `max_bytes` long (a
+    sparse 50 GB file is refused by its size, never read)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
     try:
         fd = os.open(path, flags)
     except OSError as e:
@@ -81,10 +95,7 @@ def read_untrusted(path: Path, max_bytes: int, owner: int | None = None) -> str:
         os.close(fd)
     if len(data) > max_bytes:
         raise UntrustedFile(f"{path}: not read: grew past {max_bytes} bytes while read")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UntrustedFile(f"{path}: not read: not UTF-8 text ({e.reason})") from None
+    return data
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from typing import Sequence
 
 import psutil
 
+from slurm_synergy.fileio import UntrustedFile, read_untrusted_bytes
 from slurm_synergy.model.profile import CommandFile
 
 MAX_FILE_BYTES = 4 << 20        # a larger file is data, not program
@@ -100,7 +101,7 @@ def read(argv: Sequence[str], cwd: str, since: float) -> Seen:
         if not stat.S_ISREG(st.st_mode) or st.st_size > min(MAX_FILE_BYTES, budget) \
                 or st.st_mtime >= since:
             continue
-        digest = _sha256(path, st)
+        digest = _sha256(path, st, min(MAX_FILE_BYTES, budget))
         if digest is not None:
             budget -= st.st_size
             out.append((CommandFile(path, digest), st.st_mtime_ns, st.st_size))
@@ -116,21 +117,10 @@ def of_process(pid: int) -> Seen | None:
         return None
 
 
-def _sha256(path: str, st: os.stat_result) -> str | None:
-    # Non-blocking, and checked again once open: a file swapped for a FIFO between the
-    # stat and the open must not hold the supervisor.
+def _sha256(path: str, st: os.stat_result, limit: int) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
+        data = read_untrusted_bytes(Path(path), limit, follow_links=True)
+    except (OSError, UntrustedFile):
         return None
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            now = os.fstat(fd)
-            if not stat.S_ISREG(now.st_mode) or now.st_size != st.st_size:
-                return None
-            h = hashlib.sha256()
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-            return h.hexdigest()
-        except OSError:
-            return None
+    # The (mtime, size) kept beside the digest must be this content's.
+    return hashlib.sha256(data).hexdigest() if len(data) == st.st_size else None

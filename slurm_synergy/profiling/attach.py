@@ -80,9 +80,10 @@ def let_go_of_the_log(pid: int) -> None:
     reader waits for every writer to let go, and the supervisor may still be writing the
     run's result. A file or a terminal is kept."""
     try:
-        if not stat.S_ISFIFO(os.fstat(2).st_mode) and not stat.S_ISSOCK(os.fstat(2).st_mode):
-            return
+        mode = os.fstat(2).st_mode
     except OSError:
+        return
+    if not stat.S_ISFIFO(mode) and not stat.S_ISSOCK(mode):
         return
     with contextlib.suppress(psutil.Error):
         psutil.Process(pid).wait()

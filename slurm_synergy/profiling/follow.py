@@ -26,7 +26,6 @@ from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
 from slurm_synergy.pending import rightsize_pending
 from slurm_synergy.probe import cmdfiles
-from slurm_synergy.probe.cmdfiles import Seen
 from slurm_synergy.probe.supervise import Started
 from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiles import ProfileStore
@@ -46,7 +45,7 @@ class Follow:
     not what the profile's run read drops the profile (probe/cmdfiles.py)."""
 
     def __init__(self, fingerprint: str, policy: Policy, store: ProfileStore, slurm: Slurm,
-                 job_id: str, log: Callable[[str], None], measured: Seen | None = None) -> None:
+                 job_id: str, log: Callable[[str], None], measured: cmdfiles.Seen | None = None) -> None:
         self.fingerprint, self.policy, self.store, self.slurm = fingerprint, policy, store, slurm
         self.job_id, self.log = job_id, log
         self.measured = measured    # the measured run's files: what it writes is left out

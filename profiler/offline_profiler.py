@@ -70,6 +70,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "least 5, at most --max-iterations; default %(default)s)")
     add("--warmup", type=int, default=3,
         help="first iterations of each step left out (default %(default)s)")
+    add("--workers", type=int_at_least(0), metavar="N",
+        help="data-loader workers per process in every training step: the job's own, "
+        "where its row sets them, so that the steps measure the job that runs (default: "
+        "at each core count, the cores less one per process, at least 1)")
     add("--torchrun", type=int_at_least(1), metavar="N",
         help="run the script under torchrun with N processes (its DDP ranks)")
     add("--first-batch-timeout", type=float, default=300.0,

@@ -200,6 +200,9 @@ def profiler_command(spec: JobSpec, first_batch: float) -> list[str]:
             "--step-timeout", f"{max(600.0, first_batch + 300):g}"]
     if spec.launch == "torchrun":
         argv += ["--torchrun", str(spec.procs)]
+    if spec.workers_given:
+        # The steps measure the job that runs, as a profile made in the run does.
+        argv += ["--workers", str(spec.workers)]
     return argv
 
 

@@ -12,7 +12,6 @@ import sys
 import time
 
 from slurm_synergy.model.profile import BatchPeak, GpuMemory
-from slurm_synergy.model.throughput import workers_for
 from slurm_synergy.profiling.errors import ProfilingError
 from slurm_synergy.profiling.steps import Runner, Step
 
@@ -51,11 +50,12 @@ def estimate_gpu_memory(script_args: list[str], batch: int) -> GpuMemory:
     return GpuMemory(METHOD, batch, peaks, seconds)
 
 
-def measure_script_memory(runner: Runner, cores: int, procs: int, batch: int) -> GpuMemory:
+def measure_script_memory(runner: Runner, cores: int, procs: int, batch: int, *,
+                          workers: int) -> GpuMemory:
     """A user's script, which the profiler cannot rebuild: its own steps, run by the
     probe in memory mode on the CPU (the GPUs hidden, for on one too small the step would
-    fail) under the same memory tracker. A script that will not train on the CPU gives
-    no estimate, which changes nothing."""
+    fail) under the same memory tracker, with `workers` loader workers per process. A
+    script that will not train on the CPU gives no estimate, which changes nothing."""
     if procs > 1:
         return GpuMemory("", batch, reason="a torchrun job's step is not run on the CPU "
                          "(its ranks need their GPUs); its peak is measured where it runs")
@@ -65,7 +65,7 @@ def measure_script_memory(runner: Runner, cores: int, procs: int, batch: int) ->
                                 timeout_s=min(runner.timeout_s, TIMEOUT_S))
     t0 = time.perf_counter()
     try:
-        m, _ = short.run(Step("memory", cores, workers_for(cores, procs), gpus=0))
+        m, _ = short.run(Step("memory", cores, workers, gpus=0))
     except ProfilingError as e:
         return GpuMemory("", batch, seconds=round(time.perf_counter() - t0, 3),
                          reason=f"the script's step did not run on the CPU: "

@@ -23,6 +23,7 @@ from slurm_synergy.model.options import (
     value_of,
     without,
 )
+from slurm_synergy.model.throughput import workers_for
 from slurm_synergy.paths import TRAIN_MODULE, TRAIN_SCRIPT
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.errors import UsageError
@@ -109,6 +110,12 @@ class Plan:
     mem_mb: int
     gpus: int
     record_batch: int           # the batch size the workload runs with, for the record
+    workers: int | None = None  # loader workers per process in every step; None: the rule
+
+    def workers_at(self, cores: int) -> int:
+        """Loader workers per process of a step on `cores` cores: the job's own where it
+        sets them, else one core per process kept for it and the rest to its loader."""
+        return workers_for(cores, self.procs) if self.workers is None else self.workers
 
 
 def plan_profiling(args: argparse.Namespace) -> Plan:
@@ -162,4 +169,4 @@ def plan_profiling(args: argparse.Namespace) -> Plan:
     except SynergyError as e:
         raise UsageError(str(e)) from None
     return Plan(fp, store, command, script_args, workers_opt, iterations_opt, procs, limits,
-                launcher, top, mem_mb, ngpus, record_batch)
+                launcher, top, mem_mb, ngpus, record_batch, args.workers)

@@ -16,7 +16,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.noise import unsettled
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
-from slurm_synergy.model.throughput import fit_components, workers_for
+from slurm_synergy.model.throughput import fit_components
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiling.errors import PROG, Busy, UsageError
 from slurm_synergy.profiling.fetch import fetch_rates_for
@@ -101,7 +101,8 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
     # Before any step: a step that would not fit the GPU should be known not to.
     gpu_memory = (estimate_gpu_memory(plan.script_args, plan.record_batch)
                   if args.script == BUILTIN_SCRIPT else
-                  measure_script_memory(runner, top, procs, plan.record_batch))
+                  measure_script_memory(runner, top, procs, plan.record_batch,
+                                        workers=plan.workers_at(top)))
     log(f"{PROG}: GPU memory: " + (
         ", ".join(f"batch {p.batch} {p.peak_mib:.0f} MiB" for p in gpu_memory.peaks)
         + f" (estimated in {gpu_memory.seconds:.1f}s)" if gpu_memory.method
@@ -117,7 +118,8 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
     gpus = gpus[:ngpus]
     # The least a profile takes: log2(top) + 1 counts, each run --repeats times, two
     # component steps, the one-core pair's two and one step on a single GPU.
-    run = Session(runner, top=top, procs=procs, mem_mb=mem_mb, gpus=gpus, window_s=args.window,
+    run = Session(runner, top=top, procs=procs, mem_mb=mem_mb, gpus=gpus,
+                  workers_at=plan.workers_at, window_s=args.window,
                   max_iterations=args.max_iterations, budget_s=args.budget,
                   steps=top.bit_length() * args.repeats + 2 + 2 * (procs == 1) + (ngpus >= 2),
                   desc=f"profile {fp[:8]}", log=log, t0=t0)
@@ -128,7 +130,7 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         fetch, notes = fetch_rates_for(first, plan.script_args)
         # Each component as the training steps run it: one loader worker with a core of
         # its own (the training process on the other), and the training process on one
-        # core, as workers_for leaves it. Measured on more threads, its CPU time per
+        # core, as the rule leaves it. Measured on more threads, its CPU time per
         # sample would count the threads' spinning too.
         # One loader worker in the compute-only step too: it takes the first batch, which
         # is then replayed; none would break a script's worker_init_fn or a DataLoader
@@ -169,7 +171,7 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         readings = gpu_readings(run.sampler, gpu_reason, gpus, first)
         if gpus and args.power_sweep == "auto":
             run.bar.set_postfix_str("power limits")
-            readings = power_sweep(runner, Step("train", top, workers_for(top, procs)), gpus,
+            readings = power_sweep(runner, Step("train", top, plan.workers_at(top)), gpus,
                                    readings)
     finally:
         run.close()

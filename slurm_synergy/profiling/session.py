@@ -11,7 +11,6 @@ from tqdm import tqdm
 
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Point, combine
-from slurm_synergy.model.throughput import workers_for
 from slurm_synergy.probe.supervise import PEAK_S
 from slurm_synergy.profiling.errors import PROG, ProfilingError
 from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
@@ -19,9 +18,11 @@ from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterati
 
 class Session:
     def __init__(self, runner: Runner, *, top: int, procs: int, mem_mb: int, gpus: list[Any],
-                 window_s: float, max_iterations: int, budget_s: float, steps: int,
-                 desc: str, log: Callable[[str], None], t0: float) -> None:
+                 workers_at: Callable[[int], int], window_s: float, max_iterations: int,
+                 budget_s: float, steps: int, desc: str, log: Callable[[str], None],
+                 t0: float) -> None:
         self.runner, self.top, self.procs, self.mem_mb, self.gpus = runner, top, procs, mem_mb, gpus
+        self.workers_at = workers_at                     # a training step's workers, by cores
         self.window_s, self.max_iterations, self.budget_s = window_s, max_iterations, budget_s
         self.log = log
         self.t0 = t0                                     # the profile's start (perf_counter)
@@ -48,7 +49,7 @@ class Session:
 
     def measure(self, k: int) -> float:
         """A training run on k cores (the sweep's unit); its samples/s."""
-        step = Step("train", k, workers_for(k, self.procs))
+        step = Step("train", k, self.workers_at(k))
         self.bar.set_postfix_str(f"{k} cores")
         # Each count's first run starts the script as the job will: its memory is the
         # job's, and the footprint is the highest of several such runs (one alone put

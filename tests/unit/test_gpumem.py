@@ -85,7 +85,7 @@ def test_a_users_script_is_measured_by_its_own_steps_and_agrees_with_the_fake_mo
     args = [*SMALL["m5"], "--batch", "8", "--data", str(tmp_path / "data"), "--generate-data",
             "--dataset-size", "64"]
     mem = measure_script_memory(_runner(tmp_path, [sys.executable, "-m", "profiler.train"],
-                                        args), 1, 1, 0)
+                                        args), 1, 1, 0, workers=1)
     assert mem.method == SCRIPT_METHOD, mem.reason
     assert mem.batch == 8 and mem.seconds > 0       # the batch as the script took it
     fake = estimate_gpu_memory([*SMALL["m5"], "--data", "x"], 8).at(8)
@@ -97,7 +97,7 @@ def test_a_script_that_will_not_train_on_the_cpu_gives_no_estimate(tmp_path):
     from slurm_synergy.profiling.gpumem import measure_script_memory
     script = tmp_path / "cuda_only.py"
     script.write_text("import torch\ntorch.zeros(1, device='cuda')\n")
-    mem = measure_script_memory(_runner(tmp_path, [sys.executable, str(script)], []), 1, 1, 8)
+    mem = measure_script_memory(_runner(tmp_path, [sys.executable, str(script)], []), 1, 1, 8, workers=1)
     assert not mem.method and mem.reason.startswith("the script's step did not run on the CPU")
-    ddp = measure_script_memory(_runner(tmp_path, [sys.executable, str(script)], []), 2, 2, 8)
+    ddp = measure_script_memory(_runner(tmp_path, [sys.executable, str(script)], []), 2, 2, 8, workers=1)
     assert not ddp.method and "torchrun" in ddp.reason

@@ -314,6 +314,23 @@ def test_the_components_run_again_only_within_the_budget(tmp_path, fake):
     assert all(len(x.repeats) == 2 for x in p.points if x.measure == "train")
 
 
+def test_the_jobs_own_workers_are_measured_at_every_core_count(tmp_path, fake):
+    # A row that sets its workers runs with them: the steps measure that job, as the
+    # run does, so the decision keeps what was measured. The components keep one each.
+    proc = profile(tmp_path, "--fingerprint", "00000000000000ad", "--max-iterations", "3",
+                   "--budget", "0", "--workers", "3", str(fake), "--workers", "7",
+                   cores="0,1")
+    assert proc.returncode == 0, proc.stderr
+    p = own_store(tmp_path).load("00000000000000ad")
+    assert [(x.measure, x.cores, x.workers) for x in p.points if x.measure == "train"] == [
+        ("train", 2, 3), ("train", 1, 3)]
+    assert all(x.workers == 1 for x in p.points if x.measure != "train")
+    for step in ("step01-memory-2c", "step02-train-2c", "step03-train-1c"):
+        argv = json.loads((tmp_path / "work" / step / "argv.json").read_text())
+        assert argv.count("--workers") == 1 and argv[argv.index("--workers") + 1] == "3"
+    assert "1 cores, 3 worker(s) per process" in proc.stderr
+
+
 def test_steps_started_anew_pair_on_one_core_too(tmp_path, fake):
     # Without the warm interpreter, local steps are new processes: the pair's two are
     # started at once, both pinned to the allocation's first core.

@@ -89,6 +89,19 @@ def test_a_row_may_ask_to_be_profiled_apart_and_resubmitted(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
+def test_a_rows_own_workers_are_what_its_offline_steps_measure(tmp_path):
+    profiler = "-m profiler.offline_profiler"
+    text = rendered(tmp_path, "name,arch,batch,workers,on_profiled\nj1,resnet,16,3,resubmit\n"
+                    ).read_text()
+    line = next(x for x in text.splitlines() if profiler in x)
+    assert "--workers 3 " in line
+    (tmp_path / "empty").mkdir()
+    text = rendered(tmp_path / "empty", "name,arch,batch,on_profiled\nj1,resnet,16,resubmit\n"
+                    ).read_text()
+    line = next(x for x in text.splitlines() if profiler in x)
+    assert "--workers" not in line.split("--workdir")[0]    # the rule: cores less one
+
+
 def test_a_script_without_a_worker_option_gets_its_workers_from_the_probe(tmp_path):
     (tmp_path / "plain.py").write_text("print('no options here')\n")
     script = rendered(tmp_path, "name,script,workers,watch\nj1,plain.py,3,\n")

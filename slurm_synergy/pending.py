@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.rightsize import Asked, LeftAsAsked, Rightsized, rightsize
-from slurm_synergy.model.units import gpu_types
+from slurm_synergy.model.units import gpu_types, gres_text
 from slurm_synergy.shim.decisions import Decider
 from slurm_synergy.slurm import QueuedJob, Slurm
 
@@ -61,27 +61,84 @@ def _asked(job: QueuedJob, comment: str, by_job: str, slurm: Slurm) -> Asked:
                  nodes=job.nodes, pinned=pinned)
 
 
-def rightsize_pending(fingerprint: str, by_job: str, slurm: Slurm, decider: Decider,
-                      policy: Policy, log: Callable[[str], None]) -> InPlace:
-    """Right-size this user's pending jobs of `fingerprint` in place: those marked for
-    measuring, and those `by_job` right-sized before (its profile changed since)."""
-    done = InPlace()
+@dataclass
+class Undone:
+    """What undoing a dropped decision did."""
+
+    asked: list[tuple[str, str]] = field(default_factory=list)     # job, asked= again
+    left: list[tuple[str, str]] = field(default_factory=list)      # job, why
+
+
+def _ours_pending(fingerprint: str, by_job: str, slurm: Slurm,
+                  left: list[tuple[str, str]]) -> Iterator[tuple[QueuedJob, str]]:
+    """This user's pending jobs of `fingerprint` but `by_job`'s own, with their comments."""
     for job in slurm.queue(users=[getpass.getuser()]):
         if job.state != "PENDING" or job.job_id.split("_")[0] == by_job.split("_")[0]:
             continue
         try:
             comment = slurm.comment(job.job_id)
         except SynergyError as e:
-            done.left.append((job.job_id, str(e)))
+            left.append((job.job_id, str(e)))
             continue
+        if comment_format.fingerprint(comment) == fingerprint:
+            yield job, comment
+
+
+def rightsize_pending(fingerprint: str, by_job: str, slurm: Slurm, decider: Decider,
+                      policy: Policy, log: Callable[[str], None]) -> InPlace:
+    """Right-size this user's pending jobs of `fingerprint` in place: those marked for
+    measuring, and those `by_job` right-sized before (its profile changed since)."""
+    done = InPlace()
+    for job, comment in _ours_pending(fingerprint, by_job, slurm, done.left):
         marks = comment_format.marks(comment)
-        if comment_format.fingerprint(comment) != fingerprint or (
-                marks.get("profile") != "1" and marks.get("by") != by_job):
+        if marks.get("profile") != "1" and marks.get("by") != by_job:
             continue
         why = _update(job, comment, by_job, slurm, decider, policy, done)
         if why:
             done.left.append((job.job_id, why))
             log(f"slurm-synergy: job {job.job_id} left as asked: {why}")
+    return done
+
+
+def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
+                 log: Callable[[str], None]) -> Undone:
+    """Once `fingerprint`'s decision is dropped (`by_job` ran another program under the
+    key): this user's pending jobs of it that a decision right-sized (at submission, or in
+    place) go back to what they asked, marked to be measured (profile=1), as a job
+    submitted now would be. A resource the job left to Slurm (asked= says -) keeps the
+    decision's value: Slurm's default cannot be asked for again."""
+    done = Undone()
+    for job, comment in _ours_pending(fingerprint, by_job, slurm, done.left):
+        before, after = comment_format.asked(comment), comment_format.decision(comment)
+        if before is None or after is None:
+            continue
+        settings: dict[str, str] = {}
+        if before.cpus is not None:
+            settings.update(CPUsPerTask=str(before.cpus), NumCPUs=str(before.cpus),
+                            MinCPUsNode=str(before.cpus))
+        if before.mem_mb is not None:
+            settings["MinMemoryNode"] = str(before.mem_mb)
+        if before.gpus and (before.gpus, before.gpu_type) != (after.gpus, after.gpu_type):
+            settings["TresPerNode"] = "gres:" + gres_text(before.gpus, before.gpu_type)
+        settings["Comment"] = comment_format.with_marks(
+            comment_format.without(comment, "asked", "decision", "by"), profile="1")
+        target = job.job_id.split("_")[0] if job.array else job.job_id
+        try:
+            slurm.update_job(target, settings)
+        except SynergyError as e:
+            why = f"Slurm refused the update ({str(e).splitlines()[0]})"
+            done.left.append((job.job_id, why))
+            log(f"slurm-synergy: job {job.job_id} keeps the dropped decision: {why}")
+            continue
+        asked = comment_format.asked_text(before.cpus, before.mem_mb, before.gpus,
+                                          before.gpu_type)
+        kept = [name for name, v in (("cores", before.cpus), ("memory", before.mem_mb))
+                if v is None]
+        log(f"slurm-synergy: job {job.job_id} asks again for what it was submitted with "
+            f"({asked})" + (f"; its {' and '.join(kept)}, left to Slurm at submission, "
+                            "keep the dropped decision's" if kept else "")
+            + "; its run is measured")
+        done.asked.append((job.job_id, asked))
     return done
 
 

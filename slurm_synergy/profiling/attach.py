@@ -35,7 +35,7 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.probe.records import WATCH_RECORD_S, ProbeConfig, read_records
+from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig, read_records
 from slurm_synergy.probe.supervise import judge
 from slurm_synergy.probe.task import ENDING, ENV_FINGERPRINT, ENV_PROFILE, SUPERVISING
 from slurm_synergy.probe.tree import ProcessTree
@@ -129,15 +129,18 @@ def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
     with contextlib.ExitStack() as held:
         marked = os.environ.get(ENV_PROFILE) == "1"
         tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "1")
-        if marked and tasks.isdigit() and int(tasks) > 1:
-            # Each task's tree has a supervisor of its own: one sweeping its task alone
-            # would measure a rank beside others at full speed. Followed, not swept.
+        # Each task's tree has a supervisor of its own: one sweeping its task alone would
+        # measure a rank beside others at full speed. Followed, not swept.
+        alone = not (tasks.isdigit() and int(tasks) > 1)
+        if marked and not alone:
             log(f"{PROG}: job {job_id}'s step runs {tasks} tasks: watched, not swept")
-            marked = False
-        beside = choose(req, policy, slurm, marked, held, log)
-        if marked and not beside.swept:     # their records back to the watch's pace
+        beside = choose(req, policy, slurm, marked and alone, held, log, may_sweep=alone)
+        if marked != beside.swept:
+            # The records at the windows' pace (a job marked since its submission: the
+            # anchor set the watch's) or back at the watch's.
             with contextlib.suppress(OSError):
-                write_order(folder, 0, None, len(os.sched_getaffinity(0)), WATCH_RECORD_S)
+                write_order(folder, 0, None, len(os.sched_getaffinity(0)),
+                            RECORD_S if beside.swept else WATCH_RECORD_S)
         if beside.during is not None:
             try:
                 beside.during(proc, folder)

@@ -9,7 +9,8 @@ profile raises the profile, so that the decision, and this user's jobs of the wo
 still pending, cover it. Only ever up: a job that used less says nothing about the next.
 A later run whose program (probe/cmdfiles.py: a config, the script, the code beside it)
 reads another content than the measured run's did sets the profile aside: the decision
-was measured on another program, and the workload's next job is measured again.
+was measured on another program, so this user's pending jobs of the workload that it
+right-sized ask again for what they were submitted with, and the next to run is measured.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Callable
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
-from slurm_synergy.pending import rightsize_pending
+from slurm_synergy.pending import rightsize_pending, undo_pending
 from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.supervise import Started
 from slurm_synergy.probe.tree import ProcessTree
@@ -79,6 +80,12 @@ class Follow:
                  f"{profile.allocation.job_id or '-'}) did: the decision is dropped, and the "
                  "workload's next job is measured")
         sync_decisions(self.log, PROG)
+        # Jobs the old decision right-sized would otherwise run the new program with it.
+        try:
+            undo_pending(self.fingerprint, self.job_id, self.slurm, self.log)
+        except SynergyError as e:
+            self.log(f"{PROG}: pending jobs of {self.fingerprint} keep the dropped decision: "
+                     f"{e}")
 
     def until_it_ends(self, tree: ProcessTree, proc: Started) -> None:
         while True:

@@ -122,16 +122,20 @@ class Beside:
 
 
 def choose(req: InRunRequest, policy: Policy, slurm: Slurm, marked: bool,
-           held: contextlib.ExitStack, log: Callable[[str], None]) -> Beside:
+           held: contextlib.ExitStack, log: Callable[[str], None],
+           may_sweep: bool = True) -> Beside:
     """Beside a job of this workload: follow its memory where it was decided or its
-    workload is measured already; where it is `marked` and no other job measures the
+    workload is measured already; where it is `marked` (at submission, or in its comment
+    since: a dropped decision undone, pending.undo_pending) and no other job measures the
     workload now, measure it (the lock is held in `held` for the run). Never raises."""
     job_id = os.environ.get("SLURM_JOB_ID", "")
     try:
-        decided = comment_format.decision(slurm.comment(job_id)) if job_id else None
+        comment = slurm.comment(job_id) if job_id else ""
     except SynergyError as e:
         log(f"{PROG}: cannot read job {job_id}'s comment ({e}); it runs as submitted")
-        decided = None
+        comment = ""
+    decided = comment_format.decision(comment)
+    marked = may_sweep and (marked or comment_format.marks(comment).get("profile") == "1")
     store = ProfileStore.default()
     follow = Follow(req.fingerprint, policy, store, slurm, job_id, log).during
     if decided is not None:

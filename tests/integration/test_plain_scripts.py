@@ -276,15 +276,17 @@ def test_the_report_shows_plain_jobs_under_their_key_with_what_their_runs_measur
 @dataclass(frozen=True)
 class Edited:
     three: list[dict[str, str]]     # the configured style, its config edited since round two
-    four: list[dict[str, str]]      # ... submitted again after the site's next sync
+    four: list[dict[str, str]]      # ... submitted held beside it, released after the sync
     table: dict                     # the decision table between the two
 
 
 @pytest.fixture(scope="module")
 def edited(rounds, box, slurm, tenants) -> Edited:
-    """The configured style's config file edited under the same batch script: the next
-    job runs as decided (its key is the same) and drops the decision; after the site's
-    sync the one after is measured again, as asked."""
+    """The configured style's config file edited under the same batch script, then two
+    jobs of it submitted: both are decided at submission (their key is the same); the
+    first runs, reads the new config and drops the decision, which sends the second, still
+    pending (held), back to what it asked, marked to be measured; after the site's sync it
+    is released and measured."""
     folder, alice = rounds.folder, rounds.alice
     cfg = folder / "cfg.yaml"
     cfg.write_text("lr: 0.05\n")
@@ -293,6 +295,10 @@ def edited(rounds, box, slurm, tenants) -> Edited:
     env = {"SYNERGY_PROFILES": str(rounds.site),
            "SYNERGY_POLICY": str(folder / "policy.toml")}
     third = submit_all(tenants, alice, folder, script, env)
+    held = tenants.run(alice, ["sbatch", "--parsable", "--hold", str(script["configured"])],
+                       env=env)
+    assert held.returncode == 0, held.stderr
+    fourth = {"configured": held.stdout.strip()}
     finish(slurm, third.values(), timeout=600)
     three = accounted(slurm, third)["configured"]
     os.environ["SYNERGY_PROFILES"] = str(rounds.site)
@@ -301,7 +307,8 @@ def edited(rounds, box, slurm, tenants) -> Edited:
     finally:
         del os.environ["SYNERGY_PROFILES"]
     table = read(box.etc / TABLE_NAME)[1]
-    fourth = submit_all(tenants, alice, folder, script, env)
+    released = tenants.run(alice, ["scontrol", "release", fourth["configured"]])
+    assert released.returncode == 0, released.stderr
     finish(slurm, fourth.values(), timeout=600)
     return Edited(three, accounted(slurm, fourth)["configured"], table)
 
@@ -319,7 +326,10 @@ def test_a_config_edited_under_the_same_script_drops_the_decision_until_measured
                      r"than its profile's run \(job \d+\) did: the decision is dropped", log), \
         log[-3000:]
     assert (alice.uid, fp) not in edited.table, "the site's sync dropped it"
-    # Asked for as written, marked, and measured again: the new profile reads the new config.
+    # Decided at submission too, then sent back while it waited: asked for as written,
+    # marked, and measured again; the new profile reads the new config.
+    assert re.search(rf"job {four['JobIDRaw']} asks again for what it was submitted with "
+                     r"\(c2,m3072,g1\); its run is measured", log), log[-3000:]
     assert "decision=" not in four["Comment"] and "profile=1" in four["Comment"], four
     assert int(four["AllocCPUS"]) == 2 and mem_mb(four["ReqMem"]) == 3072, four
     profile = ProfileStore.named(rounds.site / str(alice.uid)).load(fp)

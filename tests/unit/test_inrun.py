@@ -19,7 +19,7 @@ from slurm_synergy.model.policy import Policy
 from slurm_synergy.probe.affinity import pin
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling import follow
-from slurm_synergy.profiling.inrun import InRunRequest, run_job, sweep_counts
+from slurm_synergy.profiling.inrun import InRunRequest, choose, run_job, sweep_counts
 from slurm_synergy.profiling.windows import RunWindows
 from slurm_synergy.slurm import Slurm
 
@@ -130,6 +130,33 @@ def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path
     assert run_job(req, FAST, Slurm(), lines.append) == 4
     assert runs.read_text() == "x\n"
     assert any("cannot look up or lock not-a-fingerprint" in line for line in lines), lines
+
+
+class Commented:
+    """slurmctld as choose() asks it: one job's comment."""
+
+    def __init__(self, comment: str):
+        self.text = comment
+
+    def comment(self, job_id):
+        return self.text
+
+
+@pytest.mark.parametrize("comment,marked,may_sweep,swept", [
+    (f"synergy:fp={FP}", True, True, True),                 # marked at submission
+    (f"synergy:fp={FP} profile=1", False, True, True),      # marked since (undone)
+    (f"synergy:fp={FP} profile=1", False, False, False),    # a task of several
+    (f"synergy:fp={FP}", False, True, False),
+])
+def test_a_job_is_measured_where_it_was_marked_at_submission_or_since(
+        home, monkeypatch, comment, marked, may_sweep, swept):
+    import contextlib
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    req = InRunRequest(FP, "t", ("true",), home / "probe.json")
+    with contextlib.ExitStack() as held:
+        beside = choose(req, FAST, Commented(comment), marked, held, lambda line: None,
+                        may_sweep=may_sweep)
+        assert beside.swept is swept and (beside.during is not None) is swept
 
 
 def test_a_thread_that_cannot_be_pinned_is_named_and_the_rest_are_pinned():

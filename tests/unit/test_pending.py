@@ -8,7 +8,7 @@ from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.pending import rightsize_pending
+from slurm_synergy.pending import rightsize_pending, undo_pending
 from slurm_synergy.slurm import QueuedJob
 
 FP = "0123456789abcdef"
@@ -42,9 +42,10 @@ class Queue:
             raise SynergyError("scontrol update: Access/permission denied")
         self.updates.append((job_id, settings))
         job, comment = self.jobs[job_id]
-        cpus = int(settings["CPUsPerTask"])
+        cpus = int(settings.get("CPUsPerTask", job.cpus_per_task))
+        mem = int(settings.get("MinMemoryNode", job.mem_mb))
         self.jobs[job_id] = (QueuedJob(job.job_id, job.user, job.state, job.reason, cpus,
-                                       job.tasks, int(settings["MinMemoryNode"]), job.gpus,
+                                       job.tasks, mem, job.gpus,
                                        job.nodes, job.partition, job.gres, job.features,
                                        job.array), settings["Comment"])
 
@@ -113,3 +114,47 @@ def test_a_job_of_several_tasks_is_left_as_asked():
     assert done.updated == [] and done.left == [("11", "more than one task or node: "
                                                        "left as asked")]
     assert q.updates == []
+
+
+def decided(asked: str, decision: str, by: str = "") -> str:
+    return comment_format.with_marks(comment_format.job_comment(FP), asked=asked,
+                                     decision=decision, **({"by": by} if by else {}))
+
+
+def test_a_dropped_decision_sends_the_jobs_it_sized_back_to_what_they_asked():
+    lines: list[str] = []
+    other = comment_format.job_comment("fedcba9876543210") + " asked=c4,m8192,g1 " \
+        "decision=c1,m1024,g1,w1"
+    q = Queue({"11": (queued("11", cpus=1, mem_mb=1280),               # sized in place
+                      decided("c2,m3072,g1", "c1,m1280,g1,w1", by="10")),
+               "12": (queued("12", cpus=2, mem_mb=2048),               # by the shim
+                      decided("c4,m8192,g1", "c2,m2048,g1,w1")),
+               "13": (queued("13"), marked()),                        # never decided
+               "14": (queued("14", cpus=1, mem_mb=1024), other),      # another workload
+               "15": (queued("15", "RUNNING", cpus=1), decided("c2,m3072,g1", "c1,m1280,g1,w1")),
+               "16": (queued("16", cpus=1, mem_mb=1280),               # left to Slurm
+                      decided("c-,m-,g1", "c1,m1280,g1,w1"))})
+    done = undo_pending(FP, "30", q, lines.append)
+    assert done.asked == [("11", "c2,m3072,g1"), ("12", "c4,m8192,g1"), ("16", "c-,m-,g1")]
+    assert done.left == []
+    assert [j for j, _ in q.updates] == ["11", "12", "16"]
+    assert (q.jobs["11"][0].cpus_per_task, q.jobs["11"][0].mem_mb) == (2, 3072)
+    assert (q.jobs["12"][0].cpus_per_task, q.jobs["12"][0].mem_mb) == (4, 8192)
+    assert (q.jobs["16"][0].cpus_per_task, q.jobs["16"][0].mem_mb) == (1, 1280)
+    for job in ("11", "12", "16"):
+        marks = comment_format.marks(q.jobs[job][1])
+        assert marks.get("profile") == "1" and not {"asked", "decision", "by"} & set(marks)
+        assert comment_format.fingerprint(q.jobs[job][1]) == FP
+    assert q.jobs["13"][1] == marked() and q.jobs["14"][1] == other
+    assert "cores and memory, left to Slurm at submission, keep the dropped decision's" \
+        in lines[-1]
+
+
+def test_a_refused_undo_leaves_the_job_with_the_dropped_decision_and_says_so():
+    lines: list[str] = []
+    comment = decided("c2,m3072,g1", "c1,m1280,g1,w1", by="10")
+    q = Queue({"11": (queued("11", cpus=1, mem_mb=1280), comment)}, refuse=("11",))
+    done = undo_pending(FP, "30", q, lines.append)
+    assert done.asked == [] and q.jobs["11"][1] == comment
+    assert lines == ["slurm-synergy: job 11 keeps the dropped decision: Slurm refused the "
+                     "update (scontrol update: Access/permission denied)"]

@@ -37,6 +37,7 @@ from slurm_synergy.model.units import mem_mb
 from slurm_synergy.profiling.errors import BUSY_EXIT, MOVE_EXIT, PROG, USAGE_EXIT, Busy, UsageError
 from slurm_synergy.profiling.gpuroom import MoveGpu
 from slurm_synergy.profiling.run import profile_workload
+from slurm_synergy.profiling.steps import LEAST_MEASURE_S, MOST_ITERATIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,8 +64,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "allocation's)")
     add("-b", "--batch", type=int_at_least(1), help="batch size (wins over the script's; "
         "the script must declare a batch-size option)")
-    add("--max-iterations", type=int_at_least(1), default=20,
-        help="measured iterations per step (default %(default)s)")
+    add("--max-iterations", type=int_at_least(1),
+        help=f"measured iterations per step (default {MOST_ITERATIONS}, or as many as "
+        f"fill {LEAST_MEASURE_S:g}s where those take less: a shorter measurement reads "
+        "the batches its loader fetched ahead)")
     add("--window", type=positive_float, default=4.0,
         help="seconds each step measures, as iterations at the first step's rate (at "
         "least 5, at most --max-iterations; default %(default)s)")

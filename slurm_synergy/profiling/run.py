@@ -26,7 +26,8 @@ from slurm_synergy.profiling.gpumem import estimate_gpu_memory, measure_script_m
 from slurm_synergy.profiling.gpuroom import MoveGpu, check_room, write_move
 from slurm_synergy.profiling.plan import Plan, plan_profiling
 from slurm_synergy.profiling.session import Session
-from slurm_synergy.profiling.steps import FIRST_ITERATIONS, Runner, Step
+from slurm_synergy.profiling.steps import (FIRST_ITERATIONS, LEAST_MEASURE_S, MOST_ITERATIONS,
+                                          Runner, Step)
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
 from slurm_synergy.slurm import Slurm
@@ -72,7 +73,8 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
                     # The first step's rate sets the later steps' window; it measures
                     # no more than FIRST_ITERATIONS, since a slow workload's 20 would
                     # cost more than the window saves.
-                    iterations=min(args.max_iterations, FIRST_ITERATIONS), warmup=args.warmup,
+                    iterations=min(args.max_iterations or MOST_ITERATIONS, FIRST_ITERATIONS),
+                    warmup=args.warmup,
                     first_batch_s=args.first_batch_timeout, mem_mb=plan.mem_mb,
                     gpus=plan.gpus, launcher=plan.launcher, workdir=workdir,
                     # The script reads what it reads relative to the job's folder (a
@@ -95,8 +97,10 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
     started, t0 = _now(), time.perf_counter()
     where = f"job {limits.job_id}" if limits.job_id else socket.gethostname()
     log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
-        f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), up to {args.max_iterations} "
-        f"iterations or about {args.window:g}s per step, {launcher} steps; logs in {workdir}")
+        f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), up to "
+        + (f"{args.max_iterations} iterations" if args.max_iterations else
+           f"{MOST_ITERATIONS} iterations (more to fill {LEAST_MEASURE_S:g}s)")
+        + f" or about {args.window:g}s per step, {launcher} steps; logs in {workdir}")
     runner.start()      # its imports overlap the GPU memory estimate
     # Before any step: a step that would not fit the GPU should be known not to.
     gpu_memory = (estimate_gpu_memory(plan.script_args, plan.record_batch)
@@ -120,7 +124,8 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
     # component steps, the one-core pair's two and one step on a single GPU.
     run = Session(runner, top=top, procs=procs, mem_mb=mem_mb, gpus=gpus,
                   workers_at=plan.workers_at, window_s=args.window,
-                  max_iterations=args.max_iterations, budget_s=args.budget,
+                  max_iterations=args.max_iterations or MOST_ITERATIONS,
+                  least_s=0.0 if args.max_iterations else LEAST_MEASURE_S, budget_s=args.budget,
                   steps=top.bit_length() * args.repeats + 2 + 2 * (procs == 1) + (ngpus >= 2),
                   desc=f"profile {fp[:8]}", log=log, t0=t0)
     points: list[Point] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
@@ -13,17 +14,18 @@ from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.probe.supervise import PEAK_S
 from slurm_synergy.profiling.errors import PROG, ProfilingError
-from slurm_synergy.profiling.steps import Runner, Step, to_point, window_iterations
+from slurm_synergy.profiling.steps import Runner, Step, measured_s, to_point, window_iterations
 
 
 class Session:
     def __init__(self, runner: Runner, *, top: int, procs: int, mem_mb: int, gpus: list[Any],
                  workers_at: Callable[[int], int], window_s: float, max_iterations: int,
-                 budget_s: float, steps: int, desc: str, log: Callable[[str], None],
-                 t0: float) -> None:
+                 least_s: float, budget_s: float, steps: int, desc: str,
+                 log: Callable[[str], None], t0: float) -> None:
         self.runner, self.top, self.procs, self.mem_mb, self.gpus = runner, top, procs, mem_mb, gpus
         self.workers_at = workers_at                     # a training step's workers, by cores
         self.window_s, self.max_iterations, self.budget_s = window_s, max_iterations, budget_s
+        self.least_s = least_s                           # the shortest measurement that counts
         self.log = log
         self.t0 = t0                                     # the profile's start (perf_counter)
         self.runs: dict[int, list[Point]] = {}           # the core sweep's runs, by cores
@@ -63,18 +65,32 @@ class Session:
                 m, wall = self.runner.run(step, fresh, peak_s)
         else:
             m, wall = self.runner.run(step, fresh, peak_s)
+        pt = to_point(step, m, wall, self.mem_mb, self.procs)
         if not self.measured:
             # The first run sets the window of every later one, so those measure alike.
-            self.runner.iterations = window_iterations(m, self.window_s, self.max_iterations)
+            self.runner.iterations = window_iterations(m, self.window_s, self.max_iterations,
+                                                       self.least_s)
+            seconds = measured_s(m)
+            if seconds is not None and seconds < self.least_s:
+                # Too short for its rate to count: that comes from a run of the window
+                # just set; its memory, the script's own start's, still does.
+                again, more = self.runner.run(step, False, 0.0)
+                rerun = to_point(step, again, more, self.mem_mb, self.procs)
+                pt = replace(pt, samples_per_s=rerun.samples_per_s,
+                             data_stall_fraction=rerun.data_stall_fraction,
+                             host_cpu_s_per_sample=rerun.host_cpu_s_per_sample,
+                             step_s=wall + more)
+                self.log(f"{PROG}: the first run measured {seconds:.2f}s, under "
+                         f"{self.least_s:g}s: its rate is a second run's, of "
+                         f"{self.runner.iterations} iterations")
         self.measured.setdefault(k, m)
-        pt = to_point(step, m, wall, self.mem_mb, self.procs)
         self.runs.setdefault(k, []).append(pt)
         if self.bar.total is not None and self.runner.steps_run > self.bar.total:
             self.bar.total = self.runner.steps_run
         n = len(self.runs[k])
         self.advance(f"{k} cores, {step.workers} worker(s) per process: "
                      f"{pt.samples_per_s:.1f} samples/s, "
-                     f"{pt.data_stall_fraction:.0%} waiting on data ({wall:.0f}s)"
+                     f"{pt.data_stall_fraction:.0%} waiting on data ({pt.step_s:.0f}s)"
                      + (f", run {n}" if n > 1 else ""))
         return pt.samples_per_s
 

@@ -3,6 +3,7 @@ local processes (the Slurm-step runs are in tests/integration/test_profiling.py)
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -302,6 +303,11 @@ def test_slow_steps_measure_a_window_of_seconds_not_all_their_iterations():
     assert window_iterations({"steps": 20, "seconds": 200.0}, 5.0, 3) == 3
     # A measurement without a rate leaves the count as asked.
     assert window_iterations({}, 5.0, 20) == 20
+    # Unless asked for a count, a fast workload measures at least a second: 20 of its
+    # iterations would read the batches its loader fetched ahead.
+    assert window_iterations({"steps": 10, "seconds": 0.1}, 4.0, 20, 1.0) == 100
+    assert window_iterations({"steps": 10, "seconds": 0.1}, 0.5, 20, 1.0) == 50
+    assert window_iterations({"steps": 20, "seconds": 2.0}, 4.0, 20, 1.0) == 20
 
 
 def test_the_components_run_again_only_within_the_budget(tmp_path, fake):
@@ -329,6 +335,24 @@ def test_the_jobs_own_workers_are_measured_at_every_core_count(tmp_path, fake):
         argv = json.loads((tmp_path / "work" / step / "argv.json").read_text())
         assert argv.count("--workers") == 1 and argv[argv.index("--workers") + 1] == "3"
     assert "1 cores, 3 worker(s) per process" in proc.stderr
+
+
+def test_a_first_run_too_short_to_count_is_measured_again_at_the_window(tmp_path, fake):
+    # No count asked for: the fake's first 10 iterations take well under a second, so its
+    # rate comes from a second run of as many iterations as fill a second at least; its
+    # memory is the first's, which started the script anew.
+    proc = profile(tmp_path, "--fingerprint", "00000000000000ae", "--budget", "0",
+                   "--repeats", "1", "--window", "1", str(fake), cores="0,1")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"the first run measured 0\.\d\ds, under 1s: its rate is a second "
+                     r"run's, of (\d+) iterations", proc.stderr), proc.stderr
+    steps = sorted(f.name for f in (tmp_path / "work").glob("step*"))
+    assert steps[1:4] == ["step02-train-2c", "step03-train-2c", "step04-train-1c"]
+    argv = json.loads((tmp_path / "work" / "step04-train-1c" / "argv.json").read_text())
+    assert int(argv[argv.index("--max-iterations") + 1]) > 20 + 3
+    p = own_store(tmp_path).load("00000000000000ae")
+    top = next(x for x in p.points if x.measure == "train" and x.cores == 2)
+    assert not top.forked and top.peak_rss_mb > 0
 
 
 def test_steps_started_anew_pair_on_one_core_too(tmp_path, fake):

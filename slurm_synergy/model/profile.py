@@ -18,7 +18,11 @@ from typing import Any, Iterable, Sequence
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.noise import spread_of
 
-PROFILE_VERSION = 1
+# Written by this version. 2 added `raised` and `command_files`; both may be absent, so a
+# version 1 profile reads as one of version 2 that has neither, and is saved as 2: a
+# reader of version 1 alone then refuses it by its version, not as corrupt.
+PROFILE_VERSION = 2
+READ_VERSIONS = (1, PROFILE_VERSION)
 FINGERPRINT_RE = re.compile(r"^[0-9a-f]{16}$")
 MEASURES = ("train", "loader", "compute", "shared")
 
@@ -420,11 +424,12 @@ def profile_from_json(text: str, source: str) -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(f"profile {source} is not a JSON object")
     version = data.get("version")
-    if version != PROFILE_VERSION:
+    if isinstance(version, bool) or version not in READ_VERSIONS:
         raise ProfileError(f"profile {source} has version {version!r}; this slurm-synergy "
-                           f"reads version {PROFILE_VERSION} (profile the workload again)")
+                           f"reads versions {', '.join(map(str, READ_VERSIONS))} (profile the "
+                           "workload again)")
     try:
-        profile = _build(Profile, data, "profile")
+        profile = replace(_build(Profile, data, "profile"), version=PROFILE_VERSION)
     except ValueError as e:
         raise ProfileError(f"profile {source} is corrupt: {e}") from None
     if not FINGERPRINT_RE.match(profile.fingerprint):

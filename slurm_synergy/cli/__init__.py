@@ -19,6 +19,7 @@ VERBS = (cluster, submit, reconcile, jobs, profile, profiles, plugin, hooks, rep
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The synergy command's parser, a sub-parser per verb (but profile's, its own)."""
     parser = argparse.ArgumentParser(prog="synergy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -28,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb on `argv` (default: sys.argv); its exit status. A SynergyError is one
+    line on standard error and status 1."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["profile"]:
         return profile.run_argv(argv[1:])

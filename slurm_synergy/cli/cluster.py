@@ -6,12 +6,14 @@ import argparse
 
 
 def add_parser(sub) -> None:
+    """`cluster up|down|status`."""
     p = sub.add_parser("cluster", help="the local Slurm cluster: up, down, status")
     p.add_argument("action", choices=("up", "down", "status"))
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Start, stop or check the local cluster; status exits 1 where it is not healthy."""
     from slurm_synergy.cluster.localbox import LocalCluster
 
     box = LocalCluster()

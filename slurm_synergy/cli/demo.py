@@ -6,11 +6,13 @@ import argparse
 
 
 def add_parser(sub) -> None:
+    """`demo`."""
     p = sub.add_parser("demo", help="local cluster up, example jobs in, sacct table out")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """The demo's run (slurm_synergy/demo.py); its exit status."""
     from slurm_synergy.demo import run_demo
 
     return run_demo()

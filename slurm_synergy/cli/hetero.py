@@ -17,6 +17,7 @@ from slurm_synergy.paths import policy_path
 def _pair(kind: str):
     """TYPE=VALUE, the type a gres type name."""
     def parse(text: str) -> tuple[str, str]:
+        """TYPE=VALUE as (type, value)."""
         name, sep, value = text.partition("=")
         if not sep or not TYPE_RE.match(name) or not value:
             raise argparse.ArgumentTypeError(f"{text!r}: expected TYPE={kind}")
@@ -25,6 +26,7 @@ def _pair(kind: str):
 
 
 def add_parser(sub) -> None:
+    """`hetero --trace TYPE=FILE ... --global-batch N [...]`."""
     p = sub.add_parser("hetero", help="split one job's global batch and power limits over "
                        "two GPU types, from their measured time and energy")
     p.add_argument("--trace", type=_pair("FILE"), action="append", required=True,
@@ -55,6 +57,8 @@ def _number(text: str, what: str, whole: bool) -> float:
 
 
 def groups_of(args: argparse.Namespace) -> list[Group]:
+    """Each type's trace, GPUs and idle power (W; the site catalog's where not given);
+    PlanError for an option naming a type with no trace, or a type with no idle power."""
     types = [name for name, _ in args.trace]
     for opt, given in (("--gpus", args.gpus), ("--idle", args.idle)):
         stray = sorted({name for name, _ in given} - set(types))
@@ -86,6 +90,8 @@ def _text(label: str, plan: Plan) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The best split of the global batch and power limits over the types, beside an even
+    split, as text or JSON."""
     groups = groups_of(args)
     plan = best_plan(groups, args.global_batch, args.eta)
     baseline = even_split(groups, args.global_batch, args.eta)

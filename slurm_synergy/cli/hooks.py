@@ -18,6 +18,8 @@ from slurm_synergy.hooks.power import ceiling_mw
 
 
 def run(args: argparse.Namespace) -> int:
+    """This node's GPUs, or the slurm.conf lines and wrappers the hooks need (made with
+    --apply)."""
     if args.action == "gpus":
         print(gpus_table())
         return 0
@@ -64,6 +66,7 @@ def gpus_table() -> str:
 
 
 def add_parser(sub) -> None:
+    """`hooks install [--apply] [--conf] [--stats-dir]` and `hooks gpus`."""
     p = sub.add_parser("hooks", help="the node prolog/epilog: GPU power caps and energy")
     actions = p.add_subparsers(dest="action", required=True)
     a = actions.add_parser("install", help="the slurm.conf lines and wrappers the hooks need")

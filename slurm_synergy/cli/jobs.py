@@ -7,6 +7,7 @@ import sys
 
 
 def add_parser(sub) -> None:
+    """`jobs IDS [--wait [--timeout S]]`."""
     p = sub.add_parser("jobs", help="a table of jobs from sacct")
     p.add_argument("job_ids", nargs="+", help="job ids (array tasks as 12_3)")
     p.add_argument("--wait", action="store_true", help="wait until all have finished")
@@ -15,6 +16,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The jobs' sacct table; with --wait, once all have ended. Exits 1 where a job is
+    not in accounting, or (--wait) did not complete."""
     from slurm_synergy.jobs import job_table, records, unmatched, wait
     from slurm_synergy.slurm import Slurm
 

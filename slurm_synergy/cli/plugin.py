@@ -26,6 +26,8 @@ NOTHING_TO_GAIN = 3      # the job script then trains in place (templates/sbatch
 
 
 def run(args: argparse.Namespace) -> int:
+    """One plugin action. resubmit exits NOTHING_TO_GAIN where submitting again gains
+    nothing (the job script then trains in place)."""
     if args.action == "sync":
         print(sync(path=args.table, partition=args.partition))
     elif args.action == "explain":
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def describe(d: Decision) -> str:
+    """A decision in a line: cores, MB, GPUs, loader workers, power limit."""
     power = f"{d.power_limit_w} W" if d.power_limit_w else "the site cap / device default"
     return (f"{d.cpus} core(s), {d.mem_mb} MB, {d.gres or 'no GPU'}, {d.workers} loader "
             f"worker(s), power limit {power}")
@@ -72,6 +75,8 @@ def measuring_cost(profile: Profile, resubmitted_as: str | None) -> str:
 
 
 def explain(fingerprint: str, partition: str | None = None) -> str:
+    """A workload's decision for the partition's nodes, every reason for it, what
+    measuring it cost, and whether the decision table holds it."""
     store = ProfileStore.default()
     profile = store.load(fingerprint)
     policy, catalog = load_site(policy_path())
@@ -135,6 +140,7 @@ def catalog(partition: str | None = None) -> str:
 
 
 def chains() -> str:
+    """This cluster's jobs submitted again after profiling, as a table."""
     links = read_chains(Slurm().cluster_name())
     if not links:
         return "no job has been resubmitted after profiling yet"
@@ -145,12 +151,14 @@ def chains() -> str:
 
 
 def install_options(a: argparse.ArgumentParser) -> None:
+    """--apply and --conf, shared with `hooks install`."""
     a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
     a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
                    "else the local cluster's)")
 
 
 def add_parser(sub) -> None:
+    """`plugin sync|explain|install|chains|catalog|resubmit`."""
     p = sub.add_parser("plugin", help="the decision engine and the job_submit shim")
     actions = p.add_subparsers(dest="action", required=True)
     a = actions.add_parser("sync", help="compile the decision table from the profile store")

@@ -7,11 +7,13 @@ from typing import Sequence
 
 
 def add_parser(sub) -> None:
+    """`profile`: its options are the profiler's own."""
     sub.add_parser("profile", add_help=False,
                    help="profile a workload inside its allocation (profiler/offline_profiler.py)")
 
 
 def run_argv(argv: Sequence[str]) -> int:
+    """The profiler on the rest of the command line; its exit status (profiling/errors)."""
     from profiler.offline_profiler import main as profile_main
 
     return profile_main(list(argv), prog="synergy profile")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
+    """`profiles [FINGERPRINTS] [--store] [--json] [--plot] [--zeus-trace]`."""
     p = sub.add_parser("profiles", help="the stored profiles: table, JSON, plot")
     p.add_argument("fingerprints", nargs="*", help="only these (default: all)")
     p.add_argument("--store", type=Path, help="profile store (default: SYNERGY_PROFILES "
@@ -37,6 +38,8 @@ def _write_trace(profiles, path: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The stored profiles as a table or JSON (a plot, Zeus's trace where asked); a bad
+    file is named and skipped, and exits 1 only where it was asked for by name."""
     from slurm_synergy.model.profile import ProfileError
     from slurm_synergy.profiles import ProfileStore
     from slurm_synergy.profile_table import plot, profiles_table

@@ -8,6 +8,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
+    """`reconcile [CSV...]`."""
     p = sub.add_parser("reconcile", help="check the submission ledger against Slurm after a "
                        "fault: drop rows Slurm lost, finish cancelling a failed submission")
     p.add_argument("csv", type=Path, nargs="*", help="only these job lists' rows "
@@ -16,6 +17,9 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Set the ledger's rows (the CSVs' only, where given) against Slurm: a line per row
+    with its job and state, or what was done with it. Exits 1 where a job that should be
+    cancelled could not be."""
     from slurm_synergy.csvjobs import load_jobs
     from slurm_synergy.ledger import Ledger, ledger_path, row_key
     from slurm_synergy.reconcile import reconcile

@@ -11,6 +11,7 @@ from slurm_synergy.model.errors import SynergyError
 
 
 def add_parser(sub) -> None:
+    """`report [JOBS] [--since/--until/--user] [--format] [--out]`."""
     p = sub.add_parser("report", help="per-job resources, GPU energy and utilisation, "
                        "from sacct and the node epilogs' GPU stats")
     p.add_argument("--jobs", type=lambda v: [j for j in v.split(",") if j], default=[],
@@ -27,6 +28,9 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The jobs' report (the last day's where none are named) as a table, JSON or CSV
+    on standard output, and files under --out (or for --format html); problems on
+    standard error."""
     from slurm_synergy.report import output
     from slurm_synergy.report.build import build
     from slurm_synergy.slurm import Slurm

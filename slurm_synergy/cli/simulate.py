@@ -26,6 +26,7 @@ from slurm_synergy.simulate.workload import SYNERGY_MATRIX, from_profile, read_m
 
 def _names(allowed):
     def parse(text: str) -> list[str]:
+        """Comma-separated names of `allowed`, or all of them."""
         names = list(allowed) if text == "all" else [n.strip() for n in text.split(",")]
         bad = [n for n in names if n not in allowed]
         if bad or not names:
@@ -43,6 +44,7 @@ def _window(text: str) -> tuple[int, int]:
 
 
 def add_parser(sub) -> None:
+    """`simulate [trace options] [--policy/--alloc/--flow] [--out]`."""
     p = sub.add_parser("simulate", help="simulate scheduling and allocation policies on a "
                        "trace and a cluster, side by side")
     src = p.add_mutually_exclusive_group()
@@ -111,6 +113,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Simulate every policy, allocator and flow asked on one trace; the summary table
+    on standard output, the figures under --out."""
     cluster = load_cluster(args.cluster)
     workloads = read_matrix(args.matrix)
     if args.profiles:

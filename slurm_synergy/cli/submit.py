@@ -10,6 +10,7 @@ from slurm_synergy.model.policy import ON_PROFILED
 
 
 def add_parser(sub) -> None:
+    """`submit JOBS.csv [options]`."""
     p = sub.add_parser("submit", help="submit every row of a job list (CSV)")
     p.add_argument("csv", type=Path, help="job list; its columns: docs/submitting.md")
     p.add_argument("--dry-run", action="store_true", help="validate and write scripts only")
@@ -44,6 +45,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Submit every row of the job list, all or none: "job id<TAB>name" lines on
+    standard output, everything else on standard error."""
     from slurm_synergy.submit import SubmitOptions, submit_csv
 
     out = args.out or Path("runs") / args.csv.stem

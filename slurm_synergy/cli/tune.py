@@ -20,6 +20,7 @@ from slurm_synergy.tune.plan import plan_resizes
 
 
 def add_parser(sub) -> None:
+    """`tune [--every S] [--revert JOB...] [...]`."""
     p = sub.add_parser("tune", help="start pending jobs that cannot start at their ideal "
                        "size at their GPU-proportional share (scontrol update, logged)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
@@ -62,6 +63,8 @@ def _one_pass(slurm: Slurm, args, me: str, admin: bool, log: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """One pass of Synergy-TUNE's fallback over the pending jobs (every user's for an
+    admin, else one's own), or one every --every seconds; --revert puts jobs back."""
     slurm = Slurm()
     log = args.log or applying.log_path()
     if args.revert:

@@ -125,6 +125,8 @@ def _count(text: str | None, most: int = 1 << 20) -> int | None:
 
 
 def decision(comment: str) -> Resources | None:
+    """The comment's decision= (cores, MB per node, GPUs and type, loader workers, power
+    limit in W); None where it has none or one this version cannot read."""
     m = _DECISION.match(marks(comment).get("decision", ""))
     if not m:
         return None
@@ -134,6 +136,8 @@ def decision(comment: str) -> Resources | None:
 
 
 def asked(comment: str) -> Resources | None:
+    """The comment's asked= (cores, MB per node, GPUs and type, as the job was
+    submitted; None for a value it left to Slurm); None where it has none."""
     m = _ASKED.match(marks(comment).get("asked", ""))
     if not m:
         return None

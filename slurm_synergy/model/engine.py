@@ -12,6 +12,9 @@ Synergy's rule, made safe for a shared Slurm partition:
 Every step leaves a line in `reasons`, which `synergy plugin explain` prints. Where the
 profile cannot support a decision (its runs too far apart, or its model too wrong where
 the decision needs it), `decide` raises NoDecision with the reasons: jobs run as asked.
+
+Long because `decide` is one chain of steps, each writing its reason in order, and the
+rules it applies (memory, GPUs, power) are read beside it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class NodeShape:
     gpu_types: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """The node's cores, memory (MB) and GPUs, for the reasons."""
         types = f" ({', '.join(self.gpu_types)})" if self.gpu_types else ""
         return f"{self.cores} cores, {self.mem_mb} MB, {self.gpus} GPUs{types}"
 
@@ -73,6 +77,7 @@ class Decision:
 
     @property
     def gres(self) -> str:
+        """--gres's value for the decided GPUs, of the decision's type if any."""
         return self.gres_for("")
 
     def gres_for(self, asked_type: str) -> str:
@@ -91,11 +96,16 @@ class NodeFacts(Protocol):
     """What sinfo says of a node (slurm.Node)."""
 
     @property
-    def cpus(self) -> int: ...
+    def cpus(self) -> int:
+        """The node's cores."""
+
     @property
-    def memory_mb(self) -> int: ...
+    def memory_mb(self) -> int:
+        """The node's memory, MB."""
+
     @property
-    def gres(self) -> str: ...
+    def gres(self) -> str:
+        """The node's generic resources, as sinfo writes them (gpu:a10:4)."""
 
 
 def shape_of(nodes: Sequence[NodeFacts]) -> NodeShape:
@@ -161,6 +171,14 @@ def _round_mem(mb: float) -> int:
 
 def decide(profile: Profile, shape: NodeShape, policy: Policy,
            catalog: Catalog | None = None) -> Decision:
+    """The right size for a workload's jobs on nodes of `shape` under `policy`: the
+    fewest cores and least memory whose predicted samples/s stay within the policy's
+    tolerance of the best within the GPU-proportional share's fairness cap (Synergy's
+    rule), with the noise of the profile's runs counted; GPUs where it keeps them busy;
+    the loader workers the chosen cores were measured with; the power limit that
+    minimises Zeus's energy-time cost; a GPU type that holds its memory (`catalog`).
+    Every step is explained in `reasons`. NoDecision (its reasons say why) where the
+    runs are too noisy or the model too far off to decide."""
     model = profile.model
     alloc = profile.allocation
     why: list[str] = []
@@ -209,6 +227,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     mems = _memory_candidates(profile, resident, floor_m, cap_m)
 
     def rate(k: int, m: float) -> float:
+        """Samples/s at k cores and m MB: measured where the sweep ran k, else the model."""
         return speed(profile, measured, k, m)
     try:
         pick = smallest_within(rate, range(1, cap_c + 1), mems, policy.tolerance)
@@ -387,7 +406,8 @@ def _power(profile: Profile, eta: float, cap_w: float) -> tuple[int, str]:
     max_power = profile.gpu.max_limit_w or max(p.limit_w for p in sweep)
 
     def cost(p) -> float:
-        # Zeus's cost per sample: eta * energy + (1 - eta) * MaxPower * time.
+        """Zeus's cost per sample at one power limit: eta * energy (J) + (1 - eta) *
+        MaxPower (W) * time (s)."""
         return eta * p.avg_power_w / p.samples_per_s + (1 - eta) * max_power / p.samples_per_s
 
     best = min(sweep, key=cost)

@@ -59,6 +59,10 @@ def needed_mib(peak: float, policy: Policy) -> float:
 
 def fit_gpu_type(profile: Profile, partition_types: Sequence[str], policy: Policy,
                  catalog: Catalog) -> GpuFit:
+    """Where some GPU type of the partition (`partition_types`, sized by `catalog`) would
+    not hold the workload's peak GPU memory with the policy's headroom and CUDA context,
+    the type that does at the least Zeus cost per sample; else none (the job's type is
+    kept). The fit's reason says which and why."""
     need, source = peak_need(profile)
     return fit_need(need, source, profile.gpu_memory, partition_types, policy, catalog)
 

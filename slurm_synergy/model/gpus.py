@@ -46,6 +46,7 @@ class GpuType:
     speed: float
 
     def describe(self) -> str:
+        """The type's memory (MiB), power range and default (W), idle power and speed."""
         return (f"{self.name}: {self.memory_mib} MiB, {self.min_power_w:g}-"
                 f"{self.max_power_w:g} W (default {self.default_power_w:g}), idle "
                 f"{self.idle_w:g} W, speed {self.speed:g}")

@@ -124,6 +124,7 @@ class JobSpec:
 
     @property
     def builtin(self) -> bool:
+        """Whether the row runs the built-in trainer rather than a user's script."""
         return self.script == BUILTIN_SCRIPT
 
     @property
@@ -138,6 +139,7 @@ class JobSpec:
 
     @property
     def gres(self) -> str:
+        """--gres's value for the row's GPUs ("" for none)."""
         return gres_text(self.gpus, self.gpu_type)
 
     @property
@@ -148,6 +150,7 @@ class JobSpec:
 
     @property
     def model(self) -> str:
+        """The model's name with its depth, e.g. resnet8."""
         return f"{self.arch}{self.depth}" if self.depth is not None else self.arch
 
     @functools.cached_property

@@ -101,6 +101,7 @@ def combine(runs: Sequence[Point]) -> Point:
         raise ValueError("no runs to combine")
     mem = started_anew(runs)
     def median(name: str) -> float:
+        """The runs' median of one field."""
         return statistics.median(getattr(r, name) for r in runs)
     return replace(runs[0], samples_per_s=median("samples_per_s"),
                    data_stall_fraction=median("data_stall_fraction"),
@@ -182,6 +183,7 @@ class PointError:
 
     @property
     def error(self) -> float:
+        """The prediction's error as a share of the measured samples/s."""
         return abs(self.predicted - self.measured) / self.measured
 
 
@@ -217,11 +219,13 @@ class ThroughputModel:
 
     @property
     def mean_error(self) -> float | None:
+        """The held-out points' mean error (a share); None where none was held out."""
         errs = [e.error for e in self.held_out]
         return sum(errs) / len(errs) if errs else None
 
     @property
     def max_error(self) -> float | None:
+        """The held-out points' largest error (a share); None where none was held out."""
         return max((e.error for e in self.held_out), default=None)
 
     @property
@@ -251,6 +255,7 @@ class GpuMemory:
     reason: str = ""             # why there is none, when there is none
 
     def at(self, batch: int) -> float | None:
+        """The peak GPU memory (MiB) estimated at this batch size; None where not."""
         return next((p.peak_mib for p in self.peaks if p.batch == batch), None)
 
 
@@ -343,6 +348,7 @@ class Profile:
         return f"{pts}; model error {err:.1%}" if err is not None else pts
 
     def to_json(self) -> str:
+        """The profile as its file holds it."""
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
 
@@ -415,6 +421,8 @@ def _convert(type_name: str, value: Any, where: str) -> Any:
 
 
 def profile_from_json(text: str, source: str) -> Profile:
+    """A profile from its JSON text, every field checked for type and range;
+    ProfileError naming `source` (its file) and the field where anything is off."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

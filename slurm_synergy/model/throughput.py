@@ -44,6 +44,8 @@ def workers_for(cores: int, procs: int = 1) -> int:
 
 
 def cached_fraction(fetch: FetchRates, footprint_mb: float, mem_mb: float) -> float:
+    """DS-Analyzer's x: the share of the dataset the page cache holds with `mem_mb` MB
+    for a job whose own footprint is `footprint_mb` MB."""
     if fetch.dataset_mb <= 0:
         return 1.0
     return min(1.0, max(0.0, (mem_mb - footprint_mb) / fetch.dataset_mb))
@@ -103,6 +105,7 @@ def _noise(model: ThroughputModel, pt: Point, loader: Point, compute: Point) -> 
     by its runs' spread (p with the input-only step's; h and G with the compute-only
     step's); a component run once counts as noiseless."""
     def moved(changed: ThroughputModel) -> float:
+        """How far the point's prediction moves with one component changed (a share)."""
         return abs(predict(changed, pt.cores, None, pt.workers) / base - 1.0)
     base = predict(model, pt.cores, None, pt.workers)
     if not 0 < base < math.inf:

@@ -23,6 +23,9 @@ that grows over epochs, a validation pass), and a job that peaks above its workl
 profile raises it, so that the decision and the jobs still pending cover that peak.
 Nothing here can fail the job or change what it computes: a fault ends the measurement,
 gives every core back, and is one line in the job's log.
+
+Long because the request, the choice of what to do beside a job (task mode's supervisor,
+profiling/attach.py, makes it too) and the sweep it may start are read together.
 """
 
 from __future__ import annotations
@@ -126,14 +129,13 @@ def choose(req: InRunRequest, policy: Policy, slurm: Slurm, marked: bool,
            may_sweep: bool = True) -> Beside:
     """Beside a job of this workload: follow its memory where it was decided or its
     workload is measured already; where it is `marked` (at submission, or in its comment
-    since: a dropped decision undone, pending.undo_pending) and no other job measures the
-    workload now, measure it (the lock is held in `held` for the run). Never raises."""
-    job_id = os.environ.get("SLURM_JOB_ID", "")
+    since: pending.undo_pending) and `may_sweep`, and no other job measures the workload
+    now, measure it (the lock is held in `held` for the run). Never raises."""
+    job_id, comment = os.environ.get("SLURM_JOB_ID", ""), ""
     try:
         comment = slurm.comment(job_id) if job_id else ""
     except SynergyError as e:
         log(f"{PROG}: cannot read job {job_id}'s comment ({e}); it runs as submitted")
-        comment = ""
     decided = comment_format.decision(comment)
     marked = may_sweep and (marked or comment_format.marks(comment).get("profile") == "1")
     store = ProfileStore.default()

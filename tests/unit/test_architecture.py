@@ -1,7 +1,8 @@
 """The layout docs/architecture.md describes, kept: the core (slurm_synergy/model)
 imports nothing else of the project, nor does the built-in trainer, no two modules
 import each other round a cycle, nothing edits sys.path,
-only slurm.py runs Slurm's commands, and a module over 400 lines says why at its top."""
+only slurm.py runs Slurm's commands, a module over 400 lines says why at its top, and every
+public function of the core and of the command line has a docstring."""
 
 from __future__ import annotations
 
@@ -112,3 +113,13 @@ def test_long_modules_say_why():
             if len(p.read_text().splitlines()) > 400
             and "Long because" not in p.read_text()[:3000]]
     assert long == []
+
+
+def test_the_core_and_the_command_line_say_what_each_public_function_does():
+    bare = [f"{p.relative_to(ROOT)}:{node.lineno} {node.name}"
+            for name, p in modules().items()
+            if name.startswith(("slurm_synergy.model", "slurm_synergy.cli"))
+            for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not node.name.startswith("_") and not ast.get_docstring(node)]
+    assert bare == []

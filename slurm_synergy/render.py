@@ -24,8 +24,7 @@ from slurm_synergy.model.jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_arg
 from slurm_synergy.model.rightsize import Rightsized
 from slurm_synergy.model.comment import decision_text, hetero_comment, with_marks
 from slurm_synergy.model.options import declared_options, spellings, without
-from slurm_synergy.model.policy import load_policy
-from slurm_synergy.paths import policy_path
+from slurm_synergy.model.policy import Policy
 from slurm_synergy.profiling import errors as exit_codes
 
 INRUN_MODULE = "slurm_synergy.profiling.inrun"
@@ -93,14 +92,15 @@ def task_for(spec: JobSpec, index: int, out: Path) -> Task:
     return Task(index, spec, str(output.resolve()), tuple(argv))
 
 
-def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array: str = "",
-           profile: bool = False, decision: Rightsized | None = None,
+def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, policy: Policy,
+           array: str = "", profile: bool = False, decision: Rightsized | None = None,
            profile_only: bool = False, mode: str = "auto", tag: str = "",
            offline: bool = False, on_profiled: str | None = None,
            sequential: bool = False) -> str:
     """The sbatch script for one job, or for one array job when `array` is set.
 
-    `profile` turns measuring on by default; SYNERGY_PROFILE in the job's environment
+    `policy` is the site's (the first-batch limit, watching, on_profiled). `profile`
+    turns measuring on by default; SYNERGY_PROFILE in the job's environment
     (0 or 1) decides in the end, so the plugin can mark jobs itself. A marked job is
     measured while it trains, unless `offline` (submit --profile) asks for the full
     profiler first or the job is to be resubmitted once profiled (`on_profiled`: the
@@ -111,7 +111,6 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, array
     (`sub=<tag>`), for reconciling the ledger with Slurm.
     """
     head = tasks[0].spec
-    policy = load_policy(policy_path())
     on_profiled = head.on_profiled or on_profiled or policy.on_profiled
     resubmit = mode if on_profiled == "resubmit" and not (sequential or profile_only) else ""
     sources = sorted({t.spec.source.file for t in tasks})

@@ -23,7 +23,7 @@ from slurm_synergy.model.jobspec import JobSpec
 from slurm_synergy.ledger import LedgerEntry, Ledger, ledger_path, new_tag, row_key
 from slurm_synergy.shim.decisions import Decider, resolve_mode
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
-from slurm_synergy.model.policy import load_policy
+from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.model.units import gpu_types
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiles import ProfileStore
@@ -107,6 +107,8 @@ def plan_units(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) ->
 def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
                ledger: Ledger | None = None, log: Callable[[str], None] = print) -> SubmitResult:
     specs = load_jobs(csv_path)
+    # Read once, before anything is written: a policy that cannot be read stops it all.
+    policy = load_policy(policy_path())
     slurm = slurm or Slurm()
     if ledger is None:
         # A dry run may have no cluster to ask: it reads the ledger of no cluster.
@@ -134,14 +136,14 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         max_array = max_array_size(slurm) if opts.arrays and not opts.dry_run else DEFAULT_MAX_ARRAY
         result.units = plan_units(todo, opts, max_array)
         out = check_out_dir(opts.out)
-        mode, choices = _decisions(result.units, opts, slurm, log)
+        mode, choices = _decisions(result.units, opts, slurm, policy, log)
         tags = {unit.name: new_tag() for unit in result.units}
         for unit in result.units:
             decision, profile = choices[unit.name]
             text = (render_hetero(unit.name, unit.tasks[0], out, unit.script, tags[unit.name])
                     if unit.tasks[0].spec.hetero else
-                    render(unit.name, unit.tasks, out, unit.script, unit.array, profile,
-                           decision, opts.profile == "only", mode, tags[unit.name],
+                    render(unit.name, unit.tasks, out, unit.script, policy, unit.array,
+                           profile, decision, opts.profile == "only", mode, tags[unit.name],
                            offline=opts.profile in ("always", "only"),
                            on_profiled=opts.on_profiled, sequential=opts.sequential))
             atomic_write_text(unit.script, text, 0o755)
@@ -191,7 +193,7 @@ def _settle(csv_path: Path, specs: Sequence[JobSpec], slurm: Slurm, ledger: Ledg
             f"{names[done.lost[0]]}); submitting them again")
 
 
-def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
+def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm, policy: Policy,
                log: Callable[[str], None]
                ) -> tuple[str, dict[str, tuple[Rightsized | None, bool]]]:
     """The mode, and per unit: the decision to apply here (user mode only) and whether
@@ -216,7 +218,6 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm,
     if mode == "shim":
         return mode, {**choices,
                       **{u.name: (None, opts.profile in ("always", "only")) for u in units}}
-    policy = load_policy(policy_path())
     decider = Decider(ProfileStore.default(), policy, slurm)
     for unit in units:
         head = unit.tasks[0].spec

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.paths import policy_path
 from slurm_synergy.render import render, task_for
 
 # A user's script that declares --arch, --batch and -j/--workers (and parses nothing).
@@ -25,7 +27,8 @@ def rendered(tmp_path: Path, csv_text: str, csv_name: str = "jobs.csv") -> Path:
     out = tmp_path / "out"
     script = out / "scripts" / "job.sbatch"
     script.parent.mkdir(parents=True)
-    script.write_text(render(spec.name, [task_for(spec, 0, out)], out, script))
+    script.write_text(render(spec.name, [task_for(spec, 0, out)], out, script,
+                             load_policy(policy_path())))
     return script
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.model.policy import load_policy
 from slurm_synergy.model.rightsize import Rightsized
 from slurm_synergy.render import render, task_for
 
@@ -51,7 +52,6 @@ def fixed(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("SYNERGY_PYTHON", "/opt/synergy/bin/python")
     monkeypatch.setenv("SYNERGY_HOME", "/home/user/.slurm-synergy")
     monkeypatch.setenv("SYNERGY_DATA", "/data/synergy")
-    monkeypatch.setenv("SYNERGY_POLICY", str(POLICY))
     (tmp_path / "opts.py").write_text(WITH_OPTIONS)
     (tmp_path / "plain.py").write_text(PLAIN)
     return tmp_path
@@ -66,7 +66,7 @@ def rendered(folder: Path, case: str) -> str:
     out = folder / "out"
     script = out / "scripts" / f"{case}.sbatch"
     tasks = [task_for(spec, i, out) for i, spec in enumerate(specs)]
-    text = render(specs[0].name, tasks, out, script, **options)
+    text = render(specs[0].name, tasks, out, script, load_policy(POLICY), **options)
     # Every one is bash that parses.
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     return text.replace(str(folder), FOLDER)

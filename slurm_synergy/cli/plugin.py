@@ -19,14 +19,14 @@ from slurm_synergy.model.engine import Decision, NoDecision, decide
 from slurm_synergy.shim.install import apply, plan_text
 from slurm_synergy.model.policy import load_catalog, load_site
 from slurm_synergy.paths import policy_path
+from slurm_synergy.profiling.errors import NOTHING_TO_GAIN_EXIT
 from slurm_synergy.shim.resubmit import NothingToGain, read_chains, resubmit
 from slurm_synergy.shim.table import entries_of, node_shape, read, sync, table_path
 
-NOTHING_TO_GAIN = 3      # the job script then trains in place (templates/sbatch.sh.j2)
 
 
 def run(args: argparse.Namespace) -> int:
-    """One plugin action. resubmit exits NOTHING_TO_GAIN where submitting again gains
+    """One plugin action. resubmit exits NOTHING_TO_GAIN_EXIT where submitting again gains
     nothing (the job script then trains in place)."""
     if args.action == "sync":
         print(sync(path=args.table, partition=args.partition))
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
                      gpu_move=args.gpu_move)
         except NothingToGain as e:
             print(f"slurm-synergy: not resubmitted: {e}", file=sys.stderr)
-            return NOTHING_TO_GAIN
+            return NOTHING_TO_GAIN_EXIT
     return 0
 
 

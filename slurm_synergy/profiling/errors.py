@@ -1,4 +1,5 @@
-"""What stops profiling, and the exit codes the profiler ends with."""
+"""What stops profiling, and the exit codes the profiler and the jobs' own resubmission
+(`synergy plugin resubmit`) end with: the job script (templates/sbatch.sh.j2) reads them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ PROG = "offline_profiler"
 USAGE_EXIT = 2          # what argparse (and the built-in trainer) exit with on bad options
 BUSY_EXIT = 3           # another job holds this workload's profiling lock
 MOVE_EXIT = 4           # the job's GPU would not hold the step: resubmit on another type
+NOTHING_TO_GAIN_EXIT = 5    # resubmit: a new submission would get no other size
 
 
 class ProfilingError(SynergyError):

@@ -38,6 +38,8 @@ local MAX_ENTRIES = 200000
 local HARD = { cpus = 65536, mem_mb = 64 * 1024 * 1024, gpus = 64, workers = 4096,
                power_w = 5000, procs = 256 }
 local NO_VAL = 4294967294          -- Slurm's "not set" for 32-bit fields (and above)
+-- A workload fingerprint's lowercase hex digits (slurm_synergy/model/comment.py's too).
+local FINGERPRINT_HEX = 16
 -- The plain-script key (slurm_synergy/model/plainkey.py defines it; a contract test runs
 -- both on the same jobs).
 local KEY_VERSION = "synergy-plain-1"
@@ -139,11 +141,15 @@ local function key(uid, fp)
 	return tostring(uid) .. " " .. fp
 end
 
+local function is_fingerprint(fp)
+	return fp ~= nil and #fp == FINGERPRINT_HEX and not fp:match("[A-F]")
+end
+
 -- One entry line, checked against the header's limits and the hard ones; nil if bad.
 local function parse_entry(line, head)
 	local u, fp, c, m, g, t, w, p, n = line:match(
 		"^(%d+) (%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+) (%d+)$")
-	if fp == nil or #fp ~= 16 or fp:match("[A-F]") or #t > 32 or #u > 10 then
+	if not is_fingerprint(fp) or #t > 32 or #u > 10 then
 		return nil
 	end
 	local e = {
@@ -458,7 +464,7 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 		return nil
 	end
 	local fp = comment:match("^synergy:fp=(%x+)")
-	if fp == nil or #fp ~= 16 or fp:match("[A-F]") or tbl.broken[key(submit_uid, fp)] then
+	if not is_fingerprint(fp) or tbl.broken[key(submit_uid, fp)] then
 		return nil
 	end
 	local env = job_desc.environment

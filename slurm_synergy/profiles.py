@@ -19,7 +19,8 @@ from typing import Iterator
 
 from slurm_synergy import paths
 from slurm_synergy.fileio import UntrustedFile, atomic_write_text, read_untrusted
-from slurm_synergy.model.profile import FINGERPRINT_RE, Profile, ProfileError, profile_from_json
+from slurm_synergy.model.comment import FINGERPRINT_RE
+from slurm_synergy.model.profile import Profile, ProfileError, profile_from_json
 
 MAX_PROFILE_BYTES = 1 << 20      # a profile is a few kB
 PROFILE_MODE = 0o600

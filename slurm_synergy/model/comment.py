@@ -39,7 +39,11 @@ _GPUS = r"g(\d+)(?::(" + GRES_TYPE + r"))?"
 _DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?)," + _GPUS + r",w(\d+)(?:,p(\d+))?$")
 _ASKED = re.compile(r"^c(\d+|-),m(\d+|-)," + _GPUS + "$")
 _TAG = re.compile(r"^[0-9a-f]{12}$")
-_FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
+# A workload fingerprint: 16 lowercase hex digits, everywhere it is written or read
+# (etc/job_submit.lua's FINGERPRINT_HEX too; a contract test checks they agree).
+FINGERPRINT_HEX = 16
+FINGERPRINT = f"[0-9a-f]{{{FINGERPRINT_HEX}}}"
+FINGERPRINT_RE = re.compile(f"^{FINGERPRINT}$")
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def fingerprint(comment: str) -> str | None:
     if not comment.startswith(PREFIX):
         return None
     words = comment[len(PREFIX):].split()
-    return words[0] if words and _FINGERPRINT.match(words[0]) else None
+    return words[0] if words and FINGERPRINT_RE.match(words[0]) else None
 
 
 def marks(comment: str) -> dict[str, str]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Sequence
 
+from slurm_synergy.model.comment import FINGERPRINT_RE
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.noise import spread_of
 
@@ -23,7 +23,6 @@ from slurm_synergy.model.noise import spread_of
 # reader of version 1 alone then refuses it by its version, not as corrupt.
 PROFILE_VERSION = 2
 READ_VERSIONS = (1, PROFILE_VERSION)
-FINGERPRINT_RE = re.compile(r"^[0-9a-f]{16}$")
 MEASURES = ("train", "loader", "compute", "shared")
 
 

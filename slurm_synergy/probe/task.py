@@ -22,6 +22,7 @@ import os
 import re
 import sys
 
+from slurm_synergy.model.comment import FINGERPRINT
 from slurm_synergy.probe.records import (BOOT, ENV_CONFIG, ENV_DIR, RECORD_S, WATCH_RECORD_S,
                                          ProbeConfig)
 
@@ -44,7 +45,7 @@ ENDING = "ending"
 # too, so it must finish while the anchor is still there.
 END_WAIT_S = 10.0
 ATTACH_MODULE = "slurm_synergy.profiling.attach"
-_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+_FINGERPRINT = re.compile(FINGERPRINT)
 
 
 def anchor() -> bool:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from slurm_synergy import paths
+from slurm_synergy.model.comment import FINGERPRINT_RE
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.hooks.records import JobGpuStats, stats_for
 from slurm_synergy.model.engine import NodeShape, speed
@@ -21,7 +21,6 @@ from slurm_synergy.shim.resubmit import read_chains
 from slurm_synergy.model.profile import Profile, ProfileError
 from slurm_synergy.profiles import ProfileStore
 
-FINGERPRINT = re.compile(r"^[0-9a-f]{16}$")
 GPU_COLUMNS = ("gpu_energy_j", "gpu_util_pct", "gpu_sm_active_pct", "gpu_mem_peak_mb",
                "gpu_power_limit_w", "gpu_note")
 
@@ -128,7 +127,7 @@ def load_profiles(jobs: pd.DataFrame,
                   store: ProfileStore | None = None) -> tuple[dict[str, Profile], list[str]]:
     store = store or ProfileStore.default()
     found, problems = {}, []
-    for fp in sorted({f for f in jobs["fingerprint"] if f and FINGERPRINT.match(f)}):
+    for fp in sorted({f for f in jobs["fingerprint"] if f and FINGERPRINT_RE.match(f)}):
         try:
             found[fp] = store.load(fp)
         except ProfileError as e:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from slurm_synergy import paths
+from slurm_synergy.model.comment import FINGERPRINT
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text, locked
 from slurm_synergy.model.profile import ProfileError
@@ -61,7 +62,7 @@ MAX_PER_USER = 2000
 MAX_ENTRIES = 200000
 SYNC_BUDGET_S = 120.0
 SHOWN_SKIPPED = 20           # a flood of bad files is counted, not listed
-ENTRY_RE = re.compile(r"^(\d{1,10}) ([0-9a-f]{16}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{1,32}) "
+ENTRY_RE = re.compile(rf"^(\d{{1,10}}) ({FINGERPRINT}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{{1,32}}) "
                       r"(\d+) (\d+) (\d+)$")
 Owned = tuple[int, Decision]        # a decision and the uid whose jobs it sizes
 

@@ -21,6 +21,10 @@ JOBS_CSV = SHIPPED / "jobs_csv"
 TRAIN_MODULE = "profiler.train"
 TRAIN_SCRIPT = ROOT / "profiler" / "train.py"
 PROFILER_MODULE = "profiler.offline_profiler"
+# In a job's output folder: the offline profiler's working folder, and in it the move
+# to another GPU type it asks `synergy plugin resubmit` for (the job script passes it on).
+PROFILE_WORKDIR = "profile"
+MOVE_FILE = "gpu-move.json"
 
 
 def workspace() -> Path:

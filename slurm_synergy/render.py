@@ -143,6 +143,7 @@ def render(name: str, tasks: Sequence[Task], out: Path, script_path: Path, polic
         probe=[python_for_jobs(), "-m", "slurm_synergy.probe"],
         measurer=[python_for_jobs(), "-m", INRUN_MODULE],
         offline=offline or on_profiled == "resubmit", exit_codes=exit_codes,
+        profile_workdir=paths.PROFILE_WORKDIR, move_file=paths.MOVE_FILE,
     )
 
 

@@ -21,11 +21,11 @@ from slurm_synergy.model.gpufit import estimated_need, fit_need, needed_mib
 from slurm_synergy.model.policy import load_site
 from slurm_synergy.model.profile import GpuMemory
 from slurm_synergy.model.units import gpu_types
+from slurm_synergy import paths
 from slurm_synergy.paths import policy_path
 from slurm_synergy.shim.table import node_shape
 from slurm_synergy.slurm import Slurm
 
-MOVE_FILE = "gpu-move.json"     # in the profile's workdir, for `synergy plugin resubmit`
 _GRES_TYPE = re.compile(GRES_TYPE)
 
 
@@ -72,7 +72,7 @@ def check_room(estimate: GpuMemory, job_id: str, partition: str,
 
 
 def write_move(workdir: Path, move: GpuMove) -> Path:
-    path = workdir / MOVE_FILE
+    path = workdir / paths.MOVE_FILE
     atomic_write_text(path, json.dumps(asdict(move), sort_keys=True) + "\n")
     return path
 

@@ -36,8 +36,9 @@ from slurm_synergy.model.jobspec import BUILTIN_SCRIPT as BUILTIN
 from slurm_synergy.model.units import mem_mb
 from slurm_synergy.profiling.errors import BUSY_EXIT, MOVE_EXIT, PROG, USAGE_EXIT, Busy, UsageError
 from slurm_synergy.profiling.gpuroom import MoveGpu
+from slurm_synergy.profiling.plan import ProfileRequest
 from slurm_synergy.profiling.run import profile_workload
-from slurm_synergy.profiling.steps import LEAST_MEASURE_S, MOST_ITERATIONS
+from slurm_synergy.profiling.session import LEAST_MEASURE_S, MOST_ITERATIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,10 +123,32 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return p
 
 
+def request(args: argparse.Namespace) -> ProfileRequest:
+    """The parsed command line as the profiler's request; UsageError for what it refuses."""
+    if args.docker_img or args.container_mnt:
+        raise UsageError("--docker-img and --container-mnt are Synergy's container options; "
+                         "here each profiling step is an srun step in the job's own Slurm "
+                         "allocation, with the job's environment, so leave them out")
+    if args.nnodes != 1:
+        raise UsageError(f"--nnodes {args.nnodes}: profiling runs on one node of the "
+                         "allocation; multi-node jobs are profiled per node (use --nnodes 1)")
+    return ProfileRequest(
+        script=args.script, script_args=tuple(args.script_args), job_name=args.job_name,
+        fingerprint=args.fingerprint, store=args.store, workdir=args.workdir,
+        num_gpus=args.num_gpus, cpu=args.cpu, memory_mb=args.memory, batch=args.batch,
+        workers=args.workers, torchrun=args.torchrun, max_iterations=args.max_iterations,
+        window_s=args.window, warmup=args.warmup,
+        first_batch_timeout_s=args.first_batch_timeout, step_timeout_s=args.step_timeout,
+        plateau=args.plateau, repeats=args.repeats, max_repeats=args.max_repeats,
+        budget_s=args.budget, launcher=args.launcher, fresh_steps=args.fresh_steps,
+        power_sweep=args.power_sweep == "auto", force=args.force)
+
+
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     try:
-        profile_workload(args, log=lambda line: print(line, file=sys.stderr, flush=True))
+        profile_workload(request(args),
+                         log=lambda line: print(line, file=sys.stderr, flush=True))
     except UsageError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return USAGE_EXIT

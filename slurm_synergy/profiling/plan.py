@@ -4,7 +4,6 @@ which limits (cores, memory, GPUs)."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -118,55 +117,79 @@ class Plan:
         return workers_for(cores, self.procs) if self.workers is None else self.workers
 
 
-def plan_profiling(args: argparse.Namespace) -> Plan:
+@dataclass(frozen=True)
+class ProfileRequest:
+    """What `synergy profile` is asked to do (profiler/offline_profiler.py parses it)."""
+
+    script: str                         # a .py file, a program, or the built-in trainer
+    script_args: tuple[str, ...] = ()   # its own arguments
+    job_name: str = ""                  # recorded in the profile
+    fingerprint: str | None = None      # None: hashed from the command
+    store: Path | None = None           # None: SYNERGY_PROFILES or the user's default
+    workdir: Path | None = None         # the steps' outputs; None: ./synergy-profile-<fp>
+    num_gpus: int | None = None         # GPUs per step; None: the allocation's
+    cpu: int | None = None              # most cores swept; None: the allocation's
+    memory_mb: int | None = None        # memory per step; None: the allocation's
+    batch: int | None = None            # wins over the script's own batch option
+    workers: int | None = None          # loader workers per process; None: workers_for
+    torchrun: int | None = None         # DDP ranks under torchrun; None: one process
+    max_iterations: int | None = None   # measured per step; None: MOST_ITERATIONS, or 1 s
+    window_s: float = 4.0               # seconds each step measures, at the first's rate
+    warmup: int = 3                     # iterations left out of each step
+    first_batch_timeout_s: float = 300.0
+    step_timeout_s: float = 600.0
+    plateau: float = 0.10               # Synergy's: halve while within this of the best
+    repeats: int = 2                    # runs of each swept count
+    max_repeats: int = 4                # where the noise rule cannot tell counts apart
+    budget_s: float = 72.0              # what optional steps must end within
+    launcher: str = "auto"              # srun, local, or auto (srun in an allocation)
+    fresh_steps: bool = False           # every step a new process, not a warm fork
+    power_sweep: bool = True            # sweep GPU power limits where the node allows
+    force: bool = False                 # profile again even if a profile exists
+
+
+def plan_profiling(req: ProfileRequest) -> Plan:
     """Check everything that can be checked before a step runs; UsageError otherwise."""
-    if args.docker_img or args.container_mnt:
-        raise UsageError("--docker-img and --container-mnt are Synergy's container options; "
-                         "here each profiling step is an srun step in the job's own Slurm "
-                         "allocation, with the job's environment, so leave them out")
-    if args.nnodes != 1:
-        raise UsageError(f"--nnodes {args.nnodes}: profiling runs on one node of the "
-                         "allocation; multi-node jobs are profiled per node (use --nnodes 1)")
-    if not 0 < args.plateau < 1:
-        raise UsageError(f"--plateau {args.plateau} must lie between 0 and 1")
-    command = resolve_script(args.script, args.torchrun)
-    declared = declared_options(script_path(args.script))
+    if not 0 < req.plateau < 1:
+        raise UsageError(f"--plateau {req.plateau} must lie between 0 and 1")
+    command = resolve_script(req.script, req.torchrun)
+    declared = declared_options(script_path(req.script))
     workers_opt, iterations_opt = spelling("workers", declared), spelling("iterations", declared)
     batch_opt = spelling("batch", declared)
-    script_args = without(args.script_args,
+    script_args = without(list(req.script_args),
                           spellings("workers", declared) + spellings("iterations", declared))
-    if args.batch is not None:
+    if req.batch is not None:
         if batch_opt is None:
-            raise UsageError(f"-b/--batch {args.batch}: {args.script} declares no batch-size "
+            raise UsageError(f"-b/--batch {req.batch}: {req.script} declares no batch-size "
                              "option to pass it to; give the script's own in its arguments")
-        script_args = [*without(script_args, [batch_opt]), batch_opt, str(args.batch)]
+        script_args = [*without(script_args, [batch_opt]), batch_opt, str(req.batch)]
     limits = allocation_limits()
-    launcher = args.launcher
+    launcher = req.launcher
     if launcher == "auto":
         launcher = "srun" if limits.job_id else "local"
     if launcher == "srun" and not limits.job_id:
         raise UsageError("--launcher srun needs a Slurm allocation (run inside sbatch or "
                          "salloc), or use --launcher local")
     top = limits.cores
-    if args.cpu is not None:
-        if args.cpu > limits.cores:
-            raise UsageError(f"--cpu {args.cpu} is more than the {limits.cores} core(s) this "
+    if req.cpu is not None:
+        if req.cpu > limits.cores:
+            raise UsageError(f"--cpu {req.cpu} is more than the {limits.cores} core(s) this "
                              "allocation has")
-        top = args.cpu
-    mem_mb = args.memory or limits.mem_mb
+        top = req.cpu
+    mem_mb = req.memory_mb or limits.mem_mb
     if mem_mb > limits.mem_mb:
         raise UsageError(f"--memory {mem_mb}M is more than the allocation's {limits.mem_mb}M")
-    ngpus = limits.gpus if args.num_gpus is None else args.num_gpus
+    ngpus = limits.gpus if req.num_gpus is None else req.num_gpus
     if not 0 <= ngpus <= limits.gpus:
         raise UsageError(f"--num-gpus {ngpus}: the allocation has {limits.gpus} GPU(s)")
     batch_text = value_of(script_args, [batch_opt]) if batch_opt else None
     record_batch = int(batch_text) if batch_text and batch_text.isdigit() else 0
-    procs = args.torchrun or 1
-    fp = args.fingerprint or default_fingerprint(args.script, script_args, ngpus, procs)
-    store = ProfileStore.named(args.store) if args.store else ProfileStore.default()
+    procs = req.torchrun or 1
+    fp = req.fingerprint or default_fingerprint(req.script, script_args, ngpus, procs)
+    store = ProfileStore.named(req.store) if req.store else ProfileStore.default()
     try:
         store.path(fp)
     except SynergyError as e:
         raise UsageError(str(e)) from None
     return Plan(fp, store, command, script_args, workers_opt, iterations_opt, procs, limits,
-                launcher, top, mem_mb, ngpus, record_batch, args.workers)
+                launcher, top, mem_mb, ngpus, record_batch, req.workers)

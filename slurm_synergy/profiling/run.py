@@ -3,7 +3,6 @@ throughput model fitted to the components, the profile stored, the table recompi
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import time
@@ -24,10 +23,10 @@ from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
 from slurm_synergy.profiling.gpu import open_gpus
 from slurm_synergy.profiling.gpumem import estimate_gpu_memory, measure_script_memory
 from slurm_synergy.profiling.gpuroom import MoveGpu, check_room, write_move
-from slurm_synergy.profiling.plan import Plan, plan_profiling
-from slurm_synergy.profiling.session import Session
-from slurm_synergy.profiling.steps import (FIRST_ITERATIONS, LEAST_MEASURE_S, MOST_ITERATIONS,
-                                          Runner, Step)
+from slurm_synergy.profiling.plan import Plan, ProfileRequest, plan_profiling
+from slurm_synergy.profiling.session import (FIRST_ITERATIONS, LEAST_MEASURE_S, MOST_ITERATIONS,
+                                            Session)
+from slurm_synergy.profiling.steps import Runner, Step
 from slurm_synergy.profiling.store import profiling_lock, sync_decisions
 from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
 from slurm_synergy.slurm import Slurm
@@ -37,14 +36,14 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Profile | None:
+def profile_workload(req: ProfileRequest, log: Callable[[str], None]) -> Profile | None:
     """Profile and store; None when it was profiled already; Busy when another job is
     profiling it now."""
-    p = plan_profiling(args)
+    p = plan_profiling(req)
     with profiling_lock(p.store, p.fingerprint) as mine:
         if not mine:
             raise Busy(f"{p.fingerprint} is being profiled by another job now; not again")
-        if p.store.has(p.fingerprint) and not args.force:
+        if p.store.has(p.fingerprint) and not req.force:
             try:
                 p.store.load(p.fingerprint)
                 log(f"{PROG}: {p.fingerprint} is already profiled "
@@ -58,14 +57,14 @@ def profile_workload(args: argparse.Namespace, log: Callable[[str], None]) -> Pr
             raise UsageError(f"the allocation has {p.top} core(s); a CPU sweep needs at "
                              "least 2 (submit the profiling job with --cpus-per-task=2 or "
                              "more)")
-        profile = _profile(args, p, log)
+        profile = _profile(req, p, log)
         if p.limits.job_id:
             sync_decisions(log)
         return profile
 
 
-def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -> Profile:
-    workdir = (args.workdir or Path.cwd() / f"synergy-profile-{plan.fingerprint}").resolve()
+def _profile(req: ProfileRequest, plan: Plan, log: Callable[[str], None]) -> Profile:
+    workdir = (req.workdir or Path.cwd() / f"synergy-profile-{plan.fingerprint}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     runner = Runner(command=plan.command, script_args=plan.script_args,
                     workers_option=plan.workers_option,
@@ -73,22 +72,22 @@ def _profile(args: argparse.Namespace, plan: Plan, log: Callable[[str], None]) -
                     # The first step's rate sets the later steps' window; it measures
                     # no more than FIRST_ITERATIONS, since a slow workload's 20 would
                     # cost more than the window saves.
-                    iterations=min(args.max_iterations or MOST_ITERATIONS, FIRST_ITERATIONS),
-                    warmup=args.warmup,
-                    first_batch_s=args.first_batch_timeout, mem_mb=plan.mem_mb,
+                    iterations=min(req.max_iterations or MOST_ITERATIONS, FIRST_ITERATIONS),
+                    warmup=req.warmup,
+                    first_batch_s=req.first_batch_timeout_s, mem_mb=plan.mem_mb,
                     gpus=plan.gpus, launcher=plan.launcher, workdir=workdir,
                     # The script reads what it reads relative to the job's folder (a
                     # dataset in ./data, say) in every step, as in the job itself.
                     cwd=Path.cwd(),
-                    timeout_s=args.step_timeout, name=f"profile-{plan.fingerprint}",
-                    slurm=Slurm(), warm_cores=0 if args.fresh_steps else plan.top)
+                    timeout_s=req.step_timeout_s, name=f"profile-{plan.fingerprint}",
+                    slurm=Slurm(), warm_cores=0 if req.fresh_steps else plan.top)
     try:
-        return _measure(args, plan, runner, log)
+        return _measure(req, plan, runner, log)
     finally:
         runner.close()
 
 
-def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
+def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
              log: Callable[[str], None]) -> Profile:
     fp, store, limits, top, mem_mb = (plan.fingerprint, plan.store, plan.limits, plan.top,
                                       plan.mem_mb)
@@ -96,15 +95,15 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
     workdir = runner.workdir
     started, t0 = _now(), time.perf_counter()
     where = f"job {limits.job_id}" if limits.job_id else socket.gethostname()
-    log(f"{PROG}: profiling {fp} ({args.job_name or args.script}) on {where}: up to {top} "
+    log(f"{PROG}: profiling {fp} ({req.job_name or req.script}) on {where}: up to {top} "
         f"cores, {mem_mb}M, {ngpus} GPU(s), {procs} process(es), up to "
-        + (f"{args.max_iterations} iterations" if args.max_iterations else
+        + (f"{req.max_iterations} iterations" if req.max_iterations else
            f"{MOST_ITERATIONS} iterations (more to fill {LEAST_MEASURE_S:g}s)")
-        + f" or about {args.window:g}s per step, {launcher} steps; logs in {workdir}")
+        + f" or about {req.window_s:g}s per step, {launcher} steps; logs in {workdir}")
     runner.start()      # its imports overlap the GPU memory estimate
     # Before any step: a step that would not fit the GPU should be known not to.
     gpu_memory = (estimate_gpu_memory(plan.script_args, plan.record_batch)
-                  if args.script == BUILTIN_SCRIPT else
+                  if req.script == BUILTIN_SCRIPT else
                   measure_script_memory(runner, top, procs, plan.record_batch,
                                         workers=plan.workers_at(top)))
     log(f"{PROG}: GPU memory: " + (
@@ -123,14 +122,14 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
     # The least a profile takes: log2(top) + 1 counts, each run --repeats times, two
     # component steps, the one-core pair's two and one step on a single GPU.
     run = Session(runner, top=top, procs=procs, mem_mb=mem_mb, gpus=gpus,
-                  workers_at=plan.workers_at, window_s=args.window,
-                  max_iterations=args.max_iterations or MOST_ITERATIONS,
-                  least_s=0.0 if args.max_iterations else LEAST_MEASURE_S, budget_s=args.budget,
-                  steps=top.bit_length() * args.repeats + 2 + 2 * (procs == 1) + (ngpus >= 2),
+                  workers_at=plan.workers_at, window_s=req.window_s,
+                  max_iterations=req.max_iterations or MOST_ITERATIONS,
+                  least_s=0.0 if req.max_iterations else LEAST_MEASURE_S, budget_s=req.budget_s,
+                  steps=top.bit_length() * req.repeats + 2 + 2 * (procs == 1) + (ngpus >= 2),
                   desc=f"profile {fp[:8]}", log=log, t0=t0)
     points: list[Point] = []
     try:
-        swept = core_sweep(top, run.measure, args.plateau, step=max(1, ngpus))
+        swept = core_sweep(top, run.measure, req.plateau, step=max(1, ngpus))
         first = run.measured[top]
         fetch, notes = fetch_rates_for(first, plan.script_args)
         # Each component as the training steps run it: one loader worker with a core of
@@ -158,8 +157,8 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         # The repeats come after the components, so that other steps separate a count's
         # first run from its second; extra ones go where the decision's noise rule
         # cannot yet tell the counts apart.
-        repeat_sweep(swept, run.rates, run.measure, run.counts_fit, args.repeats,
-                     max(args.repeats, args.max_repeats), unclear=_noise_test(log),
+        repeat_sweep(swept, run.rates, run.measure, run.counts_fit, req.repeats,
+                     max(req.repeats, req.max_repeats), unclear=_noise_test(log),
                      after=components_again)
         train = run.train_points(swept)
         points.extend(train)
@@ -174,15 +173,15 @@ def _measure(args: argparse.Namespace, plan: Plan, runner: Runner,
         model = fit_components(components[0], components[1], train, on_gpu=bool(gpus),
                                fetch=fetch, shared=shared)
         readings = gpu_readings(run.sampler, gpu_reason, gpus, first)
-        if gpus and args.power_sweep == "auto":
+        if gpus and req.power_sweep:
             run.bar.set_postfix_str("power limits")
             readings = power_sweep(runner, Step("train", top, plan.workers_at(top)), gpus,
                                    readings)
     finally:
         run.close()
     profile = Profile(
-        fingerprint=fp, job_name=args.job_name,
-        command=tuple([args.script, *plan.script_args]), batch=plan.record_batch,
+        fingerprint=fp, job_name=req.job_name,
+        command=tuple([req.script, *plan.script_args]), batch=plan.record_batch,
         allocation=Allocation(top, mem_mb, ngpus, socket.gethostname(), launcher,
                               limits.job_id, procs),
         points=tuple(points + components + list(shared or ())), model=model, gpu=readings,

@@ -1,5 +1,6 @@
-"""The steps of one profile as they run: what each measured, the progress shown, and the
-time budget that decides whether an optional step runs."""
+"""The steps of one profile as they run: how many iterations each measures, what each
+measured, the progress shown, and the time budget that decides whether an optional step
+runs."""
 
 from __future__ import annotations
 
@@ -12,9 +13,18 @@ from tqdm import tqdm
 
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Point, combine
+from slurm_synergy.probe.records import LEAST_STEPS
 from slurm_synergy.probe.supervise import PEAK_S
 from slurm_synergy.profiling.errors import PROG, ProfilingError
-from slurm_synergy.profiling.steps import Runner, Step, measured_s, to_point, window_iterations
+from slurm_synergy.profiling.steps import Runner, Step, to_point
+
+MOST_ITERATIONS = 20     # measured in a step, unless asked (--max-iterations) or LEAST_MEASURE_S
+FIRST_ITERATIONS = 10    # the first step's, whose rate sets the window of the rest
+# A step measured over less than this reads its start more than the workload: the loader's
+# batches fetched ahead during its warm-up (prefetch_factor per worker) are taken at once.
+# The hard-coded loop's 20 iterations (0.2 s, 2 workers) read 7,400-8,200 samples/s where
+# steps of 4 s, and the run itself, read 5,500-6,500 (docs/profiling.md, the styles).
+LEAST_MEASURE_S = 1.0
 
 
 class Session:
@@ -139,3 +149,24 @@ class Session:
         self.bar.update(1)
         if self.bar.disable:     # a batch log: a line per step instead of a redrawn bar
             self.log(f"{PROG}: step {self.runner.steps_run}: {line}")
+
+
+def measured_s(measured: dict[str, Any]) -> float | None:
+    """The seconds a step's measurement spanned, where the probe says."""
+    seconds = measured.get("seconds")
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
+
+
+def window_iterations(measured: dict[str, Any], window_s: float, most: int,
+                      least_s: float = 0.0) -> int:
+    """Measured iterations that fill about `window_s` seconds at the rate of a step just
+    run: slow workloads get fewer (the profile's cost stays near its share of the job),
+    never fewer than LEAST_STEPS nor more than `most`, except that a fast one gets as
+    many as fill `least_s` (LEAST_MEASURE_S where the iterations were not asked for). A
+    count, not a deadline, so every rank of a DDP job stops at the same step."""
+    steps, seconds = measured.get("steps"), measured_s(measured)
+    if not isinstance(steps, (int, float)) or seconds is None or steps <= 0:
+        return most
+    rate = steps / seconds
+    most = max(most, round(least_s * rate))
+    return max(min(most, LEAST_STEPS), min(most, round(window_s * rate)))

@@ -18,7 +18,7 @@ from typing import IO, Any, Callable, Sequence
 import psutil
 
 from slurm_synergy.model.profile import Point
-from slurm_synergy.probe.records import LEAST_STEPS, read_result
+from slurm_synergy.probe.records import read_result
 from slurm_synergy.probe.supervise import command_for, runs_warm
 from slurm_synergy.profiling.errors import ProfilingError
 from slurm_synergy.slurm import Slurm
@@ -364,36 +364,6 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-MOST_ITERATIONS = 20     # measured in a step, unless asked (--max-iterations) or LEAST_MEASURE_S
-FIRST_ITERATIONS = 10    # the first step's, whose rate sets the window of the rest
-# A step measured over less than this reads its start more than the workload: the loader's
-# batches fetched ahead during its warm-up (prefetch_factor per worker) are taken at once.
-# The hard-coded loop's 20 iterations (0.2 s, 2 workers) read 7,400-8,200 samples/s where
-# steps of 4 s, and the run itself, read 5,500-6,500 (docs/profiling.md, the styles).
-LEAST_MEASURE_S = 1.0
-
-
-def measured_s(measured: dict[str, Any]) -> float | None:
-    """The seconds a step's measurement spanned, where the probe says."""
-    seconds = measured.get("seconds")
-    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
-
-
-def window_iterations(measured: dict[str, Any], window_s: float, most: int,
-                      least_s: float = 0.0) -> int:
-    """Measured iterations that fill about `window_s` seconds at the rate of a step just
-    run: slow workloads get fewer (the profile's cost stays near its share of the job),
-    never fewer than LEAST_STEPS nor more than `most`, except that a fast one gets as
-    many as fill `least_s` (LEAST_MEASURE_S where the iterations were not asked for). A
-    count, not a deadline, so every rank of a DDP job stops at the same step."""
-    steps, seconds = measured.get("steps"), measured_s(measured)
-    if not isinstance(steps, (int, float)) or seconds is None or steps <= 0:
-        return most
-    rate = steps / seconds
-    most = max(most, round(least_s * rate))
-    return max(min(most, LEAST_STEPS), min(most, round(window_s * rate)))
 
 
 def to_point(step: Step, measured: dict[str, Any], wall: float, mem_mb: int,

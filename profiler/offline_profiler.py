@@ -7,9 +7,10 @@ does, and store the profile under the workload's fingerprint.
 Each measurement is an `srun` step of the current allocation, held by Slurm's cgroups to
 k cores, that runs the script under the script probe (slurm_synergy.probe): the script
 is not changed and need declare nothing. The probe sets the loader's workers for the
-step, counts the batches its loaders yield, times the wait on them, and ends the script
-after a warm-up and --max-iterations measured steps (fewer where they would take more
-than --window seconds at the first step's rate). CPU sensitivity is swept: the full
+step (the job's own with --workers), counts the batches its loaders yield, times the
+wait on them, and ends the script after a warm-up and --max-iterations measured steps
+(fewer where they would take more than --window seconds at the first step's rate; by
+default, more where 20 would take under a second). CPU sensitivity is swept: the full
 allocation first, then half the cores while throughput stays within --plateau of the
 best (Synergy's search). The throughput model is fitted to an input-only step (the
 script's own loader drained alone) and a compute-only step (its first batch replayed),
@@ -71,7 +72,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "the batches its loader fetched ahead)")
     add("--window", type=positive_float, default=4.0,
         help="seconds each step measures, as iterations at the first step's rate (at "
-        "least 5, at most --max-iterations; default %(default)s)")
+        "least 5, at most --max-iterations, or its default's second; default %(default)s)")
     add("--warmup", type=int, default=3,
         help="first iterations of each step left out (default %(default)s)")
     add("--workers", type=int_at_least(0), metavar="N",

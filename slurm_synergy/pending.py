@@ -7,7 +7,9 @@ dependencies, so nobody waits in the queue twice. Only jobs marked for measuring
 the same run updated before when its profile changes (a later memory peak); their
 comments then carry asked= and decision= as the shim writes them, and by=<job>, the job
 whose run decided them. A job that started meanwhile, or that Slurm refuses to change,
-is left as it is, with one log line.
+is left as it is, with one log line. Where a later run drops the decision (its program
+changed), the jobs it right-sized ask again for what they were submitted with
+(undo_pending).
 """
 
 from __future__ import annotations
@@ -104,9 +106,15 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
                  log: Callable[[str], None]) -> Undone:
     """Once `fingerprint`'s decision is dropped (`by_job` ran another program under the
     key): this user's pending jobs of it that a decision right-sized (at submission, or in
-    place) go back to what they asked, marked to be measured (profile=1), as a job
-    submitted now would be. A resource the job left to Slurm (asked= says -) keeps the
-    decision's value: Slurm's default cannot be asked for again."""
+    place) go back to what they asked. A plain batch script's is marked profile=1 too: its
+    run is measured (the task prolog's supervisor reads the comment). A job list's script
+    decides at its start from the environment it was submitted with, which Slurm does not
+    update, so it runs as asked, unmeasured; the workload's next submission is marked. A
+    resource the job left to Slurm (asked= says -) keeps the decision's value: Slurm's
+    default cannot be asked for again. Neither gets back its own loader workers where the
+    submission's environment set the decision's (SYNERGY_WORKERS), nor a `synergy tune`
+    change (its tuned= mark is dropped, so that tune --revert does not bring the dropped
+    decision back)."""
     done = Undone()
     for job, comment in _ours_pending(fingerprint, by_job, slurm, done.left):
         before, after = comment_format.asked(comment), comment_format.decision(comment)
@@ -120,8 +128,10 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
             settings["MinMemoryNode"] = str(before.mem_mb)
         if before.gpus and (before.gpus, before.gpu_type) != (after.gpus, after.gpu_type):
             settings["TresPerNode"] = "gres:" + gres_text(before.gpus, before.gpu_type)
-        settings["Comment"] = comment_format.with_marks(
-            comment_format.without(comment, "asked", "decision", "by"), profile="1")
+        plain = comment_format.marks(comment).get("plain") == "1"
+        kept = comment_format.without(comment, "asked", "decision", "by", "tuned")
+        settings["Comment"] = (comment_format.with_marks(kept, profile="1") if plain else
+                               comment_format.without(kept, "profile"))
         target = job.job_id.split("_")[0] if job.array else job.job_id
         try:
             slurm.update_job(target, settings)
@@ -132,12 +142,12 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
             continue
         asked = comment_format.asked_text(before.cpus, before.mem_mb, before.gpus,
                                           before.gpu_type)
-        kept = [name for name, v in (("cores", before.cpus), ("memory", before.mem_mb))
-                if v is None]
+        unset = [name for name, v in (("cores", before.cpus), ("memory", before.mem_mb))
+                 if v is None]
         log(f"slurm-synergy: job {job.job_id} asks again for what it was submitted with "
-            f"({asked})" + (f"; its {' and '.join(kept)}, left to Slurm at submission, "
-                            "keep the dropped decision's" if kept else "")
-            + "; its run is measured")
+            f"({asked})" + (f"; its {' and '.join(unset)}, left to Slurm at submission, "
+                            "keep the dropped decision's" if unset else "")
+            + ("; its run is measured" if plain else "; it runs as asked, unmeasured"))
         done.asked.append((job.job_id, asked))
     return done
 

@@ -15,9 +15,10 @@ Who writes what: submit writes the fingerprint, req= (what the row pinned) and s
 sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
 profile=1 for a workload it has no decision for; a job measured while it trained writes
 measured=run in its own comment, and asked=, decision= and by=<itself> in those of its
-workload's pending jobs, right-sized in place (pending.py), and profile=1 in place of
-asked=, decision= and by= where a later run drops that decision (a job's comment marks
-it for measuring as the shim's environment does); a resubmission after
+workload's pending jobs, right-sized in place (pending.py), and drops asked=, decision=
+and by= again where a later run drops that decision (a plain script's job gains
+profile=1: its comment marks it for measuring as the shim's environment does); a
+resubmission after
 profiling writes from=; `synergy tune` writes tuned=. A mark written again replaces the earlier one; the
 rest of the comment is the user's and is kept. tests/unit/test_comment.py runs the same
 strings through the Lua shim, which spells asked= and decision= the same way.

@@ -295,9 +295,10 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                    "the figure is the model's extrapolation")
     why.append(_memory_note(profile, resident, mem_mb, floor_m, policy, peak_noise))
     procs = alloc.procs
-    # The workers the chosen count was measured with (offline: workers_for's; in the run:
-    # the job's own), so that the decision is what was measured; the rule where not.
-    at = {p.cores: p.workers for p in profile.train_points()}
+    # The workers the chosen count was measured with (offline: the row's, else
+    # workers_for's; in the run: the job's own), so that the decision is what was
+    # measured; the rule where not. A point counts them over all processes.
+    at = {p.cores: p.workers // max(1, procs) for p in profile.train_points()}
     workers = at.get(cpus, workers_for(cpus, procs))
     why.append(f"workers: {workers} data-loader worker(s)"
                + (f" in each of {procs} processes" if procs > 1 else "")

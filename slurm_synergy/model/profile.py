@@ -38,7 +38,7 @@ class Point:
     # an input-only step on the same core)
     measure: str
     cores: int
-    workers: int
+    workers: int                 # loader workers over all the step's processes
     mem_mb: int
     samples_per_s: float
     data_stall_fraction: float

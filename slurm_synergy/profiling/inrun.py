@@ -265,7 +265,8 @@ class Sweep:
         if not full:
             return None
         procs = max(1, len(windows.trainers()))
-        workers = max((r.loader_workers or 0 for r in windows.trainers()), default=0)
+        # Over all processes, as an offline point counts them (steps.to_point).
+        workers = procs * max((r.loader_workers or 0 for r in windows.trainers()), default=0)
         tree = windows.tree
         mem_mb = int(os.environ.get("SLURM_MEM_PER_NODE", "0") or 0)
         gpus = int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0)

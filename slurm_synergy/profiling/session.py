@@ -162,8 +162,9 @@ def window_iterations(measured: dict[str, Any], window_s: float, most: int,
     """Measured iterations that fill about `window_s` seconds at the rate of a step just
     run: slow workloads get fewer (the profile's cost stays near its share of the job),
     never fewer than LEAST_STEPS nor more than `most`, except that a fast one gets as
-    many as fill `least_s` (LEAST_MEASURE_S where the iterations were not asked for). A
-    count, not a deadline, so every rank of a DDP job stops at the same step."""
+    many as fill `least_s` (LEAST_MEASURE_S where the iterations were not asked for),
+    `window_s` still capping them. A count, not a deadline, so every rank of a DDP job
+    stops at the same step."""
     steps, seconds = measured.get("steps"), measured_s(measured)
     if not isinstance(steps, (int, float)) or seconds is None or steps <= 0:
         return most

@@ -100,7 +100,13 @@ def revert(slurm: Slurm, job_id: str, log: Path) -> dict:
     if state is None or state.state != "PENDING":
         raise SynergyError(f"job {job_id} is {state.state.lower() if state else 'gone'}; "
                            "only a pending job can be put back")
-    comment = comment_format.without(slurm.comment(job_id), "tuned")
+    comment = slurm.comment(job_id)
+    if "tuned" not in comment_format.marks(comment):
+        # Sized again since (a dropped decision undone, pending.undo_pending): the log's
+        # "before" is no longer what it asked.
+        raise SynergyError(f"job {job_id}'s comment no longer says it is tuned; its size "
+                           "was set again since, and is left as it is")
+    comment = comment_format.without(comment, "tuned")
     slurm.update_job(job_id, {**_settings(rec["cpus_before"], rec["mem_before_mb"]),
                               "Comment": comment})
     _append(log, {"at": utc_now(), "action": "revert", "job_id": job_id,

@@ -329,6 +329,13 @@ def test_workers_are_those_the_chosen_count_was_measured_with():
     d = decide(inrun, NODE, Policy())
     assert (d.cpus, d.workers) == (1, 3)
     assert any("3 data-loader worker(s), as measured at 1 core(s)" in r for r in d.reasons)
+    # Two processes: a point counts the workers of both, the decision gives each its own.
+    ddp = dataclasses.replace(inrun, allocation=dataclasses.replace(inrun.allocation, procs=2),
+                              points=tuple(dataclasses.replace(p, workers=6)
+                                           for p in light.points))
+    d = decide(ddp, NODE, Policy())
+    assert d.workers == 3 and any("3 data-loader worker(s) in each of 2 processes" in r
+                                  for r in d.reasons), d.reasons
     # A count the sweep did not measure (the model's): the rule, one core to the trainer.
     hungry = decide(profile({2: 190.0, 1: 100.0}, p=0.01, g=400.0), NODE, Policy())
     assert (hungry.cpus, hungry.workers) == (5, 4)

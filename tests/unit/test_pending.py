@@ -116,9 +116,10 @@ def test_a_job_of_several_tasks_is_left_as_asked():
     assert q.updates == []
 
 
-def decided(asked: str, decision: str, by: str = "") -> str:
-    return comment_format.with_marks(comment_format.job_comment(FP), asked=asked,
-                                     decision=decision, **({"by": by} if by else {}))
+def decided(asked: str, decision: str, by: str = "", plain: bool = True, extra: str = "") -> str:
+    head = comment_format.job_comment(FP) + (" plain=1" if plain else "") + extra
+    return comment_format.with_marks(head, asked=asked, decision=decision,
+                                     **({"by": by} if by else {}))
 
 
 def test_a_dropped_decision_sends_the_jobs_it_sized_back_to_what_they_asked():
@@ -127,8 +128,9 @@ def test_a_dropped_decision_sends_the_jobs_it_sized_back_to_what_they_asked():
         "decision=c1,m1024,g1,w1"
     q = Queue({"11": (queued("11", cpus=1, mem_mb=1280),               # sized in place
                       decided("c2,m3072,g1", "c1,m1280,g1,w1", by="10")),
-               "12": (queued("12", cpus=2, mem_mb=2048),               # by the shim
-                      decided("c4,m8192,g1", "c2,m2048,g1,w1")),
+               "12": (queued("12", cpus=2, mem_mb=2048),               # a job list's, tuned
+                      decided("c4,m8192,g1", "c2,m2048,g1,w1", plain=False,
+                              extra=" tuned=c2,m2048")),
                "13": (queued("13"), marked()),                        # never decided
                "14": (queued("14", cpus=1, mem_mb=1024), other),      # another workload
                "15": (queued("15", "RUNNING", cpus=1), decided("c2,m3072,g1", "c1,m1280,g1,w1")),
@@ -143,9 +145,14 @@ def test_a_dropped_decision_sends_the_jobs_it_sized_back_to_what_they_asked():
     assert (q.jobs["16"][0].cpus_per_task, q.jobs["16"][0].mem_mb) == (1, 1280)
     for job in ("11", "12", "16"):
         marks = comment_format.marks(q.jobs[job][1])
-        assert marks.get("profile") == "1" and not {"asked", "decision", "by"} & set(marks)
+        assert not {"asked", "decision", "by", "tuned"} & set(marks)
         assert comment_format.fingerprint(q.jobs[job][1]) == FP
+        # A plain script's run is measured (its supervisor reads the comment); a job
+        # list's script decides from the environment it was submitted with: as asked.
+        assert (marks.get("profile") == "1") is (job != "12")
     assert q.jobs["13"][1] == marked() and q.jobs["14"][1] == other
+    assert lines[0].endswith("(c2,m3072,g1); its run is measured")
+    assert lines[1].endswith("(c4,m8192,g1); it runs as asked, unmeasured")
     assert "cores and memory, left to Slurm at submission, keep the dropped decision's" \
         in lines[-1]
 

@@ -82,17 +82,7 @@ class Session:
                                                        self.least_s)
             seconds = measured_s(m)
             if seconds is not None and seconds < self.least_s:
-                # Too short for its rate to count: that comes from a run of the window
-                # just set; its memory, the script's own start's, still does.
-                again, more = self.runner.run(step, False, 0.0)
-                rerun = to_point(step, again, more, self.mem_mb, self.procs)
-                pt = replace(pt, samples_per_s=rerun.samples_per_s,
-                             data_stall_fraction=rerun.data_stall_fraction,
-                             host_cpu_s_per_sample=rerun.host_cpu_s_per_sample,
-                             step_s=wall + more)
-                self.log(f"{PROG}: the first run measured {seconds:.2f}s, under "
-                         f"{self.least_s:g}s: its rate is a second run's, of "
-                         f"{self.runner.iterations} iterations")
+                pt = self._rate_again(step, pt, seconds)
         self.measured.setdefault(k, m)
         self.runs.setdefault(k, []).append(pt)
         if self.bar.total is not None and self.runner.steps_run > self.bar.total:
@@ -103,6 +93,25 @@ class Session:
                      f"{pt.data_stall_fraction:.0%} waiting on data ({pt.step_s:.0f}s)"
                      + (f", run {n}" if n > 1 else ""))
         return pt.samples_per_s
+
+    def _rate_again(self, step: Step, first: Point, seconds: float) -> Point:
+        """A first run too short for its rate to count: the rate of a run of the window
+        just set; the memory is still the first's (the script's own start). Where that
+        run fails (a script a fork of the warm interpreter cannot run), the first's."""
+        try:
+            again, more = self.runner.run(step, False, 0.0)
+        except ProfilingError as e:
+            self.log(f"{PROG}: the first run measured {seconds:.2f}s, under "
+                     f"{self.least_s:g}s, and its second run failed "
+                     f"({str(e).splitlines()[0]}): its own rate counts")
+            return first
+        rerun = to_point(step, again, more, self.mem_mb, self.procs)
+        self.log(f"{PROG}: the first run measured {seconds:.2f}s, under {self.least_s:g}s: "
+                 f"its rate is a second run's, of {self.runner.iterations} iterations")
+        return replace(first, samples_per_s=rerun.samples_per_s,
+                       data_stall_fraction=rerun.data_stall_fraction,
+                       host_cpu_s_per_sample=rerun.host_cpu_s_per_sample,
+                       step_s=first.step_s + more)
 
     def rates(self, k: int) -> list[float]:
         return [r.samples_per_s for r in self.runs[k]]

@@ -35,14 +35,24 @@ class InPlace:
     left: list[tuple[str, str]] = field(default_factory=list)      # job, why
 
 
-def settings_for(r: Rightsized, asked_gpus: int) -> dict[str, str]:
-    """`scontrol update` fields: cores (CPUsPerTask, with the totals Slurm does not
-    derive again), memory per node, and the GPUs where the decision changed them."""
-    out = {"CPUsPerTask": str(r.cpus), "NumCPUs": str(r.cpus), "MinCPUsNode": str(r.cpus),
-           "MinMemoryNode": str(r.mem_mb)}
-    if r.gpus and (r.gpus != asked_gpus or r.gpu_type):
-        out["TresPerNode"] = f"gres:{r.gres}"
+def _size_settings(cpus: int | None, mem_mb: int | None, gres: str | None) -> dict[str, str]:
+    """`scontrol update` fields for a size: cores (CPUsPerTask, with the totals Slurm does
+    not derive again), memory per node (MB), GPUs (--gres's value); None leaves one as
+    it is."""
+    out: dict[str, str] = {}
+    if cpus is not None:
+        out.update(CPUsPerTask=str(cpus), NumCPUs=str(cpus), MinCPUsNode=str(cpus))
+    if mem_mb is not None:
+        out["MinMemoryNode"] = str(mem_mb)
+    if gres is not None:
+        out["TresPerNode"] = f"gres:{gres}"
     return out
+
+
+def settings_for(r: Rightsized, asked_gpus: int) -> dict[str, str]:
+    """The fields of a decision applied: its GPUs only where it changed them."""
+    changed = r.gpus and (r.gpus != asked_gpus or r.gpu_type)
+    return _size_settings(r.cpus, r.mem_mb, r.gres if changed else None)
 
 
 def _asked(job: QueuedJob, comment: str, by_job: str, slurm: Slurm) -> Asked:
@@ -120,14 +130,9 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
         before, after = comment_format.asked(comment), comment_format.decision(comment)
         if before is None or after is None:
             continue
-        settings: dict[str, str] = {}
-        if before.cpus is not None:
-            settings.update(CPUsPerTask=str(before.cpus), NumCPUs=str(before.cpus),
-                            MinCPUsNode=str(before.cpus))
-        if before.mem_mb is not None:
-            settings["MinMemoryNode"] = str(before.mem_mb)
-        if before.gpus and (before.gpus, before.gpu_type) != (after.gpus, after.gpu_type):
-            settings["TresPerNode"] = "gres:" + gres_text(before.gpus, before.gpu_type)
+        changed = before.gpus and (before.gpus, before.gpu_type) != (after.gpus, after.gpu_type)
+        settings = _size_settings(before.cpus, before.mem_mb,
+                                 gres_text(before.gpus, before.gpu_type) if changed else None)
         plain = comment_format.marks(comment).get("plain") == "1"
         kept = comment_format.without(comment, "asked", "decision", "by", "tuned")
         settings["Comment"] = (comment_format.with_marks(kept, profile="1") if plain else

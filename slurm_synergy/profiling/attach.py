@@ -134,7 +134,7 @@ def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
         alone = not (tasks.isdigit() and int(tasks) > 1)
         if marked and not alone:
             log(f"{PROG}: job {job_id}'s step runs {tasks} tasks: watched, not swept")
-        beside = choose(req, policy, slurm, marked and alone, held, log, may_sweep=alone)
+        beside = choose(req, policy, slurm, marked, held, log, may_sweep=alone)
         if marked != beside.swept:
             # The records at the windows' pace (a job marked since its submission: the
             # anchor set the watch's) or back at the watch's.

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from profiler.gpumem import estimate  # noqa: E402
-from slurm_synergy.csvjobs import load_jobs  # noqa: E402
+from slurm_synergy.submission.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.profiling.gpumem import estimate_gpu_memory, nearby  # noqa: E402
 
 

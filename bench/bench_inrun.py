@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench_profiles import decided, decided_already  # noqa: E402
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
-from slurm_synergy.csvjobs import load_jobs  # noqa: E402
+from slurm_synergy.submission.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.engine import NoDecision, decide  # noqa: E402
 from slurm_synergy.model.policy import Policy, load_policy, site_catalog  # noqa: E402
@@ -46,7 +46,7 @@ from slurm_synergy.model.profile import Profile  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S  # noqa: E402
 from slurm_synergy.profiles import ProfileStore, user_folder  # noqa: E402
-from slurm_synergy.shim.table import node_shape  # noqa: E402
+from slurm_synergy.slurm import node_shape  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 SUITE = ROOT / "jobs_csv" / "profile_suite.csv"

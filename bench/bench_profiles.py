@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
-from slurm_synergy.csvjobs import load_jobs  # noqa: E402
+from slurm_synergy.submission.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.engine import Decision, NoDecision, decide  # noqa: E402
 from slurm_synergy.model.policy import load_policy, site_catalog  # noqa: E402
@@ -39,8 +39,8 @@ from slurm_synergy.model.throughput import fit_components  # noqa: E402
 from slurm_synergy.paths import policy_path  # noqa: E402
 from slurm_synergy.profile_table import JOB_HOUR_S, markdown, plot  # noqa: E402
 from slurm_synergy.profiles import ProfileStore, user_folder  # noqa: E402
-from slurm_synergy.shim.table import entries_of, node_shape, read, table_path  # noqa: E402
-from slurm_synergy.slurm import Slurm  # noqa: E402
+from slurm_synergy.decisions.table import entries_of, read, table_path  # noqa: E402
+from slurm_synergy.slurm import Slurm, node_shape  # noqa: E402
 
 
 def profile_round(csv: Path, work: Path, steps: str = "warm") -> list[Profile]:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.model.engine import Decision, NodeShape  # noqa: E402
 from slurm_synergy.model.policy import Policy  # noqa: E402
-from slurm_synergy.shim.table import TABLE_NAME, render, sync, write  # noqa: E402
+from slurm_synergy.decisions.table import TABLE_NAME, render, sync, write  # noqa: E402
 
 FP = "0123456789abcdef"
 ME = os.geteuid()      # the bench submits as this user; the table sizes its jobs

@@ -32,7 +32,7 @@ from slurm_synergy.model.policy import Policy  # noqa: E402
 from slurm_synergy.model.profile import (Allocation, GpuReadings, Point,  # noqa: E402
                                          Profile, ThroughputModel)
 from slurm_synergy.profiles import ProfileStore, user_folder, user_stores  # noqa: E402
-from slurm_synergy.shim.table import compile_decisions  # noqa: E402
+from slurm_synergy.decisions.table import compile_decisions  # noqa: E402
 
 VICTIM, ATTACKER = 1000, 1001
 FP = "0123456789abcdef"

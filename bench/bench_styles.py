@@ -29,7 +29,7 @@ from bench_inrun import (figures, inrun_round, kept_round, per_round, rate, rati
 from bench_profiles import decided_already, profile_round  # noqa: E402
 from profiler.datagen import ensure_image_dataset  # noqa: E402
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
-from slurm_synergy.csvjobs import load_jobs  # noqa: E402
+from slurm_synergy.submission.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.model.profile import Profile  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 

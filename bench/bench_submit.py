@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
-from slurm_synergy.submit import SubmitOptions, submit_csv  # noqa: E402
+from slurm_synergy.submission.submit import SubmitOptions, submit_csv  # noqa: E402
 
 
 def job_list(folder: Path, rows: int) -> Path:

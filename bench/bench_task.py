@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench_probe import PER_BATCH, WORKLOADS  # noqa: E402
 from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.probe.records import BOOT  # noqa: E402
-from slurm_synergy.render import environment  # noqa: E402
+from slurm_synergy.templating import environment  # noqa: E402
 
 FP = "00000000000be7c1"
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster, tail
 from slurm_synergy.jobs import job_table, records, wait
-from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.submit import SubmitOptions, submit_csv
+from slurm_synergy.submission.submit import SubmitOptions, submit_csv
 
 EXAMPLE = paths.JOBS_CSV / "rightsize.csv"
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from slurm_synergy import paths
-from slurm_synergy.model.errors import SlurmUnreachable, SlurmError
+from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
+from slurm_synergy.model.engine import NodeShape, shape_of
 from slurm_synergy.model.units import gpu_count, mem_mb
 
 SEP = "\x1f"
@@ -443,3 +444,11 @@ class Slurm:
             if len(values) == len(fields):
                 rows.append(dict(zip(fields, values)))
         return rows
+
+
+def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
+    """The shape of `partition`'s nodes (all nodes where None), as the engine sizes jobs for."""
+    nodes = slurm.nodes(partition)
+    if not nodes:
+        raise SynergyError(f"sinfo lists no nodes{f' in partition {partition}' if partition else ''}")
+    return shape_of(nodes)

@@ -16,12 +16,14 @@ from slurm_synergy.model.profile import Profile
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.model.engine import Decision, NoDecision, decide
-from slurm_synergy.shim.install import apply, plan_text
+from slurm_synergy.plugin.install import apply, plan_text
 from slurm_synergy.model.policy import load_catalog, load_site
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiling.errors import NOTHING_TO_GAIN_EXIT
-from slurm_synergy.shim.resubmit import NothingToGain, read_chains, resubmit
-from slurm_synergy.shim.table import entries_of, node_shape, read, sync, table_path
+from slurm_synergy.submission.resubmit import NothingToGain, resubmit
+from slurm_synergy.chains import read_chains
+from slurm_synergy.decisions.table import entries_of, read, sync, table_path
+from slurm_synergy.slurm import node_shape
 
 
 

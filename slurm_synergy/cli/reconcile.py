@@ -20,9 +20,9 @@ def run(args: argparse.Namespace) -> int:
     """Set the ledger's rows (the CSVs' only, where given) against Slurm: a line per row
     with its job and state, or what was done with it. Exits 1 where a job that should be
     cancelled could not be."""
-    from slurm_synergy.csvjobs import load_jobs
-    from slurm_synergy.ledger import Ledger, ledger_path, row_key
-    from slurm_synergy.reconcile import reconcile
+    from slurm_synergy.submission.csvjobs import load_jobs
+    from slurm_synergy.submission.ledger import Ledger, ledger_path, row_key
+    from slurm_synergy.submission.reconcile import reconcile
     from slurm_synergy.slurm import Slurm
 
     slurm = Slurm()

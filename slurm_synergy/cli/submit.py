@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Submit every row of the job list, all or none: "job id<TAB>name" lines on
     standard output, everything else on standard error."""
-    from slurm_synergy.submit import SubmitOptions, submit_csv
+    from slurm_synergy.submission.submit import SubmitOptions, submit_csv
 
     out = args.out or Path("runs") / args.csv.stem
     opts = SubmitOptions(out=out, dry_run=args.dry_run, sequential=args.sequential,

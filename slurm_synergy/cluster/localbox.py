@@ -22,11 +22,11 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text, locked
 from slurm_synergy.hooks.install import HOOK_FILES, HookPaths, needed_timeout_s, render_wrappers
-from slurm_synergy.shim.install import install_shim
+from slurm_synergy.plugin.install import install_shim
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.shim.table import TABLE_NAME, sync
-from slurm_synergy.render import environment
+from slurm_synergy.decisions.table import TABLE_NAME, sync
+from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.cluster import kept, node as nodemod
 

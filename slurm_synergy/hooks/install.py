@@ -22,10 +22,10 @@ from pathlib import Path
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text
-from slurm_synergy.shim.install import ConfChange, read_conf, write_conf
+from slurm_synergy.slurmconf import ConfChange, read_conf, write_conf
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.render import environment
+from slurm_synergy.templating import environment
 from slurm_synergy.hooks.trust import untrusted
 from slurm_synergy.probe.records import BOOT
 

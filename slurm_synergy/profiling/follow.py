@@ -25,14 +25,14 @@ from typing import Any, Callable
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
-from slurm_synergy.pending import rightsize_pending, undo_pending
+from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
 from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.supervise import Started
 from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.store import sync_decisions
 from slurm_synergy.profiling.windows import PSS_LOOK_S
-from slurm_synergy.shim.decisions import Decider
+from slurm_synergy.decisions.decider import Decider
 from slurm_synergy.slurm import Slurm
 
 PROG = "inrun"              # the in-run wrapper's lines in the job's log

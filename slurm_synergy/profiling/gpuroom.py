@@ -23,7 +23,7 @@ from slurm_synergy.model.profile import GpuMemory
 from slurm_synergy.model.units import gpu_types
 from slurm_synergy import paths
 from slurm_synergy.paths import policy_path
-from slurm_synergy.shim.table import node_shape
+from slurm_synergy.slurm import node_shape
 from slurm_synergy.slurm import Slurm
 
 _GRES_TYPE = re.compile(GRES_TYPE)

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.shim.table import node_shape
+from slurm_synergy.slurm import node_shape
 from slurm_synergy.model.policy import site_catalog
 from slurm_synergy.model.profile import Profile
 from slurm_synergy.paths import policy_path

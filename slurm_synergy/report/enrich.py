@@ -17,7 +17,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.hooks.records import JobGpuStats, stats_for
 from slurm_synergy.model.engine import NodeShape, speed
 from slurm_synergy.model.gpus import Catalog
-from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.chains import read_chains
 from slurm_synergy.model.profile import Profile, ProfileError
 from slurm_synergy.profiles import ProfileStore
 

@@ -24,7 +24,7 @@ import pytest
 from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import records, wait
-from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
 
 ROOT = Path(__file__).resolve().parents[2]

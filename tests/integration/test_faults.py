@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.ledger import ledger_path
+from slurm_synergy.submission.ledger import ledger_path
 
 from .conftest import SYNERGY, executable, synergy
 

@@ -10,12 +10,12 @@ import json
 import pytest
 
 from slurm_synergy import paths
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.shim.table import entries_of, read, table_path
+from slurm_synergy.decisions.table import entries_of, read, table_path
 
-from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
 
 from .conftest import finish, resubmitted, submitted_ids, synergy

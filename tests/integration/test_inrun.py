@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.shim.table import TABLE_NAME, entries_of, read
+from slurm_synergy.submission.csvjobs import load_jobs
+from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 
 from .conftest import finish, submitted_ids, synergy
 

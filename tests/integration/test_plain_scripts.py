@@ -19,9 +19,9 @@ from typing import Iterator
 import pytest
 
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.shim.table import TABLE_NAME, read
+from slurm_synergy.decisions.table import TABLE_NAME, read
 
-from tests.policies import site_policy_with
+from tests.helpers import site_policy_with
 
 from .conftest import ROOT, TENANT_PYTHON, Tenant, finish, synergy
 

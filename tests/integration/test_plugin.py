@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.shim.table import TABLE_NAME, entries_of, read
+from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 from slurm_synergy.slurm import Slurm, tres
 
-from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.chains import read_chains
 
 from .conftest import finish, resubmitted, submitted_ids, synergy
 

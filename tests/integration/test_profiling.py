@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.shim.resubmit import read_chains
+from slurm_synergy.chains import read_chains
 
 from .conftest import ROOT, executable, finish, resubmitted, submitted_ids, synergy
 

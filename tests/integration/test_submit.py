@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 
 from .conftest import ROOT, executable, finish, job_names_in_queue, submitted_ids, synergy
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.shim.table import TABLE_NAME, read
+from slurm_synergy.decisions.table import TABLE_NAME, read
 
-from tests.unit.test_profile_store import make_profile
+from tests.helpers import make_profile
 
 from .conftest import (TENANT_ACCOUNT, TENANT_PYTHON, Tenant, finish, submitted_ids,
                        synergy)

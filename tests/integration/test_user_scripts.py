@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from profiler.datagen import ensure_image_dataset
-from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.shim.table import TABLE_NAME, entries_of, read
+from slurm_synergy.submission.csvjobs import load_jobs
+from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 from slurm_synergy.profiles import ProfileStore
 
 from .conftest import SYNERGY, ROOT, finish, resubmitted, submitted_ids, synergy

@@ -1,6 +1,7 @@
 """The layout docs/architecture.md describes, kept: the core (slurm_synergy/model)
 imports nothing else of the project, nor does the built-in trainer, no two modules
-import each other round a cycle, nothing edits sys.path,
+nor two packages import each other round a cycle, the report and the node hooks build on
+the core alone, nothing edits sys.path,
 only slurm.py runs Slurm's commands, a module over 400 lines says why at its top, and every
 public function of the core and of the command line has a docstring."""
 
@@ -79,10 +80,7 @@ def test_nothing_edits_sys_path():
     assert edits == []
 
 
-def test_no_import_cycles():
-    g = graph()
-    # A package importing its own submodules (its public names) is not a cycle.
-    edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in g.items()}
+def cycles_of(edges: dict[str, set[str]]) -> list[list[str]]:
     state: dict[str, int] = {}
     cycles = []
 
@@ -98,7 +96,42 @@ def test_no_import_cycles():
     for name in sorted(edges):
         if name not in state:
             visit(name, [name])
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_cycles():
+    # A package importing its own submodules (its public names) is not a cycle.
+    edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph().items()}
+    assert cycles_of(edges) == []
+
+
+def package_of(module: str) -> str:
+    """slurm_synergy's subpackage or top-level module that `module` is in (the package
+    itself for its __init__); the other top-level packages whole."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "slurm_synergy" else parts[0]
+
+
+def package_graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for module, targets in graph().items():
+        edges.setdefault(package_of(module), set()).update(
+            package_of(t) for t in targets if package_of(t) != package_of(module))
+    edges.pop("slurm_synergy", None)     # __init__: the version, imported for paths' sake
+    return {m: ts - {"slurm_synergy"} for m, ts in edges.items()}
+
+
+def test_no_import_cycles_between_packages():
+    assert cycles_of(package_graph()) == []
+
+
+def test_the_report_and_the_node_hooks_build_on_the_core_alone():
+    above = {"slurm_synergy." + p for p in
+             ("decisions", "submission", "plugin", "profiling", "cli", "cluster", "tune")}
+    g = package_graph()
+    wrong = {f"{p} -> {t}" for p in ("slurm_synergy.report", "slurm_synergy.hooks")
+             for t in g[p] & above}
+    assert wrong == set()
 
 
 def test_only_slurm_py_runs_slurm_commands():
@@ -123,3 +156,4 @@ def test_the_core_and_the_command_line_say_what_each_public_function_does():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and not node.name.startswith("_") and not ast.get_docstring(node)]
     assert bare == []
+

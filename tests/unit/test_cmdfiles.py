@@ -19,7 +19,7 @@ from slurm_synergy.profiling.inrun import InRunRequest, run_job
 from slurm_synergy.slurm import Slurm
 
 from .test_inrun import FAST, FP, home  # noqa: F401 - the fixture
-from .test_profile_store import make_profile
+from .test_profiles import make_profile
 
 LONG_AGO = time.time() - 600
 

@@ -6,8 +6,8 @@ from slurm_synergy.model import comment as c
 from slurm_synergy.model.comment import Resources
 from slurm_synergy.model.engine import NodeShape
 
-from .test_decision_table import decision
-from .test_shim import FP, OURS, run, table
+from .test_decisions_table import decision
+from .test_job_submit import FP, OURS, run, table
 
 
 def test_marks_are_read_written_and_replaced():

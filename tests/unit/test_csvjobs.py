@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.csvjobs import CsvError, load_jobs
+from slurm_synergy.submission.csvjobs import CsvError, load_jobs
 
 TORCHLOADER_HEADER = "arch,depth,batch,workers,output_folder,port,submit_interval,cuda_device\n"
 

@@ -6,26 +6,12 @@ import pytest
 
 from slurm_synergy.model.engine import NoDecision, NodeShape, decide, shape_of
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.model.profile import (Allocation, CommandFile, FetchRates, GpuReadings, MemoryRaise,
-                                         Point, PointError, PowerPoint, Profile,
-                                         ThroughputModel, combine)
+from slurm_synergy.model.profile import (CommandFile, FetchRates, MemoryRaise,
+                                         Point, PointError, PowerPoint, combine)
 from slurm_synergy.slurm import Node
+from tests.helpers import profile
 
 NODE = NodeShape(cores=16, mem_mb=64000, gpus=4, gpu_types=("a100",))
-
-
-def profile(train, p=0.01, h=0.001, g=None, gpus=1, fetch=None, rss=900.0, sweep=(),
-            gpu_name="", extra=()):
-    """A profile with train points {cores: samples/s} and a components model."""
-    points = tuple(combine([Point("train", k, max(1, k - 1), 4096, run, 0.1, h, rss, 10.0)
-                            for run in (v if isinstance(v, list) else [v])])
-                   for k, v in train.items()) + tuple(extra)
-    model = ThroughputModel("components", p, h, g, rss, fetch)
-    readings = GpuReadings(bool(gpu_name), name=gpu_name, count=gpus, power_sweep=tuple(sweep),
-                           max_limit_w=400.0 if sweep else None)
-    return Profile("0123456789abcdef", "job", ("builtin:train",), 32,
-                   Allocation(max(train), 4096, gpus, "n1", "srun", "7"), points, model,
-                   readings, "t0", "t1", 40.0, "0.1.0")
 
 
 def test_cpu_hungry_and_cpu_light_workloads_get_different_cores():

@@ -9,7 +9,7 @@ from slurm_synergy.model.gpufit import fit_gpu_type
 from slurm_synergy.model.gpus import Catalog, GpuType
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import BatchPeak, GpuMemory
-from tests.unit.test_engine import profile
+from tests.helpers import profile
 
 T4 = GpuType("t4", 15360, 60, 70, 70, 10, 0.21)
 A10 = GpuType("a10", 23028, 100, 150, 150, 15, 0.40)

@@ -11,7 +11,7 @@ import pytest
 from profiler.gpumem import estimate
 from slurm_synergy.model.profile import profile_from_json
 from slurm_synergy.profiling.gpumem import estimate_gpu_memory, nearby
-from tests.unit.test_engine import profile
+from tests.helpers import profile
 
 SMALL = {
     "resnet": ["-a", "resnet", "--depth", "8", "--crop", "32"],

@@ -23,7 +23,7 @@ from slurm_synergy.profiling.inrun import InRunRequest, choose, run_job, sweep_c
 from slurm_synergy.profiling.windows import RunWindows
 from slurm_synergy.slurm import Slurm
 
-from .test_profile_store import make_profile
+from .test_profiles import make_profile
 
 FP = "00000000000000f1"
 ALLOWED = os.sched_getaffinity(0)

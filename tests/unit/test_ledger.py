@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.ledger import Ledger
+from slurm_synergy.submission.ledger import Ledger
 
 
 def test_rows_are_remembered_and_edits_are_new(tmp_path):

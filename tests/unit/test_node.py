@@ -20,7 +20,7 @@ def test_without_hardware_three_nodes_carry_two_catalogued_gpu_types(tmp_path, m
     from slurm_synergy import paths
     from slurm_synergy.cluster import node
     from slurm_synergy.model.policy import load_catalog
-    from slurm_synergy.render import environment
+    from slurm_synergy.templating import environment
     monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
     layout = node.detect(tmp_path)
     assert [(n.name, n.gres) for n in layout.nodes] == [

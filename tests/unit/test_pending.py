@@ -8,7 +8,7 @@ from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.pending import rightsize_pending, undo_pending
+from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
 from slurm_synergy.slurm import QueuedJob
 
 FP = "0123456789abcdef"

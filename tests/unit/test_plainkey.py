@@ -11,10 +11,10 @@ import pytest
 from slurm_synergy.model.comment import FINGERPRINT_HEX, HETERO, OPT_OUT
 from slurm_synergy.model.plainkey import KEY_VERSION, MAX_SCRIPT_BYTES, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.shim.table import MAX_CPUS, MAX_ENTRIES, MAX_GPUS, MAX_MEM_MB
+from slurm_synergy.decisions.table import MAX_CPUS, MAX_ENTRIES, MAX_GPUS, MAX_MEM_MB
 
-from .test_decision_table import decision
-from .test_shim import ROOT, UID, run, table
+from .test_decisions_table import decision
+from .test_job_submit import ROOT, UID, run, table
 
 SCRIPT = """#!/bin/bash
 #SBATCH --cpus-per-task=4
@@ -148,7 +148,7 @@ def test_opted_out_and_skipped_jobs_are_untouched(tmp_path, fields, policy):
 
 
 def test_a_skipped_user_is_untouched(tmp_path, monkeypatch):
-    from slurm_synergy.shim import table as table_module
+    from slurm_synergy.decisions import table as table_module
     monkeypatch.setattr(table_module, "uids_of", lambda names: [UID] if names else [])
     job, _ = submit(tmp_path, SCRIPT, table(policy=Policy(skip_users=("someone",))))
     assert "comment" not in job and "admin_comment" not in job

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from slurm_synergy.csvjobs import load_jobs
-from slurm_synergy.submit import SubmitOptions, plan_units
+from slurm_synergy.submission.csvjobs import load_jobs
+from slurm_synergy.submission.submit import SubmitOptions, plan_units
 
 
 def specs(tmp_path: Path, text: str):

@@ -20,39 +20,9 @@ from slurm_synergy.probe.hooks import batch_size
 from slurm_synergy.probe.supervise import script_name
 from slurm_synergy.probe.tree import ProcessTree, page_kib
 from slurm_synergy.model.options import declared_options, spelling, value_of, without
+from tests.helpers import CORPUS, LOOP
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT / "tests" / "corpus"
-
-# 12 batches of 8 per epoch; it prints "done" only if it runs to its end.
-LOOP = textwrap.dedent("""\
-    import sys
-    import torch
-    from torch.utils.data import DataLoader, Dataset, IterableDataset
-
-    class Items(Dataset):
-        def __len__(self):
-            return 96
-        def __getitem__(self, i):
-            return torch.full((4,), float(i)), i % 3
-
-    class Stream(IterableDataset):
-        def __iter__(self):
-            for i in range(96):
-                yield {"x": torch.full((4,), float(i))}
-
-    kind = sys.argv[1] if len(sys.argv) > 1 else "map"
-    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    loader = DataLoader(Items() if kind == "map" else Stream(), batch_size=8, num_workers=3,
-                        prefetch_factor=2)
-    seen = 0
-    for _ in range(epochs):
-        for batch in loader:
-            seen += 1
-    print("workers", loader.num_workers, "done", seen, flush=True)
-    sys.exit(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
-    """)
-
 
 def probe(tmp_path: Path, *options: str, script: str = LOOP, args=()) -> tuple:
     path = tmp_path / "train.py"

@@ -1,7 +1,7 @@
 """Finding a ledger's rows in what squeue and sacct show: by tag, never by a reused id."""
 
-from slurm_synergy.ledger import LedgerEntry
-from slurm_synergy.reconcile import find
+from slurm_synergy.submission.ledger import LedgerEntry
+from slurm_synergy.submission.reconcile import find
 
 TAG, OTHER = "a1b2c3d4e5f6", "0123456789ab"
 

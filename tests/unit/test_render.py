@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.render import render, task_for
+from slurm_synergy.submission.render import render, task_for
 
 # A user's script that declares --arch, --batch and -j/--workers (and parses nothing).
 ECHO_ARGS = ("import argparse, json, sys\n"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.model.rightsize import Rightsized
-from slurm_synergy.render import render, task_for
+from slurm_synergy.submission.render import render, task_for
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "render"
 POLICY = Path(__file__).resolve().parents[2] / "etc" / "policy.toml"

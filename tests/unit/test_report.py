@@ -12,7 +12,7 @@ from slurm_synergy.model.units import duration_s, mem_mb
 from slurm_synergy import paths
 from slurm_synergy.report import accounting, advice, enrich, output, summary
 from slurm_synergy.report.build import Report
-from tests.unit.test_engine import profile
+from tests.helpers import profile
 
 FP = "0123456789abcdef"
 

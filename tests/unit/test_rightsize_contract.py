@@ -12,8 +12,8 @@ from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.rightsize import Asked, LeftAsAsked, rightsize
 
-from .test_decision_table import decision
-from .test_shim import FP, run, table
+from .test_decisions_table import decision
+from .test_job_submit import FP, run, table
 
 # (what the job asks: cpus, MB, GPUs, GPU type, pinned), (the decision: cpus, MB, GPUs,
 # its GPU type, workers, power limit, training processes), the site lets pins win

@@ -23,7 +23,7 @@ from slurm_synergy.simulate.simulator import Setup, simulate
 from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, poisson_trace, read_trace,
                                           write_trace)
 from slurm_synergy.simulate.workload import read_matrix
-from tests.unit.test_engine import profile
+from tests.helpers import profile
 
 WORK = read_matrix()
 TRACE = read_trace(SYNERGY_STATIC_TRACE)

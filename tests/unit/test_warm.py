@@ -16,7 +16,7 @@ from slurm_synergy.profiling.errors import ProfilingError
 from slurm_synergy.profiling.steps import Runner, Step
 from slurm_synergy.slurm import Slurm
 
-from tests.unit.test_probe import CORPUS, LOOP
+from tests.helpers import CORPUS, LOOP
 
 # What the script sees of its start, written where the test can read it; then the loop.
 FACTS = textwrap.dedent("""\

@@ -1,4 +1,4 @@
--- Runs etc/job_submit.lua outside slurmctld, for the unit tests (tests/unit/test_shim.py).
+-- Runs etc/job_submit.lua outside slurmctld, for the unit tests (tests/unit/test_job_submit.py).
 -- usage: lua5.1 harness.lua SHIM JOBS [PARTITIONS]
 -- JOBS holds jobs as "key=value" lines (env.NAME=value for the environment, argv.N=value
 -- for the script's argv (argv.0 its path), script_from=FILE for the batch script's text,

@@ -4,27 +4,10 @@ import json
 
 import pytest
 
-from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
-                                         PowerPoint, Profile, ProfileError, ThroughputModel)
+from slurm_synergy.model.profile import (ProfileError)
 from slurm_synergy.profiles import ProfileStore
+from tests.helpers import FP, make_profile
 
-FP = "0123456789abcdef"
-
-
-def make_profile(fp: str = FP) -> Profile:
-    points = (Point("train", 2, 1, 4096, 100.0, 0.2, 0.01, 900.0, 12.0,
-                    repeats=(100.0, 96.0, 103.0), anon_mb=410.5),
-              Point("train", 1, 1, 4096, 60.0, 0.5, 0.01, 850.0, 14.0),
-              Point("loader", 1, 1, 4096, 80.0, 0.9, 0.002, 300.0, 8.0),
-              Point("compute", 2, 0, 4096, 150.0, 0.0, 0.006, 700.0, 9.0))
-    model = ThroughputModel("components", 0.0125, 0.006, None, 900.0,
-                            FetchRates(3000.0, 200.0, 50.0, 0.05, 40),
-                            (PointError(2, 1, 100.0, 95.0), PointError(1, 1, 60.0, 54.0)))
-    gpu = GpuReadings(True, name="H100", count=1, util_pct=80.0, power_limit_w=700.0,
-                      power_sweep=(PowerPoint(700.0, 100.0, 650.0),))
-    return Profile(fp, "resnet-b64", ("builtin:train", "--arch", "resnet"), 64,
-                   Allocation(2, 4096, 0, "vm", "srun", "42"), points, model, gpu,
-                   "2026-11-22T10:00:00+00:00", "2026-11-22T10:01:00+00:00", 60.5, "0.1.0")
 
 
 def test_round_trip_keeps_every_field(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.engine import Decision, NodeShape
 from slurm_synergy.model.policy import Policy, load_policy
-from slurm_synergy.shim.table import entries_of, read, render, write
+from slurm_synergy.decisions.table import entries_of, read, render, write
 from slurm_synergy import paths
 
 
@@ -88,7 +88,7 @@ def test_a_bad_policy_is_refused_naming_the_setting(tmp_path, text, words):
 
 
 def test_install_adds_what_slurm_conf_lacks_and_is_idempotent():
-    from slurm_synergy.shim.install import conf_edit
+    from slurm_synergy.plugin.install import conf_edit
 
     text = "ClusterName=x\nJobSubmitPlugins=require_timelimit  # site's own\n"
     new, changes = conf_edit(text)
@@ -103,7 +103,7 @@ def test_a_profile_too_noisy_to_decide_is_left_out_of_the_table_with_its_reason(
     from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, Profile,
                                              ThroughputModel, combine)
     from slurm_synergy.profiles import ProfileStore
-    from slurm_synergy.shim.table import compile_decisions
+    from slurm_synergy.decisions.table import compile_decisions
 
     def profile(fp, runs_1c):
         train = (combine([Point("train", 2, 1, 4096, v, 0.1, 0.001, 900.0, 10.0)
@@ -140,10 +140,10 @@ def test_per_job_limits_are_each_users_least_over_their_associations():
 def test_a_decision_past_its_users_per_job_limit_is_left_out_naming_it(tmp_path):
     from slurm_synergy.model.engine import NodeShape
     from slurm_synergy.profiles import ProfileStore
-    from slurm_synergy.shim.table import compile_decisions
+    from slurm_synergy.decisions.table import compile_decisions
     from slurm_synergy.slurm import JobLimit
 
-    from .test_profile_store import FP, make_profile
+    from .test_profiles import FP, make_profile
 
     store = ProfileStore(tmp_path)
     store.save(make_profile())

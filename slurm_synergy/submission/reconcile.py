@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from slurm_synergy.model.comment import tag as comment_tag
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.jobs import FINAL_STATES
-from slurm_synergy.ledger import LedgerEntry, Ledger
+from slurm_synergy.submission.ledger import LedgerEntry, Ledger
 from slurm_synergy.slurm import Slurm
 
 _ACCT_FIELDS = ("JobID", "JobName", "State", "Comment")

@@ -10,67 +10,25 @@ chains.jsonl in the user's synergy home, per cluster (paths.cluster_dir).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from slurm_synergy import paths
+from slurm_synergy.chains import ChainLink, record
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.fileio import locked
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.gpuroom import GpuMove, read_move
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.shim.decisions import Decider, resolve_mode
+from slurm_synergy.decisions.decider import Decider, resolve_mode
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.shim.table import read as read_table
-from slurm_synergy.shim.table import entries_of, table_path
-
-@dataclass(frozen=True)
-class ChainLink:
-    fingerprint: str
-    job_name: str
-    profiled_job: str
-    resubmitted_job: str
-    mode: str                   # shim: slurmctld's shim decided; user: this command did
-    decision: str               # the decision's summary in user mode ("" under the shim)
-    at: float
-
-
-def chains_path(cluster: str) -> Path:
-    return paths.cluster_dir(cluster) / "chains.jsonl"
-
-
-def record(link: ChainLink, path: Path | None = None) -> None:
-    path = path or chains_path(paths.job_cluster())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path.with_suffix(".lock")):
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(asdict(link), sort_keys=True) + "\n")
-
-
-def read_chains(cluster: str, path: Path | None = None) -> list[ChainLink]:
-    """The chains of jobs of `cluster` (slurm.Slurm.cluster_name)."""
-    path = path or chains_path(cluster)
-    if not path.exists():
-        return []
-    links = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        try:
-            links.append(ChainLink(**json.loads(line)))
-        except (ValueError, TypeError) as e:
-            if number == len(lines):
-                break           # a record being appended right now
-            raise SynergyError(f"{path} line {number} is not a chain record ({e})") from None
-    return links
-
+from slurm_synergy.decisions.table import read as read_table
+from slurm_synergy.decisions.table import entries_of, table_path
 
 def resubmit(job_id: str, script: Path, comment: str, job_name: str,
              array_task: str = "", mode: str = "auto", slurm: Slurm | None = None,

@@ -8,34 +8,16 @@ table beside it. Applying is idempotent: lines and files already right are left 
 from __future__ import annotations
 
 import re
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_synergy import paths
-from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.slurmconf import ConfChange, read_conf, write_conf
 from slurm_synergy.fileio import atomic_write_text
-from slurm_synergy.shim.table import TABLE_NAME
+from slurm_synergy.decisions.table import TABLE_NAME
 
 SHIM = paths.ETC / "job_submit.lua"
 # slurm.conf keys and the value each must include.
 CONF_NEEDS = (("JobSubmitPlugins", "lua"), ("AccountingStoreFlags", "job_comment"))
-
-
-@dataclass(frozen=True)
-class ConfChange:
-    what: str
-    done: bool                  # already in place
-
-    @property
-    def planned(self) -> str:
-        """As a plan prints it."""
-        return f"#    {'ok  ' if self.done else 'add '} {self.what}"
-
-    @property
-    def applied(self) -> str:
-        """As --apply reports it."""
-        return ("ok   " if self.done else "done ") + self.what
 
 
 def conf_edit(text: str) -> tuple[str, list[ConfChange]]:
@@ -68,23 +50,6 @@ def install_shim(conf_dir: Path) -> ConfChange:
     return ConfChange(f"{target} <- {SHIM}", False)
 
 
-def read_conf(conf: Path) -> str:
-    try:
-        return conf.read_text()
-    except OSError as e:
-        raise SynergyError(f"cannot read {conf}: {e.strerror}") from None
-
-
-def write_conf(conf: Path, old: str, new: str) -> bool:
-    """slurm.conf replaced by `new`, the old one kept as slurm.conf.synergy-backup; False
-    when there was nothing to change."""
-    if new == old:
-        return False
-    shutil.copy2(conf, conf.with_name(conf.name + ".synergy-backup"))
-    atomic_write_text(conf, new, conf.stat().st_mode & 0o777)
-    return True
-
-
 def plan_text(conf: Path) -> str:
     _, changes = conf_edit(read_conf(conf))
     lines = [f"# slurm-synergy for the cluster of {conf}",
@@ -106,7 +71,7 @@ def plan_text(conf: Path) -> str:
 def apply(conf: Path, reconfigure: bool = True) -> list[str]:
     """Install into the cluster of `conf`; returns one line per change or check."""
     from slurm_synergy.slurm import Slurm
-    from slurm_synergy.shim.table import sync
+    from slurm_synergy.decisions.table import sync
 
     text = read_conf(conf)
     new, changes = conf_edit(text)

@@ -14,9 +14,9 @@ import pytest
 
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.shim.table import TABLE_NAME, render
+from slurm_synergy.decisions.table import TABLE_NAME, render
 
-from .test_decision_table import decision
+from .test_decisions_table import decision
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).parent / "lua" / "harness.lua"

@@ -23,7 +23,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.rightsize import Asked, LeftAsAsked, Rightsized, rightsize
 from slurm_synergy.model.units import gpu_types, gres_text
-from slurm_synergy.shim.decisions import Decider
+from slurm_synergy.decisions.decider import Decider
 from slurm_synergy.slurm import QueuedJob, Slurm
 
 

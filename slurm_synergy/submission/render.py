@@ -7,18 +7,16 @@ missing value into an error rather than an empty string.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import jinja2
 
 from slurm_synergy import paths
+from slurm_synergy.templating import environment
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import SYNTHETIC_DATASET, JobSpec, torchrun_argv
 from slurm_synergy.model.rightsize import Rightsized
@@ -38,28 +36,6 @@ class Task:
     spec: JobSpec
     output: str
     argv: tuple[str, ...]
-
-
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-
-
-@functools.lru_cache(maxsize=None)
-def environment(folder: Path = paths.TEMPLATES) -> jinja2.Environment:
-    """Templates of shell scripts and Slurm files (templates/, etc/): strict, not HTML-
-    escaped, `q` for shell quoting, `oneline` for a file name in a comment line (a newline
-    there would start a line the shell runs). Built once per folder: a fresh environment would
-    compile a template again for every row."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)),
-                             undefined=jinja2.StrictUndefined, autoescape=False,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters["q"] = lambda value: shlex.quote(str(value))
-    env.filters["oneline"] = oneline
-    return env
-
-
-def oneline(value: object) -> str:
-    """`value` with its control characters written as escapes: it stays on its line."""
-    return CONTROL_RE.sub(lambda m: repr(m.group())[1:-1], str(value))
 
 
 def python_for_jobs() -> str:

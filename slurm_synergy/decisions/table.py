@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from slurm_synergy import paths
+from slurm_synergy.slurm import node_shape
 from slurm_synergy.model.comment import FINGERPRINT
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text, locked
 from slurm_synergy.model.profile import ProfileError
 from slurm_synergy.profiles import ProfileStore, stores_to_compile
 from slurm_synergy.slurm import JobLimit, Slurm
-from slurm_synergy.model.engine import Decision, NodeShape, decide, shape_of
+from slurm_synergy.model.engine import Decision, NodeShape, decide
 from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.policy import Policy, load_site, site_catalog
 from slurm_synergy.paths import policy_path
@@ -147,13 +148,6 @@ def entries_of(entries: dict[tuple[int, str], TableEntry],
     """The entries that size the jobs `uid` (the caller) submits, by fingerprint."""
     uid = os.geteuid() if uid is None else uid
     return {fp: e for (owner, fp), e in entries.items() if owner == uid}
-
-
-def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:
-    nodes = slurm.nodes(partition)
-    if not nodes:
-        raise SynergyError(f"sinfo lists no nodes{f' in partition {partition}' if partition else ''}")
-    return shape_of(nodes)
 
 
 def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: Policy,

@@ -20,9 +20,9 @@ from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import ProfileError
 from slurm_synergy.profiles import MAX_PROFILE_BYTES, ProfileStore, user_stores
 from slurm_synergy.slurm import JobLimit
-from slurm_synergy.shim.table import MAX_PER_USER, compile_decisions, group_members, shared
+from slurm_synergy.decisions.table import MAX_PER_USER, compile_decisions, group_members, shared
 
-from .test_profile_store import make_profile
+from .test_profiles import make_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 VICTIM, ATTACKER = 1000, 1001

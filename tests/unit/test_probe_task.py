@@ -18,8 +18,8 @@ import pytest
 from slurm_synergy import paths
 from slurm_synergy.probe.records import BOOT
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.render import environment
-from tests.policies import site_policy_with
+from slurm_synergy.templating import environment
+from tests.helpers import site_policy_with
 
 FP = "00000000000000a7"
 PYTHON = sys.executable

@@ -15,7 +15,8 @@ from slurm_synergy.model.engine import Decision, NodeShape, decide
 from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.policy import Policy, site_catalog
 from slurm_synergy.paths import policy_path
-from slurm_synergy.shim.table import node_shape, table_path
+from slurm_synergy.slurm import node_shape
+from slurm_synergy.decisions.table import table_path
 
 MODES = ("auto", "shim", "user")
 

@@ -16,19 +16,19 @@ from typing import Callable, Sequence
 
 from tqdm import tqdm
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.model.jobspec import JobSpec
-from slurm_synergy.ledger import LedgerEntry, Ledger, ledger_path, new_tag, row_key
-from slurm_synergy.shim.decisions import Decider, resolve_mode
+from slurm_synergy.submission.ledger import LedgerEntry, Ledger, ledger_path, new_tag, row_key
+from slurm_synergy.decisions.decider import Decider, resolve_mode
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.model.units import gpu_types
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.reconcile import reconcile
-from slurm_synergy.render import Task, check_out_dir, render, render_hetero, task_for
+from slurm_synergy.submission.reconcile import reconcile
+from slurm_synergy.submission.render import Task, check_out_dir, render, render_hetero, task_for
 from slurm_synergy.slurm import Slurm
 
 

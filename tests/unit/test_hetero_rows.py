@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy.csvjobs import load_jobs
+from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model.comment import decision, marks
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.render import render_hetero, task_for
+from slurm_synergy.submission.render import render_hetero, task_for
 
 ZEUS2 = Path(__file__).resolve().parents[2] / "data" / "zeus2"
 CELL = f"local4g:1={ZEUS2 / 'cifar_a10.json'} local1g:1={ZEUS2 / 'cifar_t4.json'}"

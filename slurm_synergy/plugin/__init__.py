@@ -1,0 +1,1 @@
+"""The job_submit plugin's install into a cluster's slurm.conf folder."""

@@ -1,0 +1,87 @@
+"""What several tests share: profiles to decide from and to store, a small training loop
+for the probe, the corpus of users' scripts, and the shipped site policy with knobs changed.
+Tests import these from here, never from one another."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+from slurm_synergy import paths
+from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
+                                         PowerPoint, Profile, ThroughputModel, combine)
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "corpus"
+FP = "0123456789abcdef"
+
+
+def profile(train, p=0.01, h=0.001, g=None, gpus=1, fetch=None, rss=900.0, sweep=(),
+            gpu_name="", extra=()):
+    """A profile with train points {cores: samples/s} and a components model."""
+    points = tuple(combine([Point("train", k, max(1, k - 1), 4096, run, 0.1, h, rss, 10.0)
+                            for run in (v if isinstance(v, list) else [v])])
+                   for k, v in train.items()) + tuple(extra)
+    model = ThroughputModel("components", p, h, g, rss, fetch)
+    readings = GpuReadings(bool(gpu_name), name=gpu_name, count=gpus, power_sweep=tuple(sweep),
+                           max_limit_w=400.0 if sweep else None)
+    return Profile("0123456789abcdef", "job", ("builtin:train",), 32,
+                   Allocation(max(train), 4096, gpus, "n1", "srun", "7"), points, model,
+                   readings, "t0", "t1", 40.0, "0.1.0")
+
+
+def make_profile(fp: str = FP) -> Profile:
+    points = (Point("train", 2, 1, 4096, 100.0, 0.2, 0.01, 900.0, 12.0,
+                    repeats=(100.0, 96.0, 103.0), anon_mb=410.5),
+              Point("train", 1, 1, 4096, 60.0, 0.5, 0.01, 850.0, 14.0),
+              Point("loader", 1, 1, 4096, 80.0, 0.9, 0.002, 300.0, 8.0),
+              Point("compute", 2, 0, 4096, 150.0, 0.0, 0.006, 700.0, 9.0))
+    model = ThroughputModel("components", 0.0125, 0.006, None, 900.0,
+                            FetchRates(3000.0, 200.0, 50.0, 0.05, 40),
+                            (PointError(2, 1, 100.0, 95.0), PointError(1, 1, 60.0, 54.0)))
+    gpu = GpuReadings(True, name="H100", count=1, util_pct=80.0, power_limit_w=700.0,
+                      power_sweep=(PowerPoint(700.0, 100.0, 650.0),))
+    return Profile(fp, "resnet-b64", ("builtin:train", "--arch", "resnet"), 64,
+                   Allocation(2, 4096, 0, "vm", "srun", "42"), points, model, gpu,
+                   "2026-11-22T10:00:00+00:00", "2026-11-22T10:01:00+00:00", 60.5, "0.1.0")
+
+
+# 12 batches of 8 per epoch; it prints "done" only if it runs to its end.
+LOOP = textwrap.dedent("""\
+    import sys
+    import torch
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    class Items(Dataset):
+        def __len__(self):
+            return 96
+        def __getitem__(self, i):
+            return torch.full((4,), float(i)), i % 3
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            for i in range(96):
+                yield {"x": torch.full((4,), float(i))}
+
+    kind = sys.argv[1] if len(sys.argv) > 1 else "map"
+    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    loader = DataLoader(Items() if kind == "map" else Stream(), batch_size=8, num_workers=3,
+                        prefetch_factor=2)
+    seen = 0
+    for _ in range(epochs):
+        for batch in loader:
+            seen += 1
+    print("workers", loader.num_workers, "done", seen, flush=True)
+    sys.exit(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    """)
+
+
+def site_policy_with(**knobs: str) -> str:
+    """etc/policy.toml's text with these top-level knobs set (a line appended at the end
+    would land in its last [gpu.*] table)."""
+    policy = (paths.ETC / "policy.toml").read_text()
+    for name, value in knobs.items():
+        policy, n = re.subn(rf"^{name} = .*$", f"{name} = {value}", policy, flags=re.M)
+        assert n == 1, f"etc/policy.toml has no one line setting {name}"
+    return policy

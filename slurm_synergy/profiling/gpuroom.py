@@ -18,11 +18,11 @@ from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.model.comment import GRES_TYPE
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.gpufit import estimated_need, fit_need, needed_mib
-from slurm_synergy.model.policy import load_site
+from slurm_synergy.model.gpus import Catalog
+from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import GpuMemory
 from slurm_synergy.model.units import gpu_types
 from slurm_synergy import paths
-from slurm_synergy.paths import policy_path
 from slurm_synergy.slurm import node_shape
 from slurm_synergy.slurm import Slurm
 
@@ -44,10 +44,10 @@ class MoveGpu(SynergyError):
         self.move = move
 
 
-def check_room(estimate: GpuMemory, job_id: str, partition: str,
-               slurm: Slurm) -> tuple[GpuMove | None, str]:
+def check_room(estimate: GpuMemory, job_id: str, partition: str, slurm: Slurm,
+               policy: Policy, catalog: Catalog) -> tuple[GpuMove | None, str]:
     """The move when the job's type is known not to hold the step, else None and why the
-    steps run here."""
+    steps run here; the GPU types as the site's `catalog` gives them."""
     need, source = estimated_need(estimate)
     if need is None:
         return None, source
@@ -56,7 +56,6 @@ def check_room(estimate: GpuMemory, job_id: str, partition: str,
         if len(asked) != 1:
             return None, "the job names no one GPU type"
         (own,) = asked
-        policy, catalog = load_site(policy_path())
         if own not in catalog.types:
             return None, f"{own} is not in the GPU catalog ({catalog.problem or 'no entry'})"
         room = catalog.types[own].memory_mib

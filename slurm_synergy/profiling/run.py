@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
@@ -13,7 +14,8 @@ from typing import Callable, Sequence
 from slurm_synergy import __version__
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.noise import unsettled
-from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.model.gpus import Catalog
+from slurm_synergy.model.policy import Policy, load_site
 from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
 from slurm_synergy.model.throughput import fit_components
 from slurm_synergy.paths import policy_path
@@ -101,6 +103,7 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
            f"{MOST_ITERATIONS} iterations (more to fill {LEAST_MEASURE_S:g}s)")
         + f" or about {req.window_s:g}s per step, {launcher} steps; logs in {workdir}")
     runner.start()      # its imports overlap the GPU memory estimate
+    site = _read_site()
     # Before any step: a step that would not fit the GPU should be known not to.
     gpu_memory = (estimate_gpu_memory(plan.script_args, plan.record_batch)
                   if req.script == BUILTIN_SCRIPT else
@@ -111,11 +114,14 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
         + f" (estimated in {gpu_memory.seconds:.1f}s)" if gpu_memory.method
         else f"no estimate: {gpu_memory.reason}"))
     if ngpus and limits.job_id and gpu_memory.method:
-        move, why = check_room(gpu_memory, limits.job_id,
-                               os.environ.get("SLURM_JOB_PARTITION", ""), Slurm())
-        if move is not None:
-            write_move(workdir, move)
-            raise MoveGpu(move)
+        if isinstance(site, SynergyError):
+            why = f"the check could not be made ({site})"
+        else:
+            move, why = check_room(gpu_memory, limits.job_id,
+                                   os.environ.get("SLURM_JOB_PARTITION", ""), Slurm(), *site)
+            if move is not None:
+                write_move(workdir, move)
+                raise MoveGpu(move)
         log(f"{PROG}: GPU memory: steps run here: {why}")
     gpus, gpu_reason = open_gpus() if ngpus else ([], "the job has no GPU")
     gpus = gpus[:ngpus]
@@ -158,7 +164,7 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
         # first run from its second; extra ones go where the decision's noise rule
         # cannot yet tell the counts apart.
         repeat_sweep(swept, run.rates, run.measure, run.counts_fit, req.repeats,
-                     max(req.repeats, req.max_repeats), unclear=_noise_test(log),
+                     max(req.repeats, req.max_repeats), unclear=_noise_test(site, log),
                      after=components_again)
         train = run.train_points(swept)
         points.extend(train)
@@ -175,8 +181,10 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
         readings = gpu_readings(run.sampler, gpu_reason, gpus, first)
         if gpus and req.power_sweep:
             run.bar.set_postfix_str("power limits")
-            readings = power_sweep(runner, Step("train", top, plan.workers_at(top)), gpus,
-                                   readings)
+            readings = (replace(readings, power_sweep_note=f"no power sweep: {site}")
+                        if isinstance(site, SynergyError) else
+                        power_sweep(runner, Step("train", top, plan.workers_at(top)), gpus,
+                                    readings, site[0].power_cap_w))
     finally:
         run.close()
     profile = Profile(
@@ -194,13 +202,21 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
     return profile
 
 
-def _noise_test(log: Callable[[str], None]) -> Callable[[dict[int, Sequence[float]]], set[int]]:
+def _read_site() -> tuple[Policy, Catalog] | SynergyError:
+    """The site's policy and GPU catalog, read once for the whole profile; the fault
+    where they cannot be read, which each use of them handles its own way."""
+    try:
+        return load_site(policy_path())
+    except SynergyError as e:
+        return e
+
+
+def _noise_test(site: tuple[Policy, Catalog] | SynergyError, log: Callable[[str], None]
+                ) -> Callable[[dict[int, Sequence[float]]], set[int]]:
     """The decision's noise test under the site policy; under the defaults where the
     policy cannot be read (it only aims the extra repeats, and the decision reads the
     policy again)."""
-    try:
-        policy = load_policy(policy_path())
-    except SynergyError as e:
-        log(f"{PROG}: extra repeats aimed by the default policy: {e}")
-        policy = Policy()
+    if isinstance(site, SynergyError):
+        log(f"{PROG}: extra repeats aimed by the default policy: {site}")
+    policy = Policy() if isinstance(site, SynergyError) else site[0]
     return lambda runs: unsettled(runs, policy.noise)

@@ -9,10 +9,7 @@ from typing import Any, Callable, Sequence
 from slurm_synergy.gpu import Gpu, GpuError
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.hooks.power import ceiling_mw
-from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.model.policy import load_policy
 from slurm_synergy.model.profile import GpuReadings, PowerPoint
-from slurm_synergy.paths import policy_path
 from slurm_synergy.profiling.gpu import power_limits_to_try
 from slurm_synergy.profiling.steps import Runner, Step
 
@@ -96,15 +93,12 @@ def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],
         max_limit_w=rng.max_mw / 1000 if rng else None)
 
 
-def power_sweep(runner: Runner, step: Step, gpus: list[Gpu],
-                readings: GpuReadings) -> GpuReadings:
+def power_sweep(runner: Runner, step: Step, gpus: list[Gpu], readings: GpuReadings,
+                cap_w: float) -> GpuReadings:
     """Zeus's sweep: each limit from the top down, the step's warm-up left out of the
     throughput (the trainer does that), the limit put back afterwards whatever happens.
-    The top is the GPU's ceiling (site cap, else default limit), which no job exceeds."""
-    try:
-        cap_w = load_policy(policy_path()).power_cap_w
-    except SynergyError as e:
-        return replace(readings, power_sweep_note=f"no power sweep: {e}")
+    The top is the GPU's ceiling (the site's cap `cap_w` in W, else with 0 the default
+    limit), which no job exceeds."""
     try:
         top = ceiling_mw(gpus[0].power_range(), cap_w) / 1000
         before = [g.power_limit_mw() for g in gpus]

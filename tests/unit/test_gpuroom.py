@@ -6,6 +6,7 @@ import pytest
 
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import load_site
 from slurm_synergy.model.profile import BatchPeak, GpuMemory
 from slurm_synergy.profiling.gpuroom import GpuMove, check_room, read_move, write_move
 from slurm_synergy.slurm import Node
@@ -31,14 +32,12 @@ def estimate(peak_mib: float, batch: int = 32) -> GpuMemory:
                                              BatchPeak(batch, peak_mib)), 5.0)
 
 
-@pytest.fixture(autouse=True)
-def shipped_policy(monkeypatch):
-    monkeypatch.setenv("SYNERGY_POLICY", str(paths.ETC / "policy.toml"))
+SITE = load_site(paths.ETC / "policy.toml")     # the shipped policy and GPU catalog
 
 
 def test_a_step_the_jobs_type_would_not_hold_moves_the_job():
     # 600 MiB + 10% + 512 MiB of context = 1172 MiB: over local1g's 1024.
-    move, why = check_room(estimate(600.0), "7", "gpu", Cluster("gres:gpu:local1g:1"))
+    move, why = check_room(estimate(600.0), "7", "gpu", Cluster("gres:gpu:local1g:1"), *SITE)
     assert move == GpuMove("local4g", "local1g", move.reason) and why == ""
     assert "local1g (1024 MiB) would not hold it" in move.reason
 
@@ -50,19 +49,19 @@ def test_a_step_the_jobs_type_would_not_hold_moves_the_job():
     ("gres:gpu:local4g:1", 6000.0, "no type of the partition holds it"),
 ])
 def test_what_it_cannot_tell_or_need_not_change_runs_the_steps_here(gres, peak, why):
-    move, reason = check_room(estimate(peak), "7", "gpu", Cluster(gres))
+    move, reason = check_room(estimate(peak), "7", "gpu", Cluster(gres), *SITE)
     assert move is None and why in reason
 
 
-def test_a_failed_check_or_estimate_runs_the_steps_here(monkeypatch, tmp_path):
-    move, reason = check_room(estimate(600.0), "7", "gpu", Cluster("", fail=True))
+def test_a_failed_check_or_estimate_runs_the_steps_here(tmp_path):
+    move, reason = check_room(estimate(600.0), "7", "gpu", Cluster("", fail=True), *SITE)
     assert move is None and "could not be made (slurmctld unreachable)" in reason
     failed = GpuMemory("", 32, (), 1.0, "fake tensors failed")
-    assert check_room(failed, "7", "gpu", Cluster("gres:gpu:local1g:1"))[0] is None
+    assert check_room(failed, "7", "gpu", Cluster("gres:gpu:local1g:1"), *SITE)[0] is None
     bad = tmp_path / "policy.toml"
     bad.write_text("[gpu.local1g]\nmemory_mib = 'lots'\n")
-    monkeypatch.setenv("SYNERGY_POLICY", str(bad))
-    move, reason = check_room(estimate(600.0), "7", "gpu", Cluster("gres:gpu:local1g:1"))
+    move, reason = check_room(estimate(600.0), "7", "gpu", Cluster("gres:gpu:local1g:1"),
+                              *load_site(bad))
     assert move is None and "not in the GPU catalog" in reason
 
 

@@ -157,3 +157,20 @@ def test_the_core_and_the_command_line_say_what_each_public_function_does():
             and not node.name.startswith("_") and not ast.get_docstring(node)]
     assert bare == []
 
+
+def test_unit_tests_are_named_for_what_they_test_and_share_helpers_in_one_place():
+    # test_<module>.py, test_<package>[_<module>].py, or one of those and an aspect
+    # (test_render_golden.py); test_job_submit.py is the Lua shim's. Integration tests are
+    # named for the flow they drive on the real cluster instead.
+    names = {"job_submit", "architecture", "docs"}
+    for name in modules():
+        parts = [p for p in name.split(".")[1:] if p != "__main__"]
+        names.update({parts[-1], "_".join(parts)} if parts else set())
+        names.add(name.split(".")[0] + "_" + "_".join(parts))
+    tests = sorted((ROOT / "tests" / "unit").glob("test_*.py"))
+    unnamed = [t.name for t in tests
+               if not any(t.stem[5:] == n or t.stem[5:].startswith(n + "_") for n in names)]
+    shared = [f"{t.name}: {m.group(0)}" for t in (ROOT / "tests").rglob("test_*.py")
+              for m in re.finditer(r"^\s*from tests\.(unit|integration)\.test_\w+", t.read_text(),
+                                   flags=re.M)]
+    assert (unnamed, shared) == ([], [])

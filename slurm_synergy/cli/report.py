@@ -11,7 +11,7 @@ from slurm_synergy.model.errors import SynergyError
 
 
 def add_parser(sub) -> None:
-    """`report [JOBS] [--since/--until/--user] [--format] [--out]`."""
+    """`report [JOBS] [--since/--until/--user] [--format] [--tasks] [--out]`."""
     p = sub.add_parser("report", help="per-job resources, GPU energy and utilisation, "
                        "from sacct and the node epilogs' GPU stats")
     p.add_argument("--jobs", type=lambda v: [j for j in v.split(",") if j], default=[],
@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
                    help="only these users' jobs (comma-separated)")
     p.add_argument("--format", choices=("table", "csv", "html", "json"), default="table",
                    help="what goes to the terminal (html: the page only, in --out)")
+    p.add_argument("--tasks", action="store_true",
+                   help="an array's tasks one by one (default: one line per array)")
     p.add_argument("--out", type=Path, help="also write jobs.csv, workloads.csv, PNG plots and "
                    "report.html here (html: default runs/report)")
     p.set_defaults(func=run)
@@ -50,11 +52,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         print(output.as_csv(report.jobs), end="")
     elif args.format == "table":
-        print(output.text(report))
+        print(output.text(report, args.tasks))
     if (args.out or args.format == "html") and not report.empty:
         out = args.out or Path("runs/report")
         try:
-            written = output.write(report, out)
+            written = output.write(report, out, args.tasks)
         except OSError as e:
             raise SynergyError(f"cannot write the report to {out}: {e.strerror or e}") from None
         print(f"report: {', '.join(str(p) for p in written)}", file=sys.stderr)

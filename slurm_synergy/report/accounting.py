@@ -1,8 +1,8 @@
 """One sacct call for a period or a list of jobs, turned into one row per job.
 
-MaxRSS lives only on steps (the batch script, srun steps, the extern step), so the query
-keeps the steps and folds them into their job: the peak of any step is the job's peak
-memory; the job line's TotalCPU already sums its steps.
+Memory lives only on steps (the batch script, srun steps, the extern step), so the query
+keeps the steps and folds them into their job, per node, as Slurm charges it (memory.py);
+the job line's TotalCPU already sums its steps.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import pandas as pd
 
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.units import duration_s, mem_mb
+from slurm_synergy.report.memory import JobMemory, StepMemory, expand_nodes, job_memory
 from slurm_synergy.slurm import Slurm, tres
 
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
           "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
-          "AllocTRES", "ReqTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment")
+          "AllocTRES", "ReqTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment",
+          "TRESUsageInTot", "TRESUsageInMax", "TRESUsageInMaxNode", "ConsumedEnergyRaw")
 
 
 def fetch(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
@@ -62,34 +64,62 @@ def _marks(comment: str) -> dict[str, Any]:
     return out
 
 
-COLUMNS = ("job_id", "raw_id", "name", "user", "partition", "state", "exit_code", "submit",
+COLUMNS = ("job_id", "raw_id", "array_id", "name", "user", "partition", "state", "exit_code", "submit",
            "start", "end", "wait_s", "elapsed_s", "alloc_cpus", "alloc_mem_mb", "gpus",
-           "gpu_type", "total_cpu_s", "max_rss_mb", "cpu_eff", "mem_eff", "asked_cpus",
+           "gpu_type", "total_cpu_s", "max_rss_mb", "node_mem_mb", "peak_node", "mem_estimated",
+           "mem_note", "cpu_eff", "mem_eff", "slurm_energy_j", "asked_cpus",
            "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
-           "fingerprint", "from_job", "sized_by", "measured", "profiling", "nodes", "one_task",
+           "fingerprint", "from_job", "sized_by", "measured", "profiling", "nodes", "one_node",
+           "one_task",
            "comment")
+
+
+WORKED_CPU_S = 0.1
+
+
+def _joules(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _array_of(job_id: str) -> str:
+    """The array an array task belongs to (`4470_3`, `4470_[4-9]` pending): "" for others."""
+    m = re.match(r"^(\d+)_(?:\d+|\[.*\])$", job_id)
+    return m.group(1) if m else ""
+
+
+def step_memory(r: dict[str, str]) -> StepMemory:
+    """A step line's memory readings."""
+    total = mem_mb(tres(r.get("TRESUsageInTot", ""), "mem"))
+    if total is None and (r.get("NTasks") or "1") == "1":
+        total = mem_mb(r["MaxRSS"])         # one task: its peak is the step's
+    largest = mem_mb(tres(r.get("TRESUsageInMax", ""), "mem"))
+    return StepMemory(
+        step=r["JobIDRaw"].split(".", 1)[1], nodes=expand_nodes(r["NodeList"]),
+        start=when(r["Start"]), end=when(r["End"]), total_mb=total,
+        largest_mb=largest if largest is not None else mem_mb(r["MaxRSS"]),
+        largest_node=tres(r.get("TRESUsageInMaxNode", ""), "mem"),
+        # A step that did work used memory too: a 0 is a reading that did not happen (a
+        # step of seconds, ended before its first sample), and taken as a peak it would
+        # advise a --mem the job cannot run in. A step of a few ms of CPU (the extern
+        # step's sleeper) may well read 0, and holds next to nothing.
+        unread=total == 0 and (duration_s(r["TotalCPU"]) or 0) >= WORKED_CPU_S)
 
 
 def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
     """One row per job from sacct's job and step lines."""
-    peak: dict[str, float] = {}
-    spread: set[str] = set()     # jobs with several tasks or nodes
-    unread: set[str] = set()     # jobs with a step that ran but whose memory was not read
+    steps: dict[str, list[StepMemory]] = {}
+    spread: set[str] = set()     # jobs with a step of several tasks or nodes
     for r in rows:
         if "." in r["JobIDRaw"]:
-            if (r.get("NTasks") or "1") not in ("", "1") or (r.get("NNodes") or "1") != "1":
-                spread.add(r["JobIDRaw"].split(".", 1)[0])
-            rss = mem_mb(r["MaxRSS"]) if r["MaxRSS"] else None
             job = r["JobIDRaw"].split(".", 1)[0]
-            if rss == 0 and (duration_s(r["TotalCPU"]) or 0) > 0:
-                # A step that used the CPU used memory too: a 0 is a reading that did not
-                # happen (a job of seconds, ended before its first sample; a heterogeneous
-                # step's second component), and taken as the job's peak it would advise a
-                # --mem the job cannot run in.
-                unread.add(job)
-            if rss is not None:
-                peak[job] = max(peak.get(job, 0.0), rss)
+            steps.setdefault(job, []).append(step_memory(r))
+            if (r.get("NTasks") or "1") != "1" or (r.get("NNodes") or "1") != "1":
+                spread.add(job)
     records = []
     for r in rows:
         if "." in r["JobIDRaw"]:
@@ -104,24 +134,36 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
             start, cpus = None, 0
         mem = mem_mb(tres(r["AllocTRES"], "mem"))
         total_cpu = duration_s(r["TotalCPU"])
-        rss = None if raw in unread else peak.get(raw)
-        # MaxRSS is one task's peak; set against the whole job's memory it would flatter
-        # a job of several tasks or nodes, so no efficiency is claimed for those.
-        one_task = raw not in spread and (r.get("NNodes") or "1") == "1"
+        nnodes = int(r["NNodes"]) if (r.get("NNodes") or "").isdigit() else 1
+        # AllocTRES's mem is the job's whole; --mem is per node, --mem-per-cpu per core:
+        # an even share of the whole is each node's (exact for --mem).
+        node_mem = mem / max(nnodes, 1) if mem else None
+        memory = job_memory(steps.get(raw, []), node_mem) if start else \
+            JobMemory(None, "never ran")
+        worst = memory.worst
+        one_task = raw not in spread and nnodes == 1
         rec: dict[str, Any] = {
-            "job_id": r["JobID"], "raw_id": raw, "name": r["JobName"], "user": r["User"],
+            "job_id": r["JobID"], "raw_id": raw, "array_id": _array_of(r["JobID"]),
+            "name": r["JobName"], "user": r["User"],
             "partition": r["Partition"], "state": r["State"].split()[0] if r["State"] else "",
             "exit_code": r["ExitCode"], "submit": submit, "start": start, "end": end,
             "wait_s": (start - submit).total_seconds() if start and submit else None,
             "elapsed_s": elapsed, "alloc_cpus": cpus, "alloc_mem_mb": mem,
             "gpus": int(tres(r["AllocTRES"], "gres/gpu") or 0),
             "gpu_type": gpu_type(r["AllocTRES"]), "total_cpu_s": total_cpu,
-            "max_rss_mb": rss,
-            # reportseff's definitions: CPU time over cores x wall time; peak over allocation.
+            "max_rss_mb": worst.peak_mb if worst else None, "node_mem_mb": node_mem,
+            "peak_node": worst.node if worst else "",
+            "mem_estimated": bool(worst and worst.estimated),
+            "mem_note": memory.why_unknown,
+            # CPU time over cores x wall time (reportseff's); the worst node's peak over
+            # what the job may hold there.
             "cpu_eff": total_cpu / (cpus * elapsed) if total_cpu is not None and cpus
             and elapsed > 0 else None,
-            "mem_eff": rss / mem if rss is not None and mem and one_task else None,
-            "one_task": one_task,
+            "mem_eff": worst.efficiency if worst else None,
+            # Slurm's own energy plugin (acct_gather_energy), where a site has one: 0 and
+            # empty both mean no reading.
+            "slurm_energy_j": _joules(r.get("ConsumedEnergyRaw", "")),
+            "one_node": nnodes == 1, "one_task": one_task,
             "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
             "asked_mem_mb": mem_mb(r["ReqMem"]) if r["ReqMem"] else None,
             "asked_gpus": int(tres(r.get("ReqTRES", ""), "gres/gpu") or 0),

@@ -28,15 +28,16 @@ def for_job(j: pd.Series) -> list[str]:
         # Its size was chosen for the core sweep, not for training: nothing to advise.
         return [f"profiling run; resubmitted right-sized as {j['resubmitted_as']}"] \
             if j["resubmitted_as"] else []
-    rss, mem = j["max_rss_mb"], j["alloc_mem_mb"]
+    rss, mem = j["max_rss_mb"], j["node_mem_mb"]       # per node, as --mem asks
     if state == "OUT_OF_MEMORY":
         out.append(f"ran out of memory at {_mem_text(mem or 0)}: ask for more, or let the "
                    "plugin profile it (synergy submit --profile)")
-    elif rss is not None and mem and state == "COMPLETED" and j["one_task"]:
+    elif rss is not None and mem and state == "COMPLETED" and not j["mem_estimated"]:
         enough = max(rss * HEADROOM, 256)
         if mem - enough >= MIN_WASTE_MB and mem >= 2 * enough:
-            out.append(f"asked {_mem_text(mem)}, used {_mem_text(rss)}: "
-                       f"--mem={_mem_text(enough)} is enough")
+            where = "" if j["one_node"] else f" on its busiest node ({j['peak_node']})"
+            out.append(f"asked {_mem_text(mem)}{' a node' if where else ''}, used "
+                       f"{_mem_text(rss)}{where}: --mem={_mem_text(enough)} is enough")
     cpus, used = j["alloc_cpus"], j["total_cpu_s"]
     if cpus and cpus > 1 and used is not None and j["elapsed_s"] and state == "COMPLETED" \
             and j["elapsed_s"] >= 60 and j["one_task"]:

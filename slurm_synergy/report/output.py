@@ -68,36 +68,100 @@ def _gpus(count: Any, gtype: Any = "") -> str:
     return "-" if count is None else f"{count}{':' + gtype if gtype else ''}"
 
 
-def job_rows(report: Report, most: int | None = None) -> tuple[list[str], list[list[Cell]]]:
-    """The jobs table; Cores, Mem and GPUs cells are (asked, decided, got)."""
-    head = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores", "used", "CPU%", "Mem",
-            "peak", "Mem%", "GPUs", "GPU MiB", "GPU kJ", "kWh", "util%", "limit W", "samples/s",
-            "data wait%", "chain", "GPU note"]
+def _peak(j: Any) -> str:
+    """The worst node's memory peak; its node where the job had several, `~` where a step
+    over several nodes was split evenly (sacct keeps no per-node figure)."""
+    if j["max_rss_mb"] is None:
+        return "-"
+    return ("~" if j["mem_estimated"] else "") + _mb(j["max_rss_mb"]) + \
+        ("" if j["one_node"] else f"@{j['peak_node']}")
+
+
+JOB_HEAD = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores", "used", "CPU%", "Mem",
+            "peak", "Mem%", "GPUs", "GPU MiB", "GPU kJ", "kWh", "util%", "limit W",
+            "samples/s", "data wait%", "chain", "note"]
+_AT = {name: i for i, name in enumerate(JOB_HEAD)}
+
+
+def _job_row(j: Any) -> list[Cell]:
+    used = j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] else None
+    chain = (f"-> {j['resubmitted_as']}" if j["resubmitted_as"] else
+             f"<- {j['profiled_as']}" if j["profiled_as"] else
+             f"by {j['sized_by']}" if j["sized_by"] else "")
+    energy = j["gpu_energy_j"]
+    started = j["start"] is not None
+    return [
+        j["job_id"], _clean(j["name"])[:22], j["state"], _dur(j["wait_s"]), _dur(j["elapsed_s"]),
+        (_n(j["asked_cpus"]), _n(j["decided_cpus"]), _n(j["alloc_cpus"]) if started else "-"),
+        _n(used, ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]),
+        (_mb(j["asked_mem_mb"]), _mb(j["decided_mem_mb"]),
+         _mb(j["alloc_mem_mb"]) if started else "-"),
+        _peak(j), _n(j["mem_eff"] and 100 * j["mem_eff"]),
+        (_gpus(j["asked_gpus"], j["asked_gpu_type"]),
+         _gpus(j["decided_gpus"], j["decided_gpu_type"]),
+         _gpus(j["gpus"], j["gpu_type"]) if started else "-"),
+        (_n(j["gpu_mem_asked_mib"]), _n(j["gpu_mem_est_mib"]), _n(j["gpu_mem_peak_mb"])),
+        _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
+        _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
+        _n(_scaled(j["data_wait_share"], 100)),
+        chain, _clean("; ".join(n for n in (j["mem_note"], j["gpu_note"]) if n))]
+
+
+def _known(values: Any) -> list[float]:
+    return [float(v) for v in values
+            if v is not None and not (isinstance(v, float) and math.isnan(v))]
+
+
+def _span(values: Any, scale: float = 1.0, fmt: str = ".0f") -> str:
+    """The tasks' spread, low-high (one value where they agree)."""
+    known = [v * scale for v in _known(values)]
+    if not known:
+        return "-"
+    low, high = format(min(known), fmt), format(max(known), fmt)
+    return low if low == high else f"{low}-{high}"
+
+
+def _array_row(tasks: pd.DataFrame) -> list[Cell]:
+    """An array's tasks as one line: the first task's request, the tasks' states counted,
+    their run times, CPU and memory efficiency as spreads, the worst task's peak, and
+    energy summed. --tasks shows them one by one."""
+    first = tasks.iloc[0]
+    row = _job_row(first)
+    states = tasks["state"].value_counts()
+    energy = _known(tasks["gpu_energy_j"])
+    row[_AT["JobID"]] = f"{first['array_id']}_[{len(tasks)} tasks]"
+    row[_AT["State"]] = " ".join(f"{s}x{n}" for s, n in states.items())
+    row[_AT["Wait"]] = _dur(max(_known(tasks["wait_s"]), default=None))
+    row[_AT["Elapsed"]] = "-".join(dict.fromkeys(
+        _dur(f(_known(tasks["elapsed_s"]), default=None)) for f in (min, max)))
+    row[_AT["used"]] = _span([j["total_cpu_s"] / j["elapsed_s"] for _, j in tasks.iterrows()
+                              if j["total_cpu_s"] is not None and j["elapsed_s"]], fmt=".2f")
+    row[_AT["CPU%"]] = _span(tasks["cpu_eff"], 100)
+    peaks = [j for _, j in tasks.iterrows() if j["max_rss_mb"] is not None]
+    row[_AT["peak"]] = _peak(max(peaks, key=lambda j: j["max_rss_mb"])) if peaks else "-"
+    row[_AT["Mem%"]] = _span(tasks["mem_eff"], 100)
+    row[_AT["GPU kJ"]] = _n(sum(energy) / 1000 if energy else None, ".1f")
+    row[_AT["kWh"]] = _n(sum(energy) / J_PER_KWH if energy else None, ".4f")
+    row[_AT["chain"]] = ""
+    notes = [c for c in (_job_row(j)[_AT["note"]] for _, j in tasks.iterrows()) if c]
+    row[_AT["note"]] = "; ".join(dict.fromkeys(str(n) for n in notes))
+    return row
+
+
+def job_rows(report: Report, tasks: bool = False) -> tuple[list[str], list[list[Cell]]]:
+    """The jobs table; Cores, Mem and GPUs cells are (asked, decided, got). An array's
+    tasks are one line unless `tasks`."""
     rows: list[list[Cell]] = []
-    shown = report.jobs if most is None else report.jobs.tail(most)   # the latest
-    for _, j in shown.iterrows():
-        used = j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] else None
-        chain = (f"-> {j['resubmitted_as']}" if j["resubmitted_as"] else
-                 f"<- {j['profiled_as']}" if j["profiled_as"] else
-                 f"by {j['sized_by']}" if j["sized_by"] else "")
-        energy = j["gpu_energy_j"]
-        started = j["start"] is not None
-        rows.append([
-            j["job_id"], _clean(j["name"])[:22], j["state"], _dur(j["wait_s"]), _dur(j["elapsed_s"]),
-            (_n(j["asked_cpus"]), _n(j["decided_cpus"]), _n(j["alloc_cpus"]) if started else "-"),
-            _n(used, ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]),
-            (_mb(j["asked_mem_mb"]), _mb(j["decided_mem_mb"]),
-             _mb(j["alloc_mem_mb"]) if started else "-"),
-            _mb(j["max_rss_mb"]), _n(j["mem_eff"] and 100 * j["mem_eff"]),
-            (_gpus(j["asked_gpus"], j["asked_gpu_type"]),
-             _gpus(j["decided_gpus"], j["decided_gpu_type"]),
-             _gpus(j["gpus"], j["gpu_type"]) if started else "-"),
-            (_n(j["gpu_mem_asked_mib"]), _n(j["gpu_mem_est_mib"]), _n(j["gpu_mem_peak_mb"])),
-            _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
-            _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
-            _n(_scaled(j["data_wait_share"], 100)),
-            chain, _clean(j["gpu_note"])])
-    return head, rows
+    jobs = report.jobs
+    folded = set()
+    for _, j in jobs.iterrows():
+        array = j["array_id"]
+        if not array or tasks:
+            rows.append(_job_row(j))
+        elif array not in folded:
+            folded.add(array)
+            rows.append(_array_row(jobs[jobs["array_id"] == array]))
+    return list(JOB_HEAD), rows
 
 
 def _joined(rows: list[list[Cell]]) -> list[list[str]]:
@@ -142,16 +206,20 @@ def cluster_lines(report: Report) -> list[str]:
     return lines
 
 
-def _more(report: Report, most: int) -> list[str]:
-    hidden = len(report.jobs) - most
-    return [f"... and {hidden} earlier job(s): all are in --format csv|json and --out"] \
-        if hidden > 0 else []
+def _latest(rows: list[list[Cell]], most: int) -> tuple[list[list[Cell]], list[str]]:
+    """The latest `most` lines, and a line counting the rest."""
+    hidden = len(rows) - most
+    return rows[-most:], [f"... and {hidden} earlier line(s): every job is in "
+                          "--format csv|json and --out"] if hidden > 0 else []
 
 
-def text(report: Report) -> str:
-    head, rows = job_rows(report, TERMINAL_JOBS)
+def text(report: Report, tasks: bool = False) -> str:
+    """The terminal's report: jobs (an array's tasks folded unless `tasks`), workloads,
+    the cluster and advice."""
+    head, rows = job_rows(report, tasks)
+    rows, more = _latest(rows, TERMINAL_JOBS)
     parts = [f"slurm-synergy report: {report.period}", "",
-             aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, *_more(report, TERMINAL_JOBS),
+             aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, *more,
              "", "Workloads", aligned(*workload_rows(report), rule=True), "", "Cluster",
              *cluster_lines(report)]
     if report.advice:
@@ -193,8 +261,9 @@ def _png(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
-def write(report: Report, out: Path) -> list[Path]:
-    """jobs.csv, workloads.csv, three PNGs and report.html (which embeds them) in `out`."""
+def write(report: Report, out: Path, tasks: bool = False) -> list[Path]:
+    """jobs.csv, workloads.csv, three PNGs and report.html (which embeds them) in `out`;
+    the CSV holds every array task, the page folds them unless `tasks`."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "jobs.csv", out / "workloads.csv"]
     atomic_write_text(written[0], as_csv(report.jobs))
@@ -208,8 +277,10 @@ def write(report: Report, out: Path) -> list[Path]:
     written += figures.values()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined)
+    head, rows = job_rows(report, tasks)
+    rows, more = _latest(rows, PAGE_JOBS)
     page = env.get_template("report.html.j2").render(
-        report=report, jobs=job_rows(report, PAGE_JOBS), more=_more(report, PAGE_JOBS),
+        report=report, jobs=(head, rows), more=more,
         triple_note=TRIPLE_NOTE,
         advice=report.advice[-PAGE_JOBS:], workloads=workload_rows(report),
         cluster=cluster_lines(report),

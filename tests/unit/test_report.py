@@ -43,15 +43,19 @@ def test_steps_fold_into_their_job():
     rows = [line("10", comment=f"synergy:fp={FP} asked=c4,m8192,g1 decision=c2,m1024,g1,w1,p250",
                  tres="billing=2,cpu=2,gres/gpu:a100=1,gres/gpu=1,mem=1G,node=1"),
             line("10.batch", rss="21304K"), line("10.extern", rss="104K"),
-            line("10.0", rss="294700K"), line("10.1", rss="281592K"),
+            # One srun step after the other, beside the batch script and the extern step.
+            line("10.0", rss="294700K", start="2026-11-22T10:00:11", end="2026-11-22T10:00:30"),
+            line("10.1", rss="281592K", start="2026-11-22T10:00:30", end="2026-11-22T10:00:59"),
             line("11", state="RUNNING", end="Unknown", total="00:00:00", elapsed="5")]
     jobs = accounting.jobs_frame(rows)
     assert list(jobs["job_id"]) == ["10", "11"]
     j = jobs.iloc[0]
-    assert j["max_rss_mb"] == pytest.approx(294700 / 1024)        # the peak step
+    # The node holds the batch script, the extern step and the larger srun step at once.
+    peak_kib = 21304 + 104 + 294700
+    assert j["max_rss_mb"] == pytest.approx(peak_kib / 1024) and j["peak_node"] == "n1"
     assert j["total_cpu_s"] == pytest.approx(50.0)                 # the job line's sum
     assert j["cpu_eff"] == pytest.approx(0.5)                      # 50 s over 2 cores x 50 s
-    assert j["mem_eff"] == pytest.approx(294700 / 1024 / 1024)
+    assert j["mem_eff"] == pytest.approx(peak_kib / 1024 / 1024)
     assert (j["gpus"], j["gpu_type"], j["wait_s"]) == (1, "a100", 10.0)
     assert (j["asked_cpus"], j["asked_mem_mb"], j["asked_gpus"]) == (4, 8192, 1)
     assert (j["decided_cpus"], j["decided_mem_mb"], j["decided_power_w"]) == (2, 1024, 250)
@@ -186,6 +190,25 @@ def test_the_files_a_report_writes(tmp_path):
     doc = json.loads(output.as_json(rep))
     assert doc["jobs"][0]["submit"] == "2026-11-22T10:00:00" and doc["problems"] == ["a problem"]
     assert "Workloads" in output.text(rep) and "Cluster" in output.text(rep)
+
+
+def test_an_array_is_one_line_with_its_tasks_spread_unless_tasks_are_asked_for():
+    def task(i, state, peak, cpu):
+        row = line(f"5{i}", state=state, total=cpu)
+        return [{**row, "JobID": f"50_{i}"}, line(f"5{i}.batch", rss=peak)]
+    rows = [*task(1, "COMPLETED", "300M", "00:40.000"), *task(2, "COMPLETED", "600M", "00:20.000"),
+            *task(3, "FAILED", "100M", "00:30.000"), line("60", name="alone")]
+    jobs = frame(*rows)
+    assert jobs["array_id"].tolist() == ["50", "50", "50", ""]
+    head, folded = output.job_rows(report_of(jobs))
+    assert len(folded) == 2
+    array = dict(zip(head, folded[0]))
+    assert array["JobID"] == "50_[3 tasks]" and array["State"] == "COMPLETEDx2 FAILEDx1"
+    # 300, 600 and 100 MB of a 3 GB allocation; 20-40 s of CPU over 2 cores x 50 s.
+    assert array["peak"] == "600M" and array["Mem%"] == "3-20" and array["CPU%"] == "20-40"
+    assert len(output.job_rows(report_of(jobs), tasks=True)[1]) == 4
+    assert "50_[3 tasks]" in output.text(report_of(jobs))
+    assert "50_2" in output.text(report_of(jobs), tasks=True)
 
 
 def test_thousands_of_jobs_fold_in_one_pass():

@@ -84,5 +84,6 @@ bench: setup
 	$(PY) bench/bench_sampler.py
 	$(PY) bench/bench_probe.py
 	$(PY) bench/bench_report.py
+	$(PY) bench/bench_report_shapes.py
 	$(PY) bench/bench_simulate.py
 	$(PY) bench/bench_hetero.py

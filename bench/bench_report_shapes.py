@@ -1,0 +1,107 @@
+"""Every job shape with known memory and CPU use (tests/shapes.py), reported by
+`synergy report` and by reportseff side by side, against the truth. Submits the shapes to
+the cluster of SLURM_CONF or the local one (brought up if needed), waits for them, and
+writes the comparison to bench/results/report_shapes.json and a table to stdout.
+
+reportseff is installed from PyPI into a folder of its own (never the project's venv).
+
+    make bench        # or: .venv/bin/python bench/bench_report_shapes.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import venv
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
+from slurm_synergy.jobs import wait  # noqa: E402
+from slurm_synergy.slurm import Slurm  # noqa: E402
+from tests.shapes import SHAPES, prepare, script, truths  # noqa: E402
+
+REPORTSEFF = "reportseff==2.10.3"
+
+
+def reportseff(work: Path) -> Path:
+    """reportseff's command, in a venv of its own under `work`."""
+    env = work / "reportseff-venv"
+    venv.create(env, with_pip=True)
+    subprocess.run([str(env / "bin" / "pip"), "install", "-q", REPORTSEFF], check=True)
+    return env / "bin" / "reportseff"
+
+
+def reportseff_figures(command: Path, ids: list[str]) -> dict[str, tuple[str, str]]:
+    """reportseff's (MemEff, CPUEff) per job id, as it prints them."""
+    out = subprocess.run([str(command), "--no-color", "--parsable", "--format",
+                          "JobID,MemEff,CPUEff", *ids], capture_output=True, text=True,
+                         check=True).stdout
+    rows = [line.split("|") for line in out.splitlines()[1:] if line.strip()]
+    return {r[0]: (r[1], r[2]) for r in rows if len(r) == 3}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path,
+                        default=ROOT / "bench" / "results" / "report_shapes.json")
+    args = parser.parse_args()
+    if not os.environ.get("SLURM_CONF"):
+        LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
+    slurm = Slurm()
+    work = Path(tempfile.mkdtemp(prefix="bench-shapes-"))
+    holder = prepare(work)
+    ids = {}
+    for shape in SHAPES:
+        path = work / f"{shape.name}.sh"
+        path.write_text(script(shape, holder))
+        ids[shape.name] = slurm.sbatch(path)
+    command = reportseff(work)              # installed while the jobs run
+    wait(slurm, list(ids.values()), timeout_s=900)
+    report = subprocess.run([str(ROOT / ".venv" / "bin" / "synergy"), "report", "--jobs",
+                             ",".join(ids.values()), "--format", "json"],
+                            capture_output=True, text=True, check=True)
+    jobs = json.loads(report.stdout)["jobs"]
+    theirs = reportseff_figures(command, list(ids.values()))
+    truth = truths(holder)
+    rows = []
+    for shape in SHAPES:
+        lines = sorted((j for j in jobs if j["job_id"].split("_")[0].split("+")[0] ==
+                        ids[shape.name]), key=lambda j: j["job_id"])
+        for job in lines:
+            mem, cpu = truth[job["job_id"]].percent(job["alloc_cpus"], job["elapsed_s"])
+            rs_mem, rs_cpu = theirs.get(job["job_id"], ("", ""))
+            rows.append({
+                "shape": shape.name, "job": job["job_id"], "truth_mem_pct": round(mem, 1),
+                "synergy_mem_pct": None if job["mem_eff"] is None else
+                round(100 * job["mem_eff"], 1),
+                "synergy_peak_node": job["peak_node"], "synergy_note": job["mem_note"],
+                "estimated": job["mem_estimated"], "reportseff_mem": rs_mem,
+                "truth_cpu_pct": round(cpu, 1),
+                "synergy_cpu_pct": None if job["cpu_eff"] is None else
+                round(100 * job["cpu_eff"], 1), "reportseff_cpu": rs_cpu})
+    result = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "reportseff": REPORTSEFF, "jobs": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print("| shape | job | memory: truth | synergy | reportseff | CPU: truth | synergy | "
+          "reportseff |\n|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        mem = ("-" if r["synergy_mem_pct"] is None else
+               ("~" if r["estimated"] else "") + f"{r['synergy_mem_pct']}%")
+        print(f"| {r['shape']} | {r['job']} | {r['truth_mem_pct']}% | {mem} | "
+              f"{r['reportseff_mem'] or '-'} | {r['truth_cpu_pct']}% | {r['synergy_cpu_pct']}% | "
+              f"{r['reportseff_cpu'] or '-'} |")
+    print(args.out, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
-from tests.shapes import SHAPES, prepare, script, truths  # noqa: E402
+from tests.shapes import SHAPES, submit, truths  # noqa: E402
 
 REPORTSEFF = "reportseff==2.10.3"
 
@@ -57,12 +57,7 @@ def main() -> int:
         LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
     slurm = Slurm()
     work = Path(tempfile.mkdtemp(prefix="bench-shapes-"))
-    holder = prepare(work)
-    ids = {}
-    for shape in SHAPES:
-        path = work / f"{shape.name}.sh"
-        path.write_text(script(shape, holder))
-        ids[shape.name] = slurm.sbatch(path)
+    holder, ids = submit(slurm, work)
     command = reportseff(work)              # installed while the jobs run
     wait(slurm, list(ids.values()), timeout_s=900)
     report = subprocess.run([str(ROOT / ".venv" / "bin" / "synergy"), "report", "--jobs",

@@ -16,6 +16,7 @@ import json
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HOLDER = textwrap.dedent("""\
     import json, os, resource, socket, sys, time
@@ -75,14 +76,20 @@ SHAPES = (
 )
 
 
-def prepare(folder: Path) -> Path:
-    """The holder and its records folder in `folder`, which jobs can read and write."""
+def submit(slurm: Any, folder: Path) -> tuple[Path, dict[str, str]]:
+    """Every shape submitted through `slurm` (slurm.Slurm), its script, the holder and the
+    holder's records in `folder`; returns the holder and each shape's job id."""
     (folder / "records").mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
-    (folder / "records").chmod(0o777)
+    (folder / "records").chmod(0o777)        # the jobs' users write their records here
     holder = folder / "holder.py"
     holder.write_text(HOLDER)
-    return holder
+    ids = {}
+    for shape in SHAPES:
+        path = folder / f"{shape.name}.sh"
+        path.write_text(script(shape, holder))
+        ids[shape.name] = slurm.sbatch(path)
+    return holder, ids
 
 
 def script(shape: Shape, holder: Path, python: str = "/usr/bin/python3") -> str:

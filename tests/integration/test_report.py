@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 from PIL import Image
 
-from tests.shapes import SHAPES, prepare, script, truths
+from tests.shapes import SHAPES, submit, truths
 
 from .conftest import finish, synergy
 
@@ -226,12 +226,7 @@ def test_every_job_shape_reads_within_three_points_of_the_truth(slurm, tmp_path)
     """Issue 40's shapes, each task's use counted by the kernel (tests/shapes.py): the
     worst node's memory efficiency and the CPU efficiency within 3 points; a peak sacct
     never sampled is a dash and its reason, never a 0."""
-    holder = prepare(tmp_path)
-    ids = {}
-    for shape in SHAPES:
-        path = tmp_path / f"{shape.name}.sh"
-        path.write_text(script(shape, holder))
-        ids[shape.name] = slurm.sbatch(path)
+    holder, ids = submit(slurm, tmp_path)
     finish(slurm, list(ids.values()))
     proc = synergy("report", "--jobs", ",".join(ids.values()), "--format", "json")
     assert proc.returncode == 0, proc.stderr

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
-from tests.shapes import SHAPES, submit, truths  # noqa: E402
+from tests.shapes import SHAPES, lines_of, submit, truths  # noqa: E402
 
 REPORTSEFF = "reportseff==2.10.3"
 
@@ -68,9 +68,7 @@ def main() -> int:
     truth = truths(holder)
     rows = []
     for shape in SHAPES:
-        lines = sorted((j for j in jobs if j["job_id"].split("_")[0].split("+")[0] ==
-                        ids[shape.name]), key=lambda j: j["job_id"])
-        for job in lines:
+        for job in lines_of(jobs, ids[shape.name]):
             mem, cpu = truth[job["job_id"]].percent(job["alloc_cpus"], job["elapsed_s"])
             rs_mem, rs_cpu = theirs.get(job["job_id"], ("", ""))
             rows.append({

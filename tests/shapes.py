@@ -13,6 +13,7 @@ share the machine's) change the CPU a task gets, not the truth, which is what it
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,3 +129,10 @@ def truths(holder: Path) -> dict[str, Truth]:
             together[key] = together.get(key, 0.0) + r["maxrss_mb"]
         out[line] = Truth(max(together.values()), sum(r["cpu_s"] for r in mine))
     return out
+
+
+def lines_of(jobs: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
+    """The report's lines (its JSON jobs) of the job `job_id` sbatch gave: the job, or its
+    array tasks or hetjob components, in order."""
+    return sorted((j for j in jobs if re.match(rf"^{job_id}([_+]\d+)?$", j["job_id"])),
+                  key=lambda j: j["job_id"])

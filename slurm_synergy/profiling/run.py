@@ -218,5 +218,7 @@ def _noise_test(site: tuple[Policy, Catalog] | SynergyError, log: Callable[[str]
     policy again)."""
     if isinstance(site, SynergyError):
         log(f"{PROG}: extra repeats aimed by the default policy: {site}")
-    policy = Policy() if isinstance(site, SynergyError) else site[0]
+        policy = Policy()
+    else:
+        policy = site[0]
     return lambda runs: unsettled(runs, policy.noise)

@@ -97,13 +97,14 @@ def job_memory(steps: Sequence[StepMemory], node_allowed_mb: float | None) -> Jo
                                "than the accounting interval)")
     if all(s.total_mb is None for s in steps):
         return JobMemory(None, "no memory readings yet")
+    held = [(s, _on_nodes(s)) for s in steps if s.total_mb is not None]
     per_node: dict[str, float] = {}
     for node in {n for s in steps for n in s.nodes}:
-        here = [s for s in steps if node in s.nodes and s.total_mb is not None]
+        here = [(s, on[node]) for s, on in held if node in on]
         # The largest sum over the moments a step starts: every overlap begins at one.
         per_node[node] = max(
-            sum(_on_nodes(s)[node] for s in here if s is t or _running(s, t.start))
-            for t in here) if here else 0.0
+            sum(mb for s, mb in here if s is t or _running(s, t.start))
+            for t, _ in here) if here else 0.0
     if not per_node:
         return JobMemory(None, "no node named in accounting")
     node = max(per_node, key=lambda n: (per_node[n], n))

@@ -83,8 +83,17 @@ JOB_HEAD = ["JobID", "Name", "State", "Wait", "Elapsed", "Cores", "used", "CPU%"
 _AT = {name: i for i, name in enumerate(JOB_HEAD)}
 
 
+def _cores_used(j: Any) -> float | None:
+    """CPU time over run time: the cores the job kept busy."""
+    return j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] \
+        else None
+
+
+def _note(j: Any) -> str:
+    return _clean("; ".join(n for n in (j["mem_note"], j["gpu_note"]) if n))
+
+
 def _job_row(j: Any) -> list[Cell]:
-    used = j["total_cpu_s"] / j["elapsed_s"] if j["total_cpu_s"] is not None and j["elapsed_s"] else None
     chain = (f"-> {j['resubmitted_as']}" if j["resubmitted_as"] else
              f"<- {j['profiled_as']}" if j["profiled_as"] else
              f"by {j['sized_by']}" if j["sized_by"] else "")
@@ -93,7 +102,7 @@ def _job_row(j: Any) -> list[Cell]:
     return [
         j["job_id"], _clean(j["name"])[:22], j["state"], _dur(j["wait_s"]), _dur(j["elapsed_s"]),
         (_n(j["asked_cpus"]), _n(j["decided_cpus"]), _n(j["alloc_cpus"]) if started else "-"),
-        _n(used, ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]),
+        _n(_cores_used(j), ".2f"), _n(j["cpu_eff"] and 100 * j["cpu_eff"]),
         (_mb(j["asked_mem_mb"]), _mb(j["decided_mem_mb"]),
          _mb(j["alloc_mem_mb"]) if started else "-"),
         _peak(j), _n(j["mem_eff"] and 100 * j["mem_eff"]),
@@ -104,7 +113,7 @@ def _job_row(j: Any) -> list[Cell]:
         _n(energy and energy / 1000, ".1f"), _n(energy and energy / J_PER_KWH, ".4f"),
         _n(j["gpu_util_pct"]), _n(j["gpu_power_limit_w"]), _n(j["samples_per_s"], ".1f"),
         _n(_scaled(j["data_wait_share"], 100)),
-        chain, _clean("; ".join(n for n in (j["mem_note"], j["gpu_note"]) if n))]
+        chain, _note(j)]
 
 
 def _known(values: Any) -> list[float]:
@@ -134,8 +143,7 @@ def _array_row(tasks: pd.DataFrame) -> list[Cell]:
     row[_AT["Wait"]] = _dur(max(_known(tasks["wait_s"]), default=None))
     row[_AT["Elapsed"]] = "-".join(dict.fromkeys(
         _dur(f(_known(tasks["elapsed_s"]), default=None)) for f in (min, max)))
-    row[_AT["used"]] = _span([j["total_cpu_s"] / j["elapsed_s"] for _, j in tasks.iterrows()
-                              if j["total_cpu_s"] is not None and j["elapsed_s"]], fmt=".2f")
+    row[_AT["used"]] = _span([_cores_used(j) for _, j in tasks.iterrows()], fmt=".2f")
     row[_AT["CPU%"]] = _span(tasks["cpu_eff"], 100)
     peaks = [j for _, j in tasks.iterrows() if j["max_rss_mb"] is not None]
     row[_AT["peak"]] = _peak(max(peaks, key=lambda j: j["max_rss_mb"])) if peaks else "-"
@@ -143,25 +151,27 @@ def _array_row(tasks: pd.DataFrame) -> list[Cell]:
     row[_AT["GPU kJ"]] = _n(sum(energy) / 1000 if energy else None, ".1f")
     row[_AT["kWh"]] = _n(sum(energy) / J_PER_KWH if energy else None, ".4f")
     row[_AT["chain"]] = ""
-    notes = [c for c in (_job_row(j)[_AT["note"]] for _, j in tasks.iterrows()) if c]
-    row[_AT["note"]] = "; ".join(dict.fromkeys(str(n) for n in notes))
+    row[_AT["note"]] = "; ".join(dict.fromkeys(n for _, j in tasks.iterrows() if (n := _note(j))))
     return row
 
 
-def job_rows(report: Report, tasks: bool = False) -> tuple[list[str], list[list[Cell]]]:
-    """The jobs table; Cores, Mem and GPUs cells are (asked, decided, got). An array's
+def job_rows(report: Report, tasks: bool = False, most: int | None = None
+             ) -> tuple[list[str], list[list[Cell]], int]:
+    """The jobs table, its latest `most` lines (all where None), and how many earlier
+    lines were left out; Cores, Mem and GPUs cells are (asked, decided, got). An array's
     tasks are one line unless `tasks`."""
-    rows: list[list[Cell]] = []
     jobs = report.jobs
-    folded = set()
-    for _, j in jobs.iterrows():
-        array = j["array_id"]
-        if not array or tasks:
-            rows.append(_job_row(j))
-        elif array not in folded:
-            folded.add(array)
-            rows.append(_array_row(jobs[jobs["array_id"] == array]))
-    return list(JOB_HEAD), rows
+    arrays: dict[str, pd.DataFrame] = {} if tasks else {
+        str(a): g for a, g in jobs.groupby("array_id", sort=False) if a}
+    firsts: dict[Any, str] = {group.index[0]: array for array, group in arrays.items()}
+    # A job's position, or an array's id where its first task stands.
+    lines: list[int | str] = [firsts.get(label, i) for i, (label, array)
+                              in enumerate(zip(jobs.index, jobs["array_id"]))
+                              if array not in arrays or label in firsts]
+    shown = lines if most is None else lines[-most:]
+    rows = [_array_row(arrays[x]) if isinstance(x, str) else _job_row(jobs.iloc[x])
+            for x in shown]
+    return list(JOB_HEAD), rows, len(lines) - len(shown)
 
 
 def _joined(rows: list[list[Cell]]) -> list[list[str]]:
@@ -206,20 +216,18 @@ def cluster_lines(report: Report) -> list[str]:
     return lines
 
 
-def _latest(rows: list[list[Cell]], most: int) -> tuple[list[list[Cell]], list[str]]:
-    """The latest `most` lines, and a line counting the rest."""
-    hidden = len(rows) - most
-    return rows[-most:], [f"... and {hidden} earlier line(s): every job is in "
-                          "--format csv|json and --out"] if hidden > 0 else []
+def _more(hidden: int) -> list[str]:
+    """A line counting the table's lines left out."""
+    return [f"... and {hidden} earlier line(s): every job is in --format csv|json and "
+            "--out"] if hidden > 0 else []
 
 
 def text(report: Report, tasks: bool = False) -> str:
     """The terminal's report: jobs (an array's tasks folded unless `tasks`), workloads,
     the cluster and advice."""
-    head, rows = job_rows(report, tasks)
-    rows, more = _latest(rows, TERMINAL_JOBS)
+    head, rows, hidden = job_rows(report, tasks, TERMINAL_JOBS)
     parts = [f"slurm-synergy report: {report.period}", "",
-             aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, *more,
+             aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, *_more(hidden),
              "", "Workloads", aligned(*workload_rows(report), rule=True), "", "Cluster",
              *cluster_lines(report)]
     if report.advice:
@@ -277,10 +285,9 @@ def write(report: Report, out: Path, tasks: bool = False) -> list[Path]:
     written += figures.values()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined)
-    head, rows = job_rows(report, tasks)
-    rows, more = _latest(rows, PAGE_JOBS)
+    head, rows, hidden = job_rows(report, tasks, PAGE_JOBS)
     page = env.get_template("report.html.j2").render(
-        report=report, jobs=(head, rows), more=more,
+        report=report, jobs=(head, rows), more=_more(hidden),
         triple_note=TRIPLE_NOTE,
         advice=report.advice[-PAGE_JOBS:], workloads=workload_rows(report),
         cluster=cluster_lines(report),

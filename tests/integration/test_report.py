@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 from PIL import Image
 
-from tests.shapes import SHAPES, submit, truths
+from tests.shapes import SHAPES, lines_of, submit, truths
 
 from .conftest import finish, synergy
 
@@ -234,7 +234,7 @@ def test_every_job_shape_reads_within_three_points_of_the_truth(slurm, tmp_path)
     truth = truths(holder)
     wrong = []
     for shape in SHAPES:
-        lines = [j for j in jobs if re.match(rf"^{ids[shape.name]}([_+]\d+)?$", j["job_id"])]
+        lines = lines_of(jobs, ids[shape.name])
         assert len(lines) == shape.lines, (shape.name, [j["job_id"] for j in lines])
         for job in lines:
             assert job["state"] == "COMPLETED", (shape.name, job)

@@ -200,8 +200,9 @@ def test_an_array_is_one_line_with_its_tasks_spread_unless_tasks_are_asked_for()
             *task(3, "FAILED", "100M", "00:30.000"), line("60", name="alone")]
     jobs = frame(*rows)
     assert jobs["array_id"].tolist() == ["50", "50", "50", ""]
-    head, folded = output.job_rows(report_of(jobs))
-    assert len(folded) == 2
+    head, folded, hidden = output.job_rows(report_of(jobs))
+    assert len(folded) == 2 and hidden == 0
+    assert output.job_rows(report_of(jobs), most=1)[1:] == ([folded[1]], 1)
     array = dict(zip(head, folded[0]))
     assert array["JobID"] == "50_[3 tasks]" and array["State"] == "COMPLETEDx2 FAILEDx1"
     # 300, 600 and 100 MB of a 3 GB allocation; 20-40 s of CPU over 2 cores x 50 s.
@@ -307,7 +308,7 @@ def test_gpu_memory_asked_estimated_and_used_and_the_type_it_ran_on():
     assert list(jobs["gpu_mem_asked_mib"]) == [1024, None]      # the type it asked for
     assert list(jobs["gpu_mem_est_mib"]) == [600.0, None]       # at its batch
     report = Report("p", jobs, summary.workloads(jobs), summary.cluster(jobs), [])
-    head, rows = job_rows(report)
+    head, rows, _ = job_rows(report)
     cells = dict(zip(head, rows[0]))
     assert cells["GPUs"] == ("1:local1g", "1:local4g", "1:local4g")
     assert cells["GPU MiB"] == ("1024", "600", "540")

@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT))
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.report import accounting, advice, output, summary  # noqa: E402
 from slurm_synergy.report.build import Report, build  # noqa: E402
-from slurm_synergy.report.enrich import add_counterfactual, add_gpu_stats  # noqa: E402
+from slurm_synergy import paths  # noqa: E402
+from slurm_synergy.model.policy import site_catalog  # noqa: E402
+from slurm_synergy.report.enrich import add_counterfactual, add_gpu_memory, add_gpu_stats  # noqa: E402
 
 
 def synthetic(n: int) -> list[dict[str, str]]:
@@ -56,8 +58,9 @@ def time_synthetic(n: int, out: Path) -> dict[str, float]:
     jobs = accounting.jobs_frame(rows)
     fold = time.perf_counter() - t
     add_gpu_stats(jobs, "", out / "no-stats")
-    for col in ("samples_per_s", "resubmitted_as", "profiled_as"):
+    for col in ("samples_per_s", "data_wait_share", "resubmitted_as", "profiled_as"):
         jobs[col] = None
+    add_gpu_memory(jobs, {}, site_catalog(paths.ETC / "policy.toml"))
     add_counterfactual(jobs, {}, None)
     report = Report("synthetic", jobs, summary.workloads(jobs), summary.cluster(jobs),
                     advice.lines(jobs))

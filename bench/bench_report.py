@@ -27,7 +27,8 @@ from slurm_synergy.report import accounting, advice, output, summary  # noqa: E4
 from slurm_synergy.report.build import Report, build  # noqa: E402
 from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.model.policy import site_catalog  # noqa: E402
-from slurm_synergy.report.enrich import add_counterfactual, add_gpu_memory, add_gpu_stats  # noqa: E402
+from slurm_synergy.report.enrich import (add_cgroup_use, add_counterfactual, add_gpu_memory,  # noqa: E402
+                                          add_gpu_stats, read_stats_of)
 
 
 def synthetic(n: int) -> list[dict[str, str]]:
@@ -57,7 +58,9 @@ def time_synthetic(n: int, out: Path) -> dict[str, float]:
     t = time.perf_counter()
     jobs = accounting.jobs_frame(rows)
     fold = time.perf_counter() - t
-    add_gpu_stats(jobs, "", out / "no-stats")
+    stats, _ = read_stats_of(jobs, "", out / "no-stats")
+    add_gpu_stats(jobs, stats)
+    add_cgroup_use(jobs, stats)
     for col in ("samples_per_s", "data_wait_share", "resubmitted_as", "profiled_as"):
         jobs[col] = None
     add_gpu_memory(jobs, {}, site_catalog(paths.ETC / "policy.toml"))

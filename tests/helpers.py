@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 
 from slurm_synergy import paths
+from slurm_synergy.hooks.context import HookContext, HookLog
+from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
                                          PowerPoint, Profile, ThroughputModel, combine)
 
@@ -85,3 +87,14 @@ def site_policy_with(**knobs: str) -> str:
         policy, n = re.subn(rf"^{name} = .*$", f"{name} = {value}", policy, flags=re.M)
         assert n == 1, f"etc/policy.toml has no one line setting {name}"
     return policy
+
+
+def hook_ctx(tmp_path: Path, job="101", gpus="0", comment="", cap_w=0.0, restart=0,
+             uid="") -> HookContext:
+    """A node hook's context, its files under tmp_path (the job's uid "": no cgroup watch)."""
+    return HookContext(job_id=job, node="n1", uid=uid,
+                       gpu_ids=tuple(x for x in gpus.split(",") if x),
+                       restart=restart, comment=comment, policy=Policy(power_cap_w=cap_w or 0),
+                       policy_error="" if cap_w is not None else "unreadable", cap_w=cap_w,
+                       run_dir=tmp_path / "run", stats_dir=tmp_path / "stats",
+                       log=HookLog(tmp_path / "hooks.log", "hook", job))

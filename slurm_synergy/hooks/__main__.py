@@ -2,7 +2,7 @@
 `synergy hooks install` writes) and for the sampler the prolog starts.
 
     python -m slurm_synergy.hooks prolog|epilog
-    python -m slurm_synergy.hooks sample --job ID --gpus UUID[,UUID...]
+    python -m slurm_synergy.hooks sample --job ID --gpus [UUID[,UUID...]] [--uid UID]
 
 Each hook runs in a worker thread under a deadline (hook_timeout_s in the site policy):
 NVML can hang on a failing GPU, and slurmd would otherwise wait until its own
@@ -19,7 +19,7 @@ import traceback
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.gpu import open_backend
-from slurm_synergy.hooks import epilog, prolog, sampling
+from slurm_synergy.hooks import epilog, jobcgroup, prolog, sampling
 from slurm_synergy.hooks.context import HookLog, context, log_path
 
 # Exit status when a hook fails in a way it did not foresee, or runs out of time: the
@@ -61,12 +61,14 @@ def run_hook(hook: str) -> int:
     return result[0]
 
 
-def run_sampler(job_id: str, uuids: list[str]) -> int:
-    ctx = context("sampler", {**os.environ, "SLURM_JOB_ID": job_id})
+def run_sampler(job_id: str, uuids: list[str], uid: str) -> int:
+    ctx = context("sampler", {**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOB_UID": uid})
     stop = threading.Event()
     sampling.install_stop_handler(stop)
-    return sampling.sample_job(open_backend(), job_id, uuids, ctx.policy.gpu_sample_period_s,
-                               ctx.totals_path, ctx.prolog_path, stop)
+    watch = jobcgroup.Watch(job_id, ctx.uid, ctx.node) if ctx.watches_cgroup else None
+    return sampling.sample_job(open_backend() if uuids else None, job_id, uuids,
+                               ctx.policy.gpu_sample_period_s, ctx.totals_path,
+                               ctx.prolog_path, stop, watch)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,10 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("epilog")
     sample = sub.add_parser("sample")
     sample.add_argument("--job", required=True)
-    sample.add_argument("--gpus", required=True)
+    sample.add_argument("--gpus", default="")
+    sample.add_argument("--uid", default="")
     args = parser.parse_args(argv)
     if args.hook == "sample":
-        return run_sampler(args.job, args.gpus.split(","))
+        return run_sampler(args.job, [u for u in args.gpus.split(",") if u], args.uid)
     code = run_hook(args.hook)
     sys.stdout.flush()
     # os._exit: a worker stuck in NVML must not hold the process open past the deadline.

@@ -56,6 +56,7 @@ class HookLog:
 class HookContext:
     job_id: str
     node: str
+    uid: str                       # SLURM_JOB_UID: the job's cgroup is under uid_<uid>
     gpu_ids: tuple[str, ...]       # SLURM_JOB_GPUS: device (minor) numbers
     restart: int                   # SLURM_JOB_RESTART_COUNT: a requeued job keeps its id
     comment: str
@@ -73,6 +74,11 @@ class HookContext:
         if not self.gpu_ids:
             self.log("no GPUs allocated to this job")
         return bool(self.gpu_ids)
+
+    @property
+    def watches_cgroup(self) -> bool:
+        """Whether the sampler follows the job's cgroup (its memory peak and CPU time)."""
+        return self.policy.cgroup_peaks and bool(self.uid)
 
     @property
     def prolog_path(self) -> Path:
@@ -99,7 +105,9 @@ def context(hook: str, env: dict[str, str] | None = None) -> HookContext:
     run_dir = Path(env["SYNERGY_HOOK_RUN"]) if env.get("SYNERGY_HOOK_RUN") else DEFAULT_RUN
     policy, problem, cap_w = _policy(env, run_dir)
     return HookContext(
-        job_id=job_id, node=node, gpu_ids=tuple(job_gpu_ids(env)),
+        job_id=job_id, node=node,
+        uid=env.get("SLURM_JOB_UID", "") if env.get("SLURM_JOB_UID", "").isdigit() else "",
+        gpu_ids=tuple(job_gpu_ids(env)),
         restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0)
         if env.get("SLURM_JOB_RESTART_COUNT", "0").isdigit() else 0,
         comment=env.get("SLURM_JOB_COMMENT", ""), policy=policy, policy_error=problem,

@@ -1,4 +1,5 @@
-"""Node epilog: every GPU of the job back to its ceiling, and what the job used.
+"""Node epilog: every GPU of the job back to its ceiling, and what the job used on this
+node (its GPUs, and its cgroup's memory peak and CPU time, from the prolog's sampler).
 
 Exit status 1 only when a GPU of the job may still be above its ceiling (the limit was
 refused and reads back higher, or cannot be read at all): Slurm then drains the node,
@@ -22,7 +23,8 @@ from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.hooks.records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError,
                                           read_prolog,
                       stats_path, write_json)
-from slurm_synergy.hooks.sampling import read_totals
+from slurm_synergy.hooks.jobcgroup import CgroupUse
+from slurm_synergy.hooks.sampling import SamplerTotals, read_totals
 
 STOP_WAIT_S = 3.0
 
@@ -35,6 +37,9 @@ def stop_sampler(ctx: HookContext, pid: int | None) -> None:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
+        cmdline = []
+    # A sampler that ended on its own (its job's cgroup gone) may linger as a zombie.
+    if not cmdline or _zombie(pid):
         ctx.log(f"sampler (pid {pid}) had already ended")
         return
     if b"slurm_synergy.hooks" not in cmdline or ctx.job_id.encode() not in cmdline:
@@ -135,26 +140,17 @@ def _use(gpu: Gpu, start: GpuStart | None, totals: Totals | None,
         note="; ".join(notes))
 
 
-def run(ctx: HookContext, backend: Backend,
-        settled: Callable[[int], None] = lambda code: None) -> int:
-    """`settled` hears the exit status as soon as the GPUs are dealt with, before the
-    accounting: a slow stats folder must not turn an enforced cap into a drain."""
+def _restore_all(ctx: HookContext, backend: Backend) -> tuple[int, list[Gpu], dict[str, float | None]]:
+    """Every GPU of the job to its ceiling: (exit status, the GPUs found, the limit each
+    was left at in W)."""
     log = ctx.log
-    if not ctx.has_gpus():
-        return 0
-    ended = utc_now()
-    out = stats_path(ctx.stats_dir, ctx.job_id, ctx.node, ctx.restart)
     if backend.broken:
         log(f"CANNOT REACH the GPUs ({backend.reason}): cap not enforced")
         log("exit 1: a GPU of this job may be above the power cap; Slurm drains the node")
-        return 1
+        return 1, [], {}
     if not backend.gpus:
         log(f"{backend.reason}; nothing to restore for GPUs {','.join(ctx.gpu_ids)}")
-        settled(0)
-        _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node, None, ended,
-                                           note=backend.reason))
-        return 0
-    # The cap first: nothing after this may stand between a GPU and its ceiling.
+        return 0, [], {}
     gpus, missing = backend.find(ctx.gpu_ids)
     enforced = not missing
     if missing:
@@ -164,9 +160,25 @@ def run(ctx: HookContext, backend: Backend,
     for gpu in gpus:
         ok, after[gpu.info.uuid] = restore(ctx, gpu)
         enforced &= ok
-    code = 0 if enforced else 1
     if not enforced:
         log("exit 1: a GPU of this job may be above the power cap; Slurm drains the node")
+    return (0 if enforced else 1), gpus, after
+
+
+def run(ctx: HookContext, backend: Backend,
+        settled: Callable[[int], None] = lambda code: None) -> int:
+    """`settled` hears the exit status as soon as the GPUs are dealt with, before the
+    accounting: a slow stats folder must not turn an enforced cap into a drain."""
+    log = ctx.log
+    has_gpus = ctx.has_gpus()
+    if not has_gpus and not ctx.watches_cgroup:
+        return 0
+    ended = utc_now()
+    out = stats_path(ctx.stats_dir, ctx.job_id, ctx.node, ctx.restart)
+    # The cap first: nothing after this may stand between a GPU and its ceiling.
+    code, gpus, after = _restore_all(ctx, backend) if has_gpus else (0, [], {})
+    if has_gpus and backend.broken:
+        return code
     settled(code)
     record: PrologRecord | None = None
     try:
@@ -174,17 +186,21 @@ def run(ctx: HookContext, backend: Backend,
     except RecordError as e:
         log(f"no usable prolog record ({e}); energy from the sampler only, if any")
     stop_sampler(ctx, record.sampler_pid if record else None)
-    totals: dict[str, Totals] = {}
+    totals = SamplerTotals({}, None)
     if ctx.totals_path.exists():
         try:
             totals = read_totals(ctx.totals_path)
         except RecordError as e:
             log(f"sampler totals unreadable ({e})")
     starts = {s.uuid: s for s in record.gpus} if record else {}
-    uses = tuple(_use(g, starts.get(g.info.uuid), totals.get(g.info.uuid), after[g.info.uuid])
-                 for g in gpus)
-    _write_stats(ctx, out, JobGpuStats(ctx.job_id, ctx.node,
-                                       record.started if record else None, ended, uses))
+    uses = tuple(_use(g, starts.get(g.info.uuid), totals.gpus.get(g.info.uuid),
+                      after[g.info.uuid]) for g in gpus)
+    cgroup = totals.cgroup or CgroupUse(None, None, "the sampler left no cgroup reading")
+    note = backend.reason if has_gpus and not backend.gpus else ""
+    _write_stats(ctx, out, JobGpuStats(
+        ctx.job_id, ctx.node, record.started if record else None, ended, uses, note,
+        cgroup.mem_peak_mb, cgroup.cpu_s, cgroup.note if ctx.watches_cgroup else
+        "cgroup_peaks is off"))
     for path in (ctx.prolog_path, ctx.totals_path):
         path.unlink(missing_ok=True)
     return code
@@ -220,6 +236,11 @@ def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
     except OSError as e:   # a full or unmounted stats folder costs the report, not the node
         ctx.log(f"GPU stats could not be written to {out} ({e})")
         return
-    used = ", ".join(f"{g.uuid}: {g.energy_j:.0f} J" if g.energy_j is not None else
-                     f"{g.uuid}: energy unknown" for g in stats.gpus)
-    ctx.log(f"GPU stats -> {out}" + (f" ({used})" if used else f" ({stats.note})"))
+    used = [f"{g.uuid}: {g.energy_j:.0f} J" if g.energy_j is not None else
+            f"{g.uuid}: energy unknown" for g in stats.gpus]
+    if stats.note:
+        used.append(stats.note)
+    used.append(f"memory peak {stats.cgroup_mem_peak_mb:.0f} MB, CPU {stats.cgroup_cpu_s:.1f} s"
+                if stats.cgroup_mem_peak_mb is not None and stats.cgroup_cpu_s is not None
+                else f"no cgroup reading: {stats.cgroup_note}")
+    ctx.log(f"stats -> {out} ({'; '.join(used)})")

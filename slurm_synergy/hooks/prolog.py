@@ -1,5 +1,6 @@
-"""Node prolog: the job's GPUs at its decided power limit, under the site's ceiling, and
-their energy counters noted so the epilog can tell what the job used.
+"""Node prolog: the job's GPUs at its decided power limit, under the site's ceiling, their
+energy counters noted, and the sampler started (GPUs, and the job's cgroup) so the epilog
+can tell what the job used.
 
 Always succeeds: a failed prolog drains the node and requeues the job, and nothing here
 is worth that. The GPUs are already at their ceiling (the last epilog saw to it), so a
@@ -26,6 +27,8 @@ def start_sampler(ctx: HookContext, gpus: Sequence[Gpu]) -> int | None:
     CPU are not the job's (a new session: slurmd kills the prolog's process group)."""
     argv = [sys.executable, "-m", "slurm_synergy.hooks", "sample", "--job", ctx.job_id,
             "--gpus", ",".join(g.info.uuid for g in gpus)]
+    if ctx.watches_cgroup:
+        argv += ["--uid", ctx.uid]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
                             cwd="/",
@@ -61,19 +64,26 @@ def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None) -> GpuStart:
     return GpuStart(info.uuid, info.pci_bus_id, info.name, before, target.mw, energy)
 
 
-def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sampler) -> int:
-    log = ctx.log
+def _gpus(ctx: HookContext, backend: Backend) -> tuple[list[Gpu], list[GpuStart]]:
+    """The job's GPUs at their limits: those found, and how each was left."""
     if not ctx.has_gpus():
-        return 0
+        return [], []
     if not backend.gpus:
-        log(f"{backend.reason}; nothing to do for GPUs {','.join(ctx.gpu_ids)}")
-        return 0   # a broken NVML too: the GPUs keep the limit the last epilog confirmed
+        ctx.log(f"{backend.reason}; nothing to do for GPUs {','.join(ctx.gpu_ids)}")
+        return [], []   # a broken NVML too: the GPUs keep the limit the last epilog confirmed
     gpus, missing = backend.find(ctx.gpu_ids)
     if missing:
-        log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS not found by {backend.name} "
-            f"(gres.conf File= numbers should be the devices' minor numbers)")
+        ctx.log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS not found by {backend.name} "
+                f"(gres.conf File= numbers should be the devices' minor numbers)")
     asked = asked_power_w(ctx.comment)
-    starts = [_apply(ctx, g, asked) for g in gpus]
+    return gpus, [_apply(ctx, g, asked) for g in gpus]
+
+
+def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sampler) -> int:
+    log = ctx.log
+    gpus, starts = _gpus(ctx, backend)
+    if not gpus and not ctx.watches_cgroup:
+        return 0
     if ctx.prolog_path.exists():
         # Run twice for one job (slurmd retries, an admin by hand): the first record holds
         # the energy counters at the job's real start and stays.
@@ -88,12 +98,13 @@ def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sample
     record = PrologRecord(ctx.job_id, started, tuple(starts))
     write_json(ctx.prolog_path, record, 0o600)   # written before the sampler looks for it
     pid = None
-    if gpus:
-        try:
-            pid = sampler(ctx, gpus)
-            log(f"sampler started (pid {pid}, every {ctx.policy.gpu_sample_period_s:g} s)")
-        except OSError as e:
-            log(f"sampler could not start ({e}); the epilog has the energy counters only")
+    try:
+        pid = sampler(ctx, gpus)
+        what = ([f"GPUs every {ctx.policy.gpu_sample_period_s:g} s"] if gpus else []) + \
+            (["the job's cgroup"] if ctx.watches_cgroup else [])
+        log(f"sampler started (pid {pid}: {' and '.join(what)})")
+    except OSError as e:
+        log(f"sampler could not start ({e}); the epilog has the energy counters only")
     if pid is not None:
         write_json(ctx.prolog_path, PrologRecord(ctx.job_id, started, tuple(starts), pid), 0o600)
     return 0

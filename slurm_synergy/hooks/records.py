@@ -1,5 +1,6 @@
 """What the node hooks keep: the prolog's record of a running job (node-local), the
-sampler's running totals, and the per-job GPU stats the epilog leaves for reports.
+sampler's running totals, and the per-job stats (GPUs, cgroup peaks) the epilog leaves
+for reports.
 
 All are JSON written whole (temporary file + rename); readers treat a file they cannot
 parse as absent and say so, never as zeros. Reports read the stats as the epilogs' only
@@ -63,12 +64,18 @@ class GpuUse:
 
 @dataclass(frozen=True)
 class JobGpuStats:
+    """One job on one node, as its epilog left it: its GPUs, and what its cgroup there
+    counted (None where the sampler did not watch it or never read it; cgroup_note why)."""
+
     job_id: str
     node: str
     started: str | None
     ended: str
     gpus: tuple[GpuUse, ...] = field(default_factory=tuple)
     note: str = ""
+    cgroup_mem_peak_mb: float | None = None
+    cgroup_cpu_s: float | None = None
+    cgroup_note: str = ""
 
     @property
     def energy_j(self) -> float | None:

@@ -1,5 +1,6 @@
-"""The per-job GPU sampler the prolog starts: NVML readings every period for the job's
-life, as running totals written every `flush_s`.
+"""The per-job sampler the prolog starts on each node: NVML readings of the job's GPUs
+every period, and its cgroup's memory peak and CPU time (jobcgroup), for the job's life,
+as running totals written every `flush_s`.
 
 It stops on SIGTERM from the epilog, writing its totals a last time, and on its own once
 the prolog's record is gone (an epilog that never stopped it), so none outlives its job
@@ -13,45 +14,67 @@ import os
 import signal
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.gpu import Backend
 from slurm_synergy.gpu.sampler import Totals, sample_once
+from slurm_synergy.hooks.jobcgroup import POLL_S, CgroupUse, Watch
 from slurm_synergy.hooks.records import RecordError
 
 
-def write_totals(path: Path, job_id: str, totals: Sequence[Totals]) -> None:
-    doc = {"job_id": job_id, "updated": time.time(), "gpus": [t.to_dict() for t in totals]}
+@dataclass(frozen=True)
+class SamplerTotals:
+    """What the sampler last wrote: each GPU's totals by UUID, and the job's cgroup use
+    (None where it did not watch the cgroup)."""
+
+    gpus: dict[str, Totals]
+    cgroup: CgroupUse | None
+
+
+def write_totals(path: Path, job_id: str, totals: Sequence[Totals],
+                 cgroup: CgroupUse | None = None) -> None:
+    doc = {"job_id": job_id, "updated": time.time(), "gpus": [t.to_dict() for t in totals],
+           "cgroup": asdict(cgroup) if cgroup else None}
     atomic_write_text(path, json.dumps(doc) + "\n", 0o600)
 
 
-def read_totals(path: Path) -> dict[str, Totals]:
-    """The sampler's last totals by GPU UUID."""
+def read_totals(path: Path) -> SamplerTotals:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        return {t["uuid"]: Totals.from_dict(t) for t in doc["gpus"]}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        gpus = {t["uuid"]: Totals.from_dict(t) for t in doc["gpus"]}
+        cg = doc.get("cgroup")
+        return SamplerTotals(gpus, CgroupUse(**cg) if cg else None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise RecordError(f"{path}: {e}") from None
 
 
-def sample_job(backend: Backend, job_id: str, uuids: Sequence[str], period_s: float,
-               out: Path, alive: Path, stop: threading.Event, flush_s: float = 10.0) -> int:
-    gpus, _ = backend.find(uuids)
-    if not gpus:
+def sample_job(backend: Backend | None, job_id: str, uuids: Sequence[str], period_s: float,
+               out: Path, alive: Path, stop: threading.Event, watch: Watch | None = None,
+               flush_s: float = 10.0) -> int:
+    gpus = backend.find(uuids)[0] if backend is not None and uuids else []
+    if not gpus and watch is None:
         return 1
     totals = [Totals(g.info.uuid) for g in gpus]
-    last_flush = 0.0
+    tick = min(period_s, POLL_S) if watch is not None else period_s
+    last_flush = last_sample = -period_s
     while True:
-        sample_once(gpus, totals, time.monotonic)
         now = time.monotonic()
-        if stop.is_set() or now - last_flush >= max(flush_s, period_s):
-            write_totals(out, job_id, totals)
+        if gpus and now - last_sample >= period_s:
+            sample_once(gpus, totals, time.monotonic)
+            last_sample = now
+        if watch is not None:
+            watch.poll()
+        # With no GPU to follow, the job's cgroup gone is the job over.
+        ended = not gpus and watch is not None and watch.done
+        if stop.is_set() or ended or now - last_flush >= max(flush_s, period_s):
+            write_totals(out, job_id, totals, watch.use() if watch is not None else None)
             last_flush = now
-            if stop.is_set() or not _still_mine(alive):
+            if stop.is_set() or ended or not _still_mine(alive):
                 return 0
-        stop.wait(period_s)
+        stop.wait(tick)
 
 
 def _still_mine(record: Path) -> bool:

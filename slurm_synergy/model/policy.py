@@ -37,6 +37,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "first_batch_timeout_s": (float, 5.0, 86400.0),
     "gpu_sample_period_s": (float, 0.05, 60.0),
     "hook_timeout_s": (float, 1.0, 120.0),
+    "cgroup_peaks": (bool, 0, 1),
     "sweep_window_s": (float, 0.5, 600.0),
     "sweep_repeats": (int, 1, 10),
 }
@@ -91,6 +92,9 @@ class Policy:
     gpu_sample_period_s: float = 1.0  # the node's GPU sampler, for each job's lifetime
     hook_timeout_s: float = 20.0      # prolog/epilog give up after this; keep well under
                                       # slurm.conf's PrologEpilogTimeout
+    # The node sampler follows every job's cgroup (GPUs or not) for its exact memory peak
+    # and CPU time on each node: one small process per job and node while it runs.
+    cgroup_peaks: bool = True
     # What the first job of an unknown workload does once it is measured: continue
     # (measured while it trains, trains to its end) or resubmit (profiled apart, then
     # submitted again right-sized: a second queue wait).

@@ -41,7 +41,9 @@ def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
     if jobs.empty:
         return Report(period, jobs, pd.DataFrame(), {}, [])
     cluster = slurm.cluster_name()
-    problems = enrich.add_gpu_stats(jobs, cluster, stats_dir)
+    stats, problems = enrich.read_stats_of(jobs, cluster, stats_dir)
+    enrich.add_gpu_stats(jobs, stats)
+    enrich.add_cgroup_use(jobs, stats)
     enrich.add_throughput(jobs, cluster)
     problems += enrich.add_chains(jobs, cluster)
     profiles, more = enrich.load_profiles(jobs)

@@ -1,6 +1,7 @@
-"""What slurm-synergy knows about each job beyond sacct: the GPU stats its node epilogs
-left, its own throughput (the summary.json it wrote), its profiling chain, and, from its
-workload's profile, what the GPU-proportional allocation would have given it."""
+"""What slurm-synergy knows about each job beyond sacct: the stats its node epilogs left
+(GPUs, and the job's cgroup peaks that replace sacct's sampled memory and CPU), its own
+throughput (the summary.json it wrote), its profiling chain, and, from its workload's
+profile, what the GPU-proportional allocation would have given it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.chains import read_chains
 from slurm_synergy.model.profile import Profile, ProfileError
 from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.report.memory import expand_nodes
 
 GPU_COLUMNS = ("gpu_energy_j", "gpu_util_pct", "gpu_sm_active_pct", "gpu_mem_peak_mb",
                "gpu_power_limit_w", "gpu_note")
@@ -47,15 +49,56 @@ def _gpu_fields(gpus: int, stats: list[JobGpuStats] | None) -> dict[str, Any]:
     }
 
 
-def add_gpu_stats(jobs: pd.DataFrame, cluster: str,
-                  stats_dir: Path | None = None) -> list[str]:
-    """GPU columns in place; returns a line per stats file that could not be read."""
-    stats, problems = stats_for(stats_dir or paths.cluster_stats_dir(cluster),
-                                set(jobs["raw_id"]))
+def add_gpu_stats(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> None:
+    """GPU columns in place, from the epilogs' stats (read_stats_of)."""
     fields = [_gpu_fields(g, stats.get(r)) for g, r in zip(jobs["gpus"], jobs["raw_id"])]
     for col in GPU_COLUMNS:
         _column(jobs, col, [f[col] for f in fields])
-    return problems
+
+
+def read_stats_of(jobs: pd.DataFrame, cluster: str,
+                  stats_dir: Path | None = None) -> tuple[dict[str, list[JobGpuStats]], list[str]]:
+    """The epilogs' stats of these jobs by raw id, and a line per file that could not be read."""
+    return stats_for(stats_dir or paths.cluster_stats_dir(cluster), set(jobs["raw_id"]))
+
+
+def _cgroup_peaks(nodes: str, stats: list[JobGpuStats]) -> dict[str, JobGpuStats] | None:
+    """Each node's record of the job's last run, where every node of the job has one that
+    read the job's cgroup; None where any lacks it (a part cannot stand for the whole)."""
+    latest: dict[str, JobGpuStats] = {}
+    for s in sorted(stats, key=lambda s: s.ended):
+        latest[s.node] = s
+    names = expand_nodes(nodes)
+    if not names or any(latest.get(n) is None or latest[n].cgroup_mem_peak_mb is None
+                        or latest[n].cgroup_cpu_s is None for n in names):
+        return None
+    return {n: latest[n] for n in names}
+
+
+def add_cgroup_use(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> None:
+    """Where the node hooks read a job's cgroup on every node it ran on, its memory peak
+    (per node: the kernel's high-water mark of all its steps there) and CPU time replace
+    sacct's sampled figures; `usage_from` says which a row shows."""
+    source: list[str] = []
+    for i, j in jobs.iterrows():
+        per_node = _cgroup_peaks(j["nodes"] or "", stats.get(j["raw_id"], [])) \
+            if j["start"] is not None else None
+        if per_node is None:
+            source.append("sacct")
+            continue
+        worst = max(per_node, key=lambda n: (per_node[n].cgroup_mem_peak_mb or 0.0, n))
+        peak = per_node[worst].cgroup_mem_peak_mb
+        cpu_s = sum(s.cgroup_cpu_s or 0.0 for s in per_node.values())
+        allowed, cores, elapsed = j["node_mem_mb"], j["alloc_cpus"], j["elapsed_s"]
+        jobs.at[i, "max_rss_mb"] = peak
+        jobs.at[i, "peak_node"] = worst
+        jobs.at[i, "mem_estimated"] = False
+        jobs.at[i, "mem_note"] = ""
+        jobs.at[i, "mem_eff"] = peak / allowed if peak is not None and allowed else None
+        jobs.at[i, "total_cpu_s"] = cpu_s
+        jobs.at[i, "cpu_eff"] = cpu_s / (cores * elapsed) if cores and elapsed else None
+        source.append("cgroup")
+    _column(jobs, "usage_from", source)
 
 
 def add_throughput(jobs: pd.DataFrame, cluster: str) -> None:

@@ -216,6 +216,15 @@ def cluster_lines(report: Report) -> list[str]:
     return lines
 
 
+def usage_line(report: Report) -> str:
+    """Where the memory peaks and CPU time come from: the node hooks' cgroup readings
+    (exact) or sacct's (memory sampled every JobAcctGatherFrequency)."""
+    jobs = report.jobs
+    read = int((jobs["usage_from"] == "cgroup").sum()) if "usage_from" in jobs else 0
+    return (f"used, CPU%, peak, Mem%: the node hooks' cgroup readings for {read} of "
+            f"{len(jobs)} job(s), sacct's samples for the rest (usage_from in --format csv|json)")
+
+
 def _more(hidden: int) -> list[str]:
     """A line counting the table's lines left out."""
     return [f"... and {hidden} earlier line(s): every job is in --format csv|json and "
@@ -227,7 +236,8 @@ def text(report: Report, tasks: bool = False) -> str:
     the cluster and advice."""
     head, rows, hidden = job_rows(report, tasks, TERMINAL_JOBS)
     parts = [f"slurm-synergy report: {report.period}", "",
-             aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, *_more(hidden),
+             aligned(head, _joined(rows), rule=True), TRIPLE_NOTE, usage_line(report),
+             *_more(hidden),
              "", "Workloads", aligned(*workload_rows(report), rule=True), "", "Cluster",
              *cluster_lines(report)]
     if report.advice:
@@ -288,7 +298,7 @@ def write(report: Report, out: Path, tasks: bool = False) -> list[Path]:
     head, rows, hidden = job_rows(report, tasks, PAGE_JOBS)
     page = env.get_template("report.html.j2").render(
         report=report, jobs=(head, rows), more=_more(hidden),
-        triple_note=TRIPLE_NOTE,
+        triple_note=TRIPLE_NOTE, usage_note=usage_line(report),
         advice=report.advice[-PAGE_JOBS:], workloads=workload_rows(report),
         cluster=cluster_lines(report),
         figures={title: _png(p) for title, p in figures.items()},

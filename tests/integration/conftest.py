@@ -25,6 +25,8 @@ from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import records, wait
 from slurm_synergy.chains import read_chains
+from slurm_synergy.hooks.records import stats_path
+from slurm_synergy.report.memory import expand_nodes
 from slurm_synergy.slurm import Slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,14 +199,27 @@ def finish(slurm: Slurm, ids, timeout: float = 600):
 
 def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
     """sacct shows a job ended before its epilog has run: wait for each epilog's last
-    line. Returns the hooks' log."""
+    line (every job's writes its stats: the local cluster's policy has cgroup_peaks on).
+    Returns the hooks' log."""
     deadline = time.monotonic() + timeout
     while True:
         log = (box.state / "log" / "hooks.log").read_text()
-        if all(f"epilog job={j} GPU stats -> " in log or
-               f"epilog job={j} no GPUs allocated" in log for j in job_ids):
+        if all(f"epilog job={j} stats -> " in log for j in job_ids):
             return log
         assert time.monotonic() < deadline, f"no epilog finished for some of {job_ids}"
+        time.sleep(0.3)
+
+
+def node_stats_done(box, lines: list[dict], timeout: float = 60) -> None:
+    """Every node's epilog stats of these report lines (`synergy report --format json`
+    jobs): a job on several nodes ends in sacct before the last of its epilogs."""
+    folder = paths.cluster_folder(box.hook_paths.stats_dir, box.slurm.cluster_name())
+    want = [stats_path(folder, j["raw_id"], node) for j in lines
+            for node in expand_nodes(j["nodes"])]
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in want):
+        assert time.monotonic() < deadline, \
+            f"no epilog stats: {[str(p) for p in want if not p.exists()]}"
         time.sleep(0.3)
 
 
@@ -224,5 +239,5 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["EXPECTED_DRAINS", "Tenant", "Tenants", "epilogs_done", "synergy", "executable",
+__all__ = ["EXPECTED_DRAINS", "Tenant", "Tenants", "epilogs_done", "node_stats_done", "synergy", "executable",
            "submitted_ids", "finish", "job_names_in_queue", "records", "resubmitted", "ROOT"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -43,6 +44,27 @@ def test_without_gpus_the_hooks_say_so_and_the_report_shows_why(box, slurm, tmp_
     assert rows[gpu_job]["gpus"] == 2 and rows[gpu_job]["gpu_energy_j"] is None
     assert rows[gpu_job]["gpu_note"].startswith("no GPUs on this node")
     assert rows[cpu_job]["gpus"] == 0 and rows[cpu_job]["gpu_note"] == ""
+
+
+def test_an_ordinary_users_short_job_gets_its_exact_peak_from_its_cgroup(box, slurm, tenants):
+    """A job of a second holding 600 MB: sacct (sampling every 5 s here) never reads it;
+    the sampler the prolog started followed the job's cgroup, under its user's uid, until
+    Slurm removed it, and the report shows that peak."""
+    script = executable(tenants.shared / f"short-{os.urandom(3).hex()}.sh",
+                        "#!/bin/sh\n/usr/bin/python3 -c 'import time; b = b\"\\x01\" * "
+                        "(600 << 20); time.sleep(1)'\n")
+    ran = tenants.run(tenants.alice, ["sbatch", "--parsable", "--mem=1G", "--output=/dev/null",
+                                      str(script)])
+    assert ran.returncode == 0, ran.stderr
+    job = ran.stdout.strip().split(";")[0]
+    finish(slurm, [job])
+    log = epilogs_done(box, job)
+    assert re.search(rf"prolog job={job} sampler started \(pid \d+: the job's cgroup\)", log)
+    row = report(job)[job]
+    assert row["user"] == tenants.alice.name and row["usage_from"] == "cgroup", row
+    # The bytes it wrote, and the interpreter and its shell beside them.
+    assert 600 <= row["max_rss_mb"] <= 660 and row["mem_note"] == "", row
+    assert row["mem_eff"] == pytest.approx(row["max_rss_mb"] / 1024)
 
 
 @contextlib.contextmanager

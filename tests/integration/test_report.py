@@ -18,9 +18,12 @@ from typing import Iterator
 import pytest
 from PIL import Image
 
+from slurm_synergy import paths
+from slurm_synergy.report import output
+from slurm_synergy.report.build import build
 from tests.shapes import SHAPES, lines_of, submit, truths
 
-from .conftest import finish, synergy
+from .conftest import finish, node_stats_done, synergy
 
 DEMO_SUBMITTED = re.compile(r"^submitted \d+ jobs from .*: (.+)$", re.MULTILINE)
 
@@ -49,7 +52,7 @@ def demo_jobs(box, tmp_path_factory) -> Iterator[list[str]]:
 def raw_sacct(slurm, ids):
     """sacct's lines, parsed here independently of the report's code."""
     fields = ["JobIDRaw", "AllocCPUS", "AllocTRES", "ElapsedRaw", "State", "ExitCode",
-              "TotalCPU", "MaxRSS", "Submit", "Start", "End", "NTasks"]
+              "TotalCPU", "MaxRSS", "Submit", "Start", "End", "NTasks", "NodeList"]
     out = slurm.run(["sacct", "--parsable2", "--noheader", "--allusers", "--delimiter=|",
                      "--format=" + ",".join(fields), "--jobs=" + ",".join(ids)])
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
@@ -67,16 +70,32 @@ def to_s(text):
     return sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
 
 
-def test_every_figure_agrees_with_sacct(slurm, demo_jobs):
+def test_every_figure_agrees_with_sacct_and_the_node_stats(box, slurm, demo_jobs, tmp_path):
+    """Each figure against its source, read here apart from the report's code: sacct's
+    lines, and the epilog's record of the job's cgroup, which stands for sacct's memory
+    and CPU time wherever it exists (the report without it shows sacct's)."""
     proc = synergy("report", "--jobs", ",".join(demo_jobs), "--format", "json")
     assert proc.returncode == 0, proc.stderr
+    node_stats_done(box, json.loads(proc.stdout)["jobs"])
+    proc = synergy("report", "--jobs", ",".join(demo_jobs), "--format", "json")
     doc = json.loads(proc.stdout)
     jobs = {j["raw_id"]: j for j in doc["jobs"]}
     assert sorted(jobs) == sorted(demo_jobs)
+    sacct_alone = {j["raw_id"]: j for j in output.records(
+        build(slurm, demo_jobs, stats_dir=tmp_path / "no-node-stats").jobs)}
+    stats = paths.cluster_folder(box.hook_paths.stats_dir, slurm.cluster_name())
     lines = raw_sacct(slurm, demo_jobs)
     core_s = 0.0
     for line in (ln for ln in lines if "." not in ln["JobIDRaw"]):
+        record = json.loads((stats / f"{line['JobIDRaw']}.{line['NodeList']}.json").read_text())
         j = jobs[line["JobIDRaw"]]
+        assert j["usage_from"] == "cgroup", j
+        assert j["max_rss_mb"] == record["cgroup_mem_peak_mb"] and j["peak_node"] == record["node"]
+        assert j["mem_eff"] == pytest.approx(j["max_rss_mb"] / j["alloc_mem_mb"])
+        assert j["total_cpu_s"] == pytest.approx(record["cgroup_cpu_s"])
+        assert j["cpu_eff"] == pytest.approx(j["total_cpu_s"] / (j["alloc_cpus"] * j["elapsed_s"]))
+        j = sacct_alone[line["JobIDRaw"]]
+        assert j["usage_from"] == "sacct"
         tres = dict(kv.split("=", 1) for kv in line["AllocTRES"].split(","))
         assert j["alloc_cpus"] == int(line["AllocCPUS"])
         assert j["alloc_mem_mb"] == pytest.approx(to_mb(tres["mem"]))
@@ -222,32 +241,40 @@ def test_accounting_down_is_one_clear_error(box, slurm):
         assert synergy("cluster", "up").returncode == 0
 
 
-def test_every_job_shape_reads_within_three_points_of_the_truth(slurm, tmp_path):
+def test_every_job_shape_reads_within_three_points_of_the_truth(box, slurm, tmp_path):
     """Issue 40's shapes, each task's use counted by the kernel (tests/shapes.py): the
-    worst node's memory efficiency and the CPU efficiency within 3 points; a peak sacct
-    never sampled is a dash and its reason, never a 0."""
+    worst node's memory efficiency and the CPU efficiency within 3 points, from the node
+    hooks' cgroup readings (the report's own run) and from sacct alone (the same jobs
+    without the hooks' stats). sacct never samples the short step: a dash and its
+    reason, never a 0; the cgroup has its peak."""
     holder, ids = submit(slurm, tmp_path)
     finish(slurm, list(ids.values()))
     proc = synergy("report", "--jobs", ",".join(ids.values()), "--format", "json")
+    node_stats_done(box, json.loads(proc.stdout)["jobs"])
+    proc = synergy("report", "--jobs", ",".join(ids.values()), "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    jobs = json.loads(proc.stdout)["jobs"]
+    views = {"cgroup": json.loads(proc.stdout)["jobs"],
+             "sacct": output.records(build(slurm, list(ids.values()),
+                                           stats_dir=tmp_path / "no-node-stats").jobs)}
     truth = truths(holder)
     wrong = []
-    for shape in SHAPES:
-        lines = lines_of(jobs, ids[shape.name])
-        assert len(lines) == shape.lines, (shape.name, [j["job_id"] for j in lines])
-        for job in lines:
-            assert job["state"] == "COMPLETED", (shape.name, job)
-            mem, cpu = truth[job["job_id"]].percent(job["alloc_cpus"], job["elapsed_s"])
-            got_cpu = 100 * job["cpu_eff"]
-            if abs(got_cpu - cpu) > 3:
-                wrong.append(f"{job['job_id']} ({shape.name}): CPU {got_cpu:.1f}% against "
-                             f"{cpu:.1f}%")
-            if not shape.sampled:
-                assert job["mem_eff"] is None and "never sampled" in job["mem_note"], job
-                continue
-            got_mem = None if job["mem_eff"] is None else 100 * job["mem_eff"]
-            if got_mem is None or abs(got_mem - mem) > 3:
-                wrong.append(f"{job['job_id']} ({shape.name}): memory {got_mem} against "
-                             f"{mem:.1f}% ({job['mem_note']})")
+    for view, jobs in views.items():
+        for shape in SHAPES:
+            lines = lines_of(jobs, ids[shape.name])
+            assert len(lines) == shape.lines, (shape.name, [j["job_id"] for j in lines])
+            for job in lines:
+                assert job["state"] == "COMPLETED", (shape.name, job)
+                assert job["usage_from"] == view, (shape.name, job)
+                mem, cpu = truth[job["job_id"]].percent(job["alloc_cpus"], job["elapsed_s"])
+                got_cpu = 100 * job["cpu_eff"]
+                if abs(got_cpu - cpu) > 3:
+                    wrong.append(f"{view}: {job['job_id']} ({shape.name}): CPU {got_cpu:.1f}% "
+                                 f"against {cpu:.1f}%")
+                if view == "sacct" and not shape.sampled:
+                    assert job["mem_eff"] is None and "never sampled" in job["mem_note"], job
+                    continue
+                got_mem = None if job["mem_eff"] is None else 100 * job["mem_eff"]
+                if got_mem is None or abs(got_mem - mem) > 3:
+                    wrong.append(f"{view}: {job['job_id']} ({shape.name}): memory {got_mem} "
+                                 f"against {mem:.1f}% ({job['mem_note']})")
     assert wrong == []

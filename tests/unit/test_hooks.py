@@ -5,7 +5,6 @@ fails (a GPU left above the cap)."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,23 +12,15 @@ from slurm_synergy.gpu import PowerRange
 from slurm_synergy.gpu.device import Backend, job_gpu_ids
 from slurm_synergy.gpu.sampler import Totals
 from slurm_synergy.hooks import epilog, prolog
-from slurm_synergy.hooks.context import HookContext, HookLog, context
+from slurm_synergy.hooks.context import context
 from slurm_synergy.hooks.power import asked_power_w, ceiling_mw, job_target
 from slurm_synergy.hooks.records import read_prolog, read_stats, stats_for, stats_path
 from slurm_synergy.hooks.sampling import write_totals
-from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.errors import SynergyError
 from tests.fakes.gpus import FakeGpu, backend
+from tests.helpers import hook_ctx
 
 W = 1000   # mW per W
-
-
-def ctx(tmp_path: Path, job="101", gpus="0", comment="", cap_w=0.0, restart=0) -> HookContext:
-    return HookContext(job_id=job, node="n1", gpu_ids=tuple(x for x in gpus.split(",") if x),
-                       restart=restart, comment=comment, policy=Policy(power_cap_w=cap_w or 0),
-                       policy_error="" if cap_w is not None else "unreadable", cap_w=cap_w,
-                       run_dir=tmp_path / "run", stats_dir=tmp_path / "stats",
-                       log=HookLog(tmp_path / "hooks.log", "hook", job))
 
 
 def no_sampler(c, gpus):
@@ -69,7 +60,7 @@ def test_gpus_are_found_by_minor_number_uuid_or_pci_bus_id():
 
 def test_prolog_applies_the_decided_limit_and_epilog_restores_the_cap(tmp_path):
     gpu = FakeGpu(0, limit_w=300)
-    c = ctx(tmp_path, comment="fp=a decision=c2,m1024,g1,w1,p200", cap_w=280)
+    c = hook_ctx(tmp_path, comment="fp=a decision=c2,m1024,g1,w1,p200", cap_w=280)
     assert prolog.run(c, backend(gpu), no_sampler) == 0
     assert gpu.limit_mw == 200 * W
     rec = read_prolog(c.prolog_path)
@@ -88,7 +79,7 @@ def test_prolog_applies_the_decided_limit_and_epilog_restores_the_cap(tmp_path):
 
 def test_a_job_that_raised_its_gpu_above_the_cap_is_put_back(tmp_path):
     gpu = FakeGpu(0, limit_w=250, max_w=400)
-    c = ctx(tmp_path, cap_w=250)
+    c = hook_ctx(tmp_path, cap_w=250)
     prolog.run(c, backend(gpu), no_sampler)
     gpu.limit_mw = 400 * W                                   # e.g. nvidia-smi -pl as root
     assert epilog.run(c, backend(gpu)) == 0
@@ -97,7 +88,7 @@ def test_a_job_that_raised_its_gpu_above_the_cap_is_put_back(tmp_path):
 
 def test_a_prolog_with_no_decision_runs_the_job_at_the_ceiling(tmp_path):
     gpu = FakeGpu(0, limit_w=400, max_w=400, default_w=300)
-    c = ctx(tmp_path, comment="fp=0123456789abcdef")
+    c = hook_ctx(tmp_path, comment="fp=0123456789abcdef")
     assert prolog.run(c, backend(gpu), no_sampler) == 0
     assert gpu.limit_mw == 300 * W                           # no cap: the default limit
     assert "no decision: the ceiling (default 300 W)" in (tmp_path / "hooks.log").read_text()
@@ -107,7 +98,7 @@ def test_a_job_killed_with_sigkill_is_still_restored_and_accounted(tmp_path):
     """SIGKILL takes the job's processes, and the sampler may be gone too: the epilog
     works from the prolog's counters and the sampler's last totals."""
     gpu = FakeGpu(0, limit_w=300)
-    c = ctx(tmp_path, comment="decision=c1,m512,g1,w0,p150")
+    c = hook_ctx(tmp_path, comment="decision=c1,m512,g1,w0,p150")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     prolog.run(c, backend(gpu), lambda c_, g: dead.pid)
@@ -126,7 +117,7 @@ def test_a_job_killed_with_sigkill_is_still_restored_and_accounted(tmp_path):
 
 def test_without_counters_energy_is_integrated_from_the_samplers_power(tmp_path):
     gpu = FakeGpu(0, energy_j=None)
-    c = ctx(tmp_path)
+    c = hook_ctx(tmp_path)
     prolog.run(c, backend(gpu), no_sampler)
     t = Totals(gpu.info.uuid)
     for i in range(11):                                      # 200 W for 10 s
@@ -140,7 +131,7 @@ def test_without_counters_energy_is_integrated_from_the_samplers_power(tmp_path)
 
 def test_a_gpu_that_refuses_the_limit(tmp_path):
     gpu = FakeGpu(0, limit_w=300, refuse=True)
-    c = ctx(tmp_path, comment="decision=c1,m512,g1,w0,p200")
+    c = hook_ctx(tmp_path, comment="decision=c1,m512,g1,w0,p200")
     assert prolog.run(c, backend(gpu), no_sampler) == 0      # the job runs at 300 W
     assert read_prolog(c.prolog_path).gpus[0].limit_set_mw is None
     assert epilog.run(c, backend(gpu)) == 0                  # 300 W is the ceiling: enforced
@@ -150,20 +141,20 @@ def test_a_gpu_that_refuses_the_limit(tmp_path):
 
 def test_the_epilog_fails_only_when_a_gpu_stays_above_the_cap(tmp_path):
     above = FakeGpu(0, limit_w=400, refuse=True)
-    c = ctx(tmp_path, cap_w=250)
+    c = hook_ctx(tmp_path, cap_w=250)
     assert prolog.run(c, backend(above), no_sampler) == 0
     assert epilog.run(c, backend(above)) == 1
     assert "STILL AT 400 W, above the ceiling 250 W" in (tmp_path / "hooks.log").read_text()
     lost = FakeGpu(0, unreadable=True)
-    assert epilog.run(ctx(tmp_path, job="102"), backend(lost)) == 1
-    assert epilog.run(ctx(tmp_path, job="103", gpus="0,7"), backend(FakeGpu(0))) == 1
+    assert epilog.run(hook_ctx(tmp_path, job="102"), backend(lost)) == 1
+    assert epilog.run(hook_ctx(tmp_path, job="103", gpus="0,7"), backend(FakeGpu(0))) == 1
 
 
 def test_two_jobs_sharing_a_node_touch_only_their_own_gpus(tmp_path):
     g0, g1 = FakeGpu(0), FakeGpu(1)
     node = backend(g0, g1)
-    a = ctx(tmp_path, job="201", gpus="0", comment="decision=c1,m1,g1,w0,p200")
-    b = ctx(tmp_path, job="202", gpus="1", comment="decision=c1,m1,g1,w0,p250")
+    a = hook_ctx(tmp_path, job="201", gpus="0", comment="decision=c1,m1,g1,w0,p200")
+    b = hook_ctx(tmp_path, job="202", gpus="1", comment="decision=c1,m1,g1,w0,p250")
     prolog.run(a, node, no_sampler)
     prolog.run(b, node, no_sampler)
     g0.run_for(2)
@@ -183,7 +174,7 @@ def test_two_jobs_sharing_a_node_touch_only_their_own_gpus(tmp_path):
 @pytest.mark.parametrize("cap_w, expect_w", [(50, 100), (900, 400)])
 def test_a_cap_outside_the_devices_range(tmp_path, cap_w, expect_w):
     gpu = FakeGpu(0, limit_w=300, min_w=100, max_w=400)
-    c = ctx(tmp_path, cap_w=cap_w)
+    c = hook_ctx(tmp_path, cap_w=cap_w)
     assert prolog.run(c, backend(gpu), no_sampler) == 0
     assert gpu.limit_mw == expect_w * W
     assert epilog.run(c, backend(gpu)) == 0                  # held at the nearest end
@@ -194,7 +185,7 @@ def test_a_cap_outside_the_devices_range(tmp_path, cap_w, expect_w):
 
 def test_hooks_are_idempotent(tmp_path):
     gpu = FakeGpu(0)
-    c = ctx(tmp_path, comment="decision=c1,m1,g1,w0,p200")
+    c = hook_ctx(tmp_path, comment="decision=c1,m1,g1,w0,p200")
     prolog.run(c, backend(gpu), no_sampler)
     gpu.run_for(10)
     prolog.run(c, backend(gpu), no_sampler)                  # run again: first counters kept
@@ -210,14 +201,14 @@ def test_hooks_are_idempotent(tmp_path):
 
 def test_without_gpus_everything_runs_and_says_so(tmp_path):
     none = Backend("none", reason="no GPUs on this node (NVML: Shared Library Not Found)")
-    c = ctx(tmp_path, gpus="0,1")
+    c = hook_ctx(tmp_path, gpus="0,1")
     assert prolog.run(c, none, no_sampler) == 0
     assert epilog.run(c, none) == 0
     stats = read_stats(stats_path(c.stats_dir, "101", "n1"))
     assert stats.gpus == () and stats.note.startswith("no GPUs on this node")
     log = (tmp_path / "hooks.log").read_text()
     assert log.count("no GPUs on this node") >= 2
-    assert epilog.run(ctx(tmp_path, job="7", gpus=""), none) == 0
+    assert epilog.run(hook_ctx(tmp_path, job="7", gpus=""), none) == 0
     assert not stats_path(c.stats_dir, "7", "n1").exists()   # a CPU job leaves no record
 
 
@@ -289,7 +280,7 @@ def test_an_unreadable_policy_never_lets_a_gpu_above_the_last_cap(tmp_path):
 
 def test_the_gpus_are_restored_before_anything_that_can_fail(tmp_path, monkeypatch):
     gpu = FakeGpu(0)
-    c = ctx(tmp_path, comment="decision=c1,m1,g1,w0,p200")
+    c = hook_ctx(tmp_path, comment="decision=c1,m1,g1,w0,p200")
     prolog.run(c, backend(gpu), no_sampler)
 
     def broken(*a):
@@ -305,20 +296,20 @@ def test_a_sampler_that_ends_as_it_is_stopped_is_no_error(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert epilog._signal(proc.pid, 15) is False
-    epilog.stop_sampler(ctx(tmp_path), proc.pid)             # logs, does not raise
+    epilog.stop_sampler(hook_ctx(tmp_path), proc.pid)             # logs, does not raise
 
 
 def test_a_broken_nvml_with_job_gpus_fails_the_epilog(tmp_path):
     broken = Backend("nvml", reason="NVML failed to start: Unknown Error", broken=True)
-    assert prolog.run(ctx(tmp_path), broken, no_sampler) == 0
-    assert epilog.run(ctx(tmp_path), broken) == 1
-    assert epilog.run(ctx(tmp_path, job="5", gpus=""), broken) == 0   # no GPUs in the job
+    assert prolog.run(hook_ctx(tmp_path), broken, no_sampler) == 0
+    assert epilog.run(hook_ctx(tmp_path), broken) == 1
+    assert epilog.run(hook_ctx(tmp_path, job="5", gpus=""), broken) == 0   # no GPUs in the job
 
 
 def test_a_requeued_job_gets_a_record_per_run_and_a_planted_one_is_replaced(tmp_path):
     gpu = FakeGpu(0)
     for restart in (0, 1):
-        c = ctx(tmp_path, restart=restart)
+        c = hook_ctx(tmp_path, restart=restart)
         prolog.run(c, backend(gpu), no_sampler)
         gpu.run_for(2)
         epilog.run(c, backend(gpu))
@@ -327,7 +318,7 @@ def test_a_requeued_job_gets_a_record_per_run_and_a_planted_one_is_replaced(tmp_
     planted = stats_path(tmp_path / "stats", "102", "n1")
     planted.write_text("{}")
     os.chown(planted, 65534, 65534)
-    c = ctx(tmp_path, job="102")
+    c = hook_ctx(tmp_path, job="102")
     prolog.run(c, backend(gpu), no_sampler)
     epilog.run(c, backend(gpu))
     assert read_stats(planted).job_id == "102"
@@ -336,7 +327,7 @@ def test_a_requeued_job_gets_a_record_per_run_and_a_planted_one_is_replaced(tmp_
 
 def test_reports_read_only_the_records_the_epilogs_account_wrote(tmp_path):
     gpu = FakeGpu(0)
-    c = ctx(tmp_path)
+    c = hook_ctx(tmp_path)
     prolog.run(c, backend(gpu), no_sampler)
     gpu.run_for(2)
     epilog.run(c, backend(gpu))
@@ -357,7 +348,7 @@ def test_reports_read_only_the_records_the_epilogs_account_wrote(tmp_path):
 @pytest.mark.parametrize("how", ["another user's", "writable by others"])
 def test_the_epilog_writes_no_stats_into_a_folder_not_its_own(tmp_path, how):
     gpu = FakeGpu(0)
-    c = ctx(tmp_path)
+    c = hook_ctx(tmp_path)
     (tmp_path / "stats").mkdir(mode=0o755)
     if how == "another user's":
         os.chown(tmp_path / "stats", 1000, 1000)

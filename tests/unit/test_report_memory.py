@@ -1,9 +1,11 @@
 """A job's memory as Slurm charges it, from sacct's step lines: per node, the steps on it
-together, against the per-node allowance; the job's figure is its worst node."""
+together, against the per-node allowance; the job's figure is its worst node. Where the
+node hooks read the job's cgroup on every node, their peaks and CPU time stand instead."""
 
 import pytest
 
-from slurm_synergy.report import accounting
+from slurm_synergy.hooks.records import JobGpuStats
+from slurm_synergy.report import accounting, enrich
 from slurm_synergy.report.memory import expand_nodes
 
 
@@ -84,3 +86,43 @@ def test_slurms_own_energy_where_a_plugin_measured_it():
     measured = accounting.jobs_frame([{**row("5"), "ConsumedEnergyRaw": "52300"}]).iloc[0]
     none = accounting.jobs_frame([row("6")]).iloc[0]
     assert measured["slurm_energy_j"] == 52300 and none["slurm_energy_j"] is None
+
+
+def stats(job, node, peak, cpu_s, ended="2026-11-26T10:01:00Z"):
+    return JobGpuStats(job, node, "2026-11-26T10:00:00Z", ended, (), "", peak, cpu_s)
+
+
+def two_node_job():
+    return accounting.jobs_frame(
+        [row("1", nodes="node[1-2]", nnodes="2", cpus="2", tres="billing=2,cpu=2,mem=2G,node=2"),
+         row("1.0", nodes="node[1-2]", nnodes="2", ntasks="2", tot="800M", largest="400M",
+             largest_node="node2")])
+
+
+def test_the_hooks_cgroup_peaks_replace_sacct_where_every_node_has_one():
+    jobs = two_node_job()
+    enrich.add_cgroup_use(jobs, {"1": [stats("1", "node1", 380.0, 20.0),
+                                       stats("1", "node2", 452.5, 25.0)]})
+    j = jobs.iloc[0]
+    assert j["usage_from"] == "cgroup" and not j["mem_estimated"]
+    assert (j["peak_node"], j["max_rss_mb"]) == ("node2", 452.5)
+    assert j["mem_eff"] == pytest.approx(452.5 / 1024)
+    assert j["total_cpu_s"] == 45.0 and j["cpu_eff"] == pytest.approx(45.0 / (2 * 60))
+
+
+def test_a_node_without_a_cgroup_reading_leaves_the_job_on_sacct():
+    for partial in ([stats("1", "node1", 380.0, 20.0)],
+                    [stats("1", "node1", 380.0, 20.0), stats("1", "node2", None, None)]):
+        jobs = two_node_job()
+        enrich.add_cgroup_use(jobs, {"1": partial})
+        j = jobs.iloc[0]
+        assert j["usage_from"] == "sacct" and j["mem_estimated"]
+        assert j["total_cpu_s"] == 60.0                         # sacct's TotalCPU
+
+
+def test_a_requeued_job_is_read_from_its_last_run():
+    jobs = accounting.jobs_frame([row("3"), row("3.batch", tot="100M", largest="100M",
+                                                largest_node="node1")])
+    enrich.add_cgroup_use(jobs, {"3": [stats("3", "node1", 900.0, 50.0, "2026-11-26T12:00:00Z"),
+                                       stats("3", "node1", 200.0, 10.0, "2026-11-26T09:00:00Z")]})
+    assert jobs.iloc[0]["max_rss_mb"] == 900.0

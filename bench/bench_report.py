@@ -1,8 +1,8 @@
-"""Benchmark `synergy report` on thousands of jobs: the real path (one sacct call to the
-local cluster's slurmdbd for jobs submitted held and cancelled, then the joins, figures
-and files), and the report's own code on synthetic sacct lines of finished jobs at a
-larger scale. Figures go to
-bench/results/report.json.
+"""Benchmark `synergy report` on thousands of jobs: the real path (jobs of every shape run
+on the local cluster: arrays, multi-node, several tasks and steps, hetjobs; the whole
+report, its one sacct call included, timed against that sacct call alone, interleaved),
+and the report's own code on synthetic sacct lines of finished jobs at a larger scale.
+Figures go to bench/results/report.json.
 
     make bench        # or: .venv/bin/python bench/bench_report.py --jobs 2000
 """
@@ -13,16 +13,22 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
+from slurm_synergy.jobs import wait  # noqa: E402
+from slurm_synergy.slurm import Slurm  # noqa: E402
+from tests.shapes import node_stats_done  # noqa: E402
 from slurm_synergy.report import accounting, advice, output, summary  # noqa: E402
 from slurm_synergy.report.build import Report, build  # noqa: E402
 from slurm_synergy import paths  # noqa: E402
@@ -58,7 +64,7 @@ def time_synthetic(n: int, out: Path) -> dict[str, float]:
     t = time.perf_counter()
     jobs = accounting.jobs_frame(rows)
     fold = time.perf_counter() - t
-    stats, _ = read_stats_of(jobs, "", out / "no-stats")
+    stats, _ = read_stats_of(set(jobs["raw_id"]), "", out / "no-stats")
     add_gpu_stats(jobs, stats)
     add_cgroup_use(jobs, stats)
     for col in ("samples_per_s", "data_wait_share", "resubmitted_as", "profiled_as"):
@@ -75,40 +81,92 @@ def time_synthetic(n: int, out: Path) -> dict[str, float]:
             "figures_s": round(figures, 2), "total_with_files_s": round(total, 2)}
 
 
-def time_real(n: int, out: Path) -> dict[str, float]:
+# The real jobs' shapes, each a batch script running nothing: a line is a job, an array
+# task or a hetjob component. Arrays make up the count (they start fastest); hetjobs go
+# last, since only the backfill scheduler starts them and one waiting at the head of the
+# queue would hold the rest back.
+MIX = {
+    "multi-node": ("--partition=multi --nodes=2 --ntasks-per-node=1", "srun true", 1, 20),
+    "steps": ("--ntasks=2", "srun true\nsrun --ntasks=1 true", 1, 20),
+    "hetjob": ("--partition=multi\n#SBATCH hetjob\n#SBATCH --partition=multi --mem=100M",
+               "srun --het-group=0,1 true", 2, 6),
+}
+ARRAY_TASKS = 100
+
+
+def submit_mix(slurm: Slurm, lines: int, folder: Path) -> list[str]:
+    """Jobs of every shape making `lines` report lines; their sbatch ids."""
+    scripts = {}
+    for name, (options, body, _, _) in [*MIX.items(), ("array", ("--partition=multi", "true", 1, 0))]:
+        path = folder / f"{name}.sh"
+        path.write_text(f"#!/bin/sh\n#SBATCH --job-name=bench-{name} --cpus-per-task=1 "
+                        f"--mem=100M --output=/dev/null\n#SBATCH {options}\n{body}\n")
+        scripts[name] = path
+    fixed = sum(per * count for _, _, per, count in MIX.values())
+    ids = []
+    left = max(lines - fixed, 0)
+    while left:
+        tasks = min(left, ARRAY_TASKS)
+        ids.append(slurm.sbatch(scripts["array"], [f"--array=0-{tasks - 1}"]))
+        left -= tasks
+    for name, (_, _, _, count) in MIX.items():
+        ids += [slurm.sbatch(scripts[name]) for _ in range(count)]
+    return ids
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3)}
+
+
+def time_real(n: int, out: Path, rounds: int) -> dict[str, Any]:
+    """n report lines of every shape, run on the local cluster; then, interleaved, one
+    sacct query for them and the whole report (its own sacct query included)."""
     box = LocalCluster()
     box.up(log=lambda line: None)
     slurm = box.slurm
-    script = out / "held.sh"
-    script.write_text("#!/bin/sh\ntrue\n")
-    ids = [slurm.sbatch(script, ["--hold", "--output=/dev/null", "--job-name=bench-report"])
-           for _ in range(n)]
-    for chunk in range(0, n, 500):
-        slurm.cancel(ids[chunk:chunk + 500])
-    time.sleep(3)                                     # accounting catches up
-    # By id: held jobs never became eligible, so a period query (which selects on
-    # eligibility) would not list them.
+    ids = submit_mix(slurm, n, out)
+    wait(slurm, ids, timeout_s=3600)
+    first = build(slurm, ids)
+    lines = output.records(first.jobs)
+    node_stats_done(paths.cluster_stats_dir(slurm.cluster_name()), lines)
+    sacct_s, build_s = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        rows = accounting.fetch(slurm, ids)
+        sacct_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        report = build(slurm, ids)
+        build_s.append(time.perf_counter() - t)
     t = time.perf_counter()
-    rows = accounting.fetch(slurm, ids)
-    sacct = time.perf_counter() - t
-    t = time.perf_counter()
-    report = build(slurm, ids)
-    built = time.perf_counter() - t
     output.text(report)
     output.write(report, out / "real")
-    total = time.perf_counter() - t
-    return {"jobs": len(report.jobs), "sacct_lines": len(rows), "sacct_s": round(sacct, 2),
-            "build_s": round(built, 2), "total_with_files_s": round(total, 2)}
+    files = time.perf_counter() - t
+    ratios = [b / a for a, b in zip(sacct_s, build_s)]
+    return {"jobs": len(report.jobs), "sacct_lines": len(rows),
+            "shapes": dict(Counter(_shape(j) for j in lines)),
+            "from_cgroup": int((report.jobs["usage_from"] == "cgroup").sum()),
+            "rounds": rounds, "sacct_s": _spread(sacct_s), "build_s": _spread(build_s),
+            "build_over_sacct": _spread(ratios), "files_s": round(files, 2)}
+
+
+def _shape(job: dict[str, Any]) -> str:
+    return ("array task" if job["array_id"] else "hetjob component" if "+" in job["job_id"]
+            else "multi-node" if not job["one_node"] else "several tasks" if not job["one_task"]
+            else "one task")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2000, help="real jobs in the period")
+    parser.add_argument("--jobs", type=int, default=2000,
+                        help="report lines of real jobs of every shape")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="sacct and report timings, interleaved")
     parser.add_argument("--synthetic", type=int, default=20000, help="synthetic jobs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "report.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
-    real = time_real(args.jobs, work)
+    real = time_real(args.jobs, work, args.rounds)
     print(f"real: {real}", file=sys.stderr)
     synth = time_synthetic(args.synthetic, work)
     print(f"synthetic: {synth}", file=sys.stderr)
@@ -117,9 +175,11 @@ def main() -> int:
               "synthetic": synth}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"report over {real['jobs']} real jobs: {real['total_with_files_s']} s "
-          f"(sacct {real['sacct_s']} s); over {synth['jobs']} synthetic: "
-          f"{synth['total_with_files_s']} s; {args.out}")
+    print(f"report over {real['jobs']} real jobs of every shape: {real['build_s']['median']} s "
+          f"against one sacct query's {real['sacct_s']['median']} s (x"
+          f"{real['build_over_sacct']['median']:.2f}, {real['build_over_sacct']['min']:.2f}-"
+          f"{real['build_over_sacct']['max']:.2f} over {real['rounds']} interleaved rounds); "
+          f"over {synth['jobs']} synthetic: {synth['total_with_files_s']} s; {args.out}")
     return 0
 
 

@@ -8,9 +8,9 @@ the product runs is here, and only here (tests/unit/test_architecture.py).
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -34,8 +34,13 @@ SACCT_FIELDS = (
 
 def tres(alloc: str, key: str) -> str:
     """One value of a TRES list as sacct writes it (cpu=2,mem=3G,gres/gpu=1): "" if absent."""
-    match = re.search(rf"(?:^|,){re.escape(key)}=([^,]+)", alloc)
-    return match.group(1) if match else ""
+    return _tres_items(alloc).get(key, "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tres_items(text: str) -> dict[str, str]:
+    # A report reads thousands of lines that share a few TRES lists: each is split once.
+    return dict(item.split("=", 1) for item in text.split(",") if "=" in item)
 
 
 @dataclass(frozen=True)

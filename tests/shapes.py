@@ -15,9 +15,13 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from slurm_synergy.hooks.records import stats_path
+from slurm_synergy.report.memory import expand_nodes
 
 HOLDER = textwrap.dedent("""\
     import json, os, resource, socket, sys, time
@@ -136,3 +140,16 @@ def lines_of(jobs: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
     array tasks or hetjob components, in order."""
     return sorted((j for j in jobs if re.match(rf"^{job_id}([_+]\d+)?$", j["job_id"])),
                   key=lambda j: j["job_id"])
+
+
+def node_stats_done(stats_dir: Path, lines: list[dict[str, Any]], timeout: float = 120) -> None:
+    """Every node's epilog stats of these report lines (`synergy report --format json`
+    jobs) in `stats_dir`, the cluster's folder of them: a job ends in sacct before the
+    last of its epilogs has run."""
+    want = [stats_path(stats_dir, j["raw_id"], node) for j in lines
+            for node in expand_nodes(j["nodes"])]
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in want):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no epilog stats: {[str(p) for p in want if not p.exists()]}")
+        time.sleep(0.3)

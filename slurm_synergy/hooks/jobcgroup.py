@@ -22,6 +22,9 @@ from typing import Callable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 POLL_S = 0.5
+# Until the cgroup appears: a job of a fraction of a second may come and go between two
+# readings at POLL_S, and looking for a folder costs a few stat calls.
+FIND_POLL_S = 0.05
 # A job whose cgroup has not appeared by then has none here (no cgroup plugin, or one
 # this does not know): the watch ends with a note.
 FIND_WITHIN_S = 60.0
@@ -93,6 +96,10 @@ class Watch:
         self.last: CgroupUse | None = None
         self.done = False
         self.note = ""
+
+    def interval(self) -> float:
+        """Seconds to the next poll."""
+        return FIND_POLL_S if self.files is None else POLL_S
 
     def poll(self) -> None:
         if self.done:

@@ -10,6 +10,7 @@ from a folder no one but its owner writes, and only files that owner wrote.
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from dataclasses import asdict, dataclass, field
@@ -172,10 +173,14 @@ def stats_for(stats_dir: Path, job_ids: set[str]) -> tuple[dict[str, list[JobGpu
         # Anyone could have written its records: none is read as the epilogs'.
         return found, [f"GPU stats folder {stats_dir} is not a folder only its owner writes "
                        f"(mode {stat.S_IMODE(folder.st_mode):04o}): its records are ignored"]
-    for path in sorted(stats_dir.glob("*.json")):
-        job_id = path.name.split(".", 1)[0]
-        if job_id not in job_ids:
-            continue
+    try:
+        # Names first: a report's thousands of files, matched before any is opened.
+        names = sorted(n for n in os.listdir(stats_dir)
+                       if n.endswith(".json") and n.split(".", 1)[0] in job_ids)
+    except OSError as e:
+        return found, [f"GPU stats folder {stats_dir} cannot be listed: {e}"]
+    for name in names:
+        path, job_id = stats_dir / name, name.split(".", 1)[0]
         try:
             # The epilogs write as the folder's owner; another account's file is not theirs.
             stats = read_stats(path, folder.st_uid)

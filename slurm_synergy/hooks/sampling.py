@@ -21,7 +21,7 @@ from typing import Sequence
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.gpu import Backend
 from slurm_synergy.gpu.sampler import Totals, sample_once
-from slurm_synergy.hooks.jobcgroup import POLL_S, CgroupUse, Watch
+from slurm_synergy.hooks.jobcgroup import CgroupUse, Watch
 from slurm_synergy.hooks.records import RecordError
 
 
@@ -58,7 +58,6 @@ def sample_job(backend: Backend | None, job_id: str, uuids: Sequence[str], perio
     if not gpus and watch is None:
         return 1
     totals = [Totals(g.info.uuid) for g in gpus]
-    tick = min(period_s, POLL_S) if watch is not None else period_s
     last_flush = last_sample = -period_s
     while True:
         now = time.monotonic()
@@ -74,7 +73,7 @@ def sample_job(backend: Backend | None, job_id: str, uuids: Sequence[str], perio
             last_flush = now
             if stop.is_set() or ended or not _still_mine(alive):
                 return 0
-        stop.wait(tick)
+        stop.wait(min(period_s, watch.interval()) if watch is not None else period_s)
 
 
 def _still_mine(record: Path) -> bool:

@@ -3,6 +3,7 @@ write them in a CSV row and as sacct, squeue and sinfo print them."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 _MEM = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?n?$", re.IGNORECASE)
@@ -12,6 +13,7 @@ _DURATION = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
 _GPU_GRES = re.compile(r"\bgpu(?::([A-Za-z_][\w.-]*))?(?::(\d+))?(?=$|[,(\s])")
 
 
+@functools.lru_cache(maxsize=4096)     # a report reads the same few sizes thousands of times
 def mem_mb(text: str) -> float | None:
     """A memory size in MB: 4096 (MB), 4096M, 3G, 1.5G, 21304K, 16GiB; sacct's per-node
     ReqMem (4000Mn) too. None when it is not one (sacct's per-CPU 4000Mc is no total)."""
@@ -21,6 +23,7 @@ def mem_mb(text: str) -> float | None:
     return float(match.group(1)) * _MEM_SCALE[match.group(2).upper()]
 
 
+@functools.lru_cache(maxsize=4096)
 def duration_s(text: str) -> float | None:
     """sacct's durations, [DD-][HH:]MM:SS[.mmm], in seconds; None when not one."""
     match = _DURATION.match(text.strip())

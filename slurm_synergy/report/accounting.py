@@ -7,6 +7,7 @@ the job line's TotalCPU already sums its steps.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
 from typing import Any, Sequence
@@ -42,6 +43,7 @@ def gpu_type(alloc: str) -> str:
     return m.group(1) if m else ""
 
 
+@functools.lru_cache(maxsize=4096)     # an array's tasks, a workload's jobs share one comment
 def _marks(comment: str) -> dict[str, Any]:
     marks = comment_format.marks(comment)
     out: dict[str, Any] = {"fingerprint": comment_format.fingerprint(comment) or "",
@@ -110,6 +112,11 @@ def step_memory(r: dict[str, str]) -> StepMemory:
         unread=total == 0 and (duration_s(r["TotalCPU"]) or 0) >= WORKED_CPU_S)
 
 
+def job_ids(rows: Sequence[dict[str, str]]) -> set[str]:
+    """The raw ids of the jobs among sacct's lines (not their steps)."""
+    return {r["JobIDRaw"] for r in rows if "." not in r["JobIDRaw"]}
+
+
 def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
     """One row per job from sacct's job and step lines."""
     steps: dict[str, list[StepMemory]] = {}
@@ -174,3 +181,10 @@ def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
         records.append({**dict.fromkeys(COLUMNS), **rec})
     # object columns: integers stay integers and a missing value stays None, not NaN.
     return pd.DataFrame(records, columns=list(COLUMNS), dtype=object)
+
+
+def row_dicts(jobs: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows as plain dicts, for code that reads a job at a time (pandas' own to_dict
+    boxes every value, ten times slower on a report's thousands of rows)."""
+    columns = [str(c) for c in jobs.columns]
+    return [dict(zip(columns, values)) for values in zip(*(jobs[c].tolist() for c in columns))]

@@ -4,9 +4,11 @@ Princeton's jobstats ("asked 64 GB, used 3 GB: --mem=6G is enough")."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
+
+from slurm_synergy.report.accounting import row_dicts
 
 HEADROOM = 1.25          # the policy's default mem_headroom, for a job without a profile
 MIN_WASTE_MB = 1024      # below this, memory advice is noise
@@ -16,7 +18,8 @@ def _mem_text(mb: float) -> str:
     return f"{mb / 1024:.0f}G" if mb >= 10 * 1024 else f"{math.ceil(mb)}M"
 
 
-def for_job(j: pd.Series) -> list[str]:
+def for_job(j: Mapping[Any, Any]) -> list[str]:
+    """What one job (a report row) could have asked for better."""
     out: list[str] = []
     state = j["state"] or ""
     if j["measured"]:
@@ -64,4 +67,4 @@ def for_job(j: pd.Series) -> list[str]:
 
 def lines(jobs: pd.DataFrame) -> list[dict[str, Any]]:
     return [{"job_id": j["job_id"], "name": j["name"], "advice": text}
-            for _, j in jobs.iterrows() for text in for_job(j)]
+            for j in row_dicts(jobs) for text in for_job(j)]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -21,6 +22,7 @@ from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.chains import read_chains
 from slurm_synergy.model.profile import Profile, ProfileError
 from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.report.accounting import row_dicts
 from slurm_synergy.report.memory import expand_nodes
 
 GPU_COLUMNS = ("gpu_energy_j", "gpu_util_pct", "gpu_sm_active_pct", "gpu_mem_peak_mb",
@@ -56,10 +58,10 @@ def add_gpu_stats(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> No
         _column(jobs, col, [f[col] for f in fields])
 
 
-def read_stats_of(jobs: pd.DataFrame, cluster: str,
+def read_stats_of(raw_ids: set[str], cluster: str,
                   stats_dir: Path | None = None) -> tuple[dict[str, list[JobGpuStats]], list[str]]:
     """The epilogs' stats of these jobs by raw id, and a line per file that could not be read."""
-    return stats_for(stats_dir or paths.cluster_stats_dir(cluster), set(jobs["raw_id"]))
+    return stats_for(stats_dir or paths.cluster_stats_dir(cluster), raw_ids)
 
 
 def _cgroup_peaks(nodes: str, stats: list[JobGpuStats]) -> dict[str, JobGpuStats] | None:
@@ -79,25 +81,29 @@ def add_cgroup_use(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> N
     """Where the node hooks read a job's cgroup on every node it ran on, its memory peak
     (per node: the kernel's high-water mark of all its steps there) and CPU time replace
     sacct's sampled figures; `usage_from` says which a row shows."""
+    names = ("max_rss_mb", "peak_node", "mem_estimated", "mem_note", "mem_eff", "total_cpu_s",
+             "cpu_eff")
+    columns = {name: list(jobs[name]) for name in names}
     source: list[str] = []
-    for i, j in jobs.iterrows():
-        per_node = _cgroup_peaks(j["nodes"] or "", stats.get(j["raw_id"], [])) \
-            if j["start"] is not None else None
+    for i, (raw, nodes, start, allowed, cores, elapsed) in enumerate(zip(
+            jobs["raw_id"], jobs["nodes"], jobs["start"], jobs["node_mem_mb"],
+            jobs["alloc_cpus"], jobs["elapsed_s"])):
+        per_node = _cgroup_peaks(nodes or "", stats[raw]) \
+            if start is not None and raw in stats else None
         if per_node is None:
             source.append("sacct")
             continue
         worst = max(per_node, key=lambda n: (per_node[n].cgroup_mem_peak_mb or 0.0, n))
-        peak = per_node[worst].cgroup_mem_peak_mb
+        peak = per_node[worst].cgroup_mem_peak_mb or 0.0
         cpu_s = sum(s.cgroup_cpu_s or 0.0 for s in per_node.values())
-        allowed, cores, elapsed = j["node_mem_mb"], j["alloc_cpus"], j["elapsed_s"]
-        jobs.at[i, "max_rss_mb"] = peak
-        jobs.at[i, "peak_node"] = worst
-        jobs.at[i, "mem_estimated"] = False
-        jobs.at[i, "mem_note"] = ""
-        jobs.at[i, "mem_eff"] = peak / allowed if peak is not None and allowed else None
-        jobs.at[i, "total_cpu_s"] = cpu_s
-        jobs.at[i, "cpu_eff"] = cpu_s / (cores * elapsed) if cores and elapsed else None
+        for name, value in (("max_rss_mb", peak), ("peak_node", worst), ("mem_estimated", False),
+                            ("mem_note", ""), ("mem_eff", peak / allowed if allowed else None),
+                            ("total_cpu_s", cpu_s),
+                            ("cpu_eff", cpu_s / (cores * elapsed) if cores and elapsed else None)):
+            columns[name][i] = value
         source.append("cgroup")
+    for name in names:
+        _column(jobs, name, columns[name])
     _column(jobs, "usage_from", source)
 
 
@@ -108,11 +114,16 @@ def add_throughput(jobs: pd.DataFrame, cluster: str) -> None:
     profiling run and its resubmission (and by reruns of the row), so a file counts only
     if it was written while this job ran."""
     outputs = paths.outputs_dir(cluster)
+    try:
+        pointers = set(os.listdir(outputs))      # one listing, not a failed open a job
+    except OSError:
+        pointers = set()
     rates: list[float | None] = []
     waits: list[float | None] = []
     for raw, start, end, profiling in zip(jobs["raw_id"], jobs["start"], jobs["end"],
                                           jobs["profiling"]):
-        found = (None, None) if profiling or start is None or end is None else \
+        found = (None, None) if profiling or start is None or end is None \
+            or raw not in pointers else \
             _measured(outputs / raw, start.timestamp(), end.timestamp())
         rates.append(found[0])
         waits.append(found[1])
@@ -185,12 +196,13 @@ def add_gpu_memory(jobs: pd.DataFrame, profiles: dict[str, Profile],
     workload's step was estimated to need before it ran (the profile's, at its batch),
     and what NVML saw it use (the epilog's peak)."""
     asked, estimated = [], []
-    for _, j in jobs.iterrows():
-        gtype = j["asked_gpu_type"] or j["gpu_type"] if j["gpus"] else ""
+    for gpus, asked_type, got_type, fp in zip(jobs["gpus"], jobs["asked_gpu_type"],
+                                              jobs["gpu_type"], jobs["fingerprint"]):
+        gtype = asked_type or got_type if gpus else ""
         t = catalog.types.get(gtype) if gtype else None
         asked.append(t.memory_mib if t else None)
-        profile = profiles.get(j["fingerprint"])
-        mem = profile.gpu_memory if profile is not None and j["gpus"] else None
+        profile = profiles.get(fp)
+        mem = profile.gpu_memory if profile is not None and gpus else None
         estimated.append(mem.at(mem.batch) if mem is not None else None)
     _column(jobs, "gpu_mem_asked_mib", asked)
     _column(jobs, "gpu_mem_est_mib", estimated)
@@ -201,12 +213,13 @@ def add_counterfactual(jobs: pd.DataFrame, profiles: dict[str, Profile],
     """From each job's profile: its predicted speed at the allocation it got and at the
     GPU-proportional share of the node (Synergy's baseline), and so the run time the
     proportional allocation would have taken (prop_elapsed_s) on those cores and memory."""
-    rows = [_proportional(j, profiles.get(j["fingerprint"]), shape) for _, j in jobs.iterrows()]
+    rows = [_proportional(j, profiles.get(j["fingerprint"]), shape)
+            for j in row_dicts(jobs)] if profiles else [(None, None, None)] * len(jobs)
     for i, col in enumerate(("prop_cpus", "prop_mem_mb", "prop_elapsed_s")):
         _column(jobs, col, [r[i] for r in rows])
 
 
-def _proportional(job: pd.Series, profile: Profile | None,
+def _proportional(job: Mapping[Any, Any], profile: Profile | None,
                   shape: NodeShape | None) -> tuple[int | None, int | None, float | None]:
     # A profiling run spent its time measuring, not training: nothing to compare.
     if (profile is None or shape is None or job["profiling"] or not job["elapsed_s"]

@@ -13,6 +13,7 @@ bounds the node's true peak from above.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,6 +56,7 @@ class JobMemory:
     why_unknown: str = ""
 
 
+@functools.lru_cache(maxsize=4096)     # a report's thousands of steps share few node lists
 def expand_nodes(text: str) -> tuple[str, ...]:
     """A Slurm host list (`node[1-3,5],gpu7`) as its names, in order."""
     names: list[str] = []

@@ -25,8 +25,6 @@ from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import records, wait
 from slurm_synergy.chains import read_chains
-from slurm_synergy.hooks.records import stats_path
-from slurm_synergy.report.memory import expand_nodes
 from slurm_synergy.slurm import Slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,19 +208,6 @@ def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
         time.sleep(0.3)
 
 
-def node_stats_done(box, lines: list[dict], timeout: float = 60) -> None:
-    """Every node's epilog stats of these report lines (`synergy report --format json`
-    jobs): a job on several nodes ends in sacct before the last of its epilogs."""
-    folder = paths.cluster_folder(box.hook_paths.stats_dir, box.slurm.cluster_name())
-    want = [stats_path(folder, j["raw_id"], node) for j in lines
-            for node in expand_nodes(j["nodes"])]
-    deadline = time.monotonic() + timeout
-    while not all(p.exists() for p in want):
-        assert time.monotonic() < deadline, \
-            f"no epilog stats: {[str(p) for p in want if not p.exists()]}"
-        time.sleep(0.3)
-
-
 def resubmitted(job: str) -> str:
     """The job that `job` submitted after profiling, from the recorded chain."""
     links = [c for c in read_chains(Slurm().cluster_name()) if c.profiled_job == job]
@@ -239,5 +224,5 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
-__all__ = ["EXPECTED_DRAINS", "Tenant", "Tenants", "epilogs_done", "node_stats_done", "synergy", "executable",
+__all__ = ["EXPECTED_DRAINS", "Tenant", "Tenants", "epilogs_done", "synergy", "executable",
            "submitted_ids", "finish", "job_names_in_queue", "records", "resubmitted", "ROOT"]

@@ -21,9 +21,9 @@ from PIL import Image
 from slurm_synergy import paths
 from slurm_synergy.report import output
 from slurm_synergy.report.build import build
-from tests.shapes import SHAPES, lines_of, submit, truths
+from tests.shapes import SHAPES, lines_of, node_stats_done, submit, truths
 
-from .conftest import finish, node_stats_done, synergy
+from .conftest import finish, synergy
 
 DEMO_SUBMITTED = re.compile(r"^submitted \d+ jobs from .*: (.+)$", re.MULTILINE)
 
@@ -58,6 +58,11 @@ def raw_sacct(slurm, ids):
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
 
 
+def node_stats(box, slurm):
+    """The local cluster's folder of the node epilogs' stats."""
+    return paths.cluster_folder(box.hook_paths.stats_dir, slurm.cluster_name())
+
+
 def to_mb(text):
     if text.isdigit():             # sacct writes a zero as "0", with no unit
         return float(text)
@@ -76,14 +81,14 @@ def test_every_figure_agrees_with_sacct_and_the_node_stats(box, slurm, demo_jobs
     and CPU time wherever it exists (the report without it shows sacct's)."""
     proc = synergy("report", "--jobs", ",".join(demo_jobs), "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    node_stats_done(box, json.loads(proc.stdout)["jobs"])
+    node_stats_done(node_stats(box, slurm), json.loads(proc.stdout)["jobs"])
     proc = synergy("report", "--jobs", ",".join(demo_jobs), "--format", "json")
     doc = json.loads(proc.stdout)
     jobs = {j["raw_id"]: j for j in doc["jobs"]}
     assert sorted(jobs) == sorted(demo_jobs)
     sacct_alone = {j["raw_id"]: j for j in output.records(
         build(slurm, demo_jobs, stats_dir=tmp_path / "no-node-stats").jobs)}
-    stats = paths.cluster_folder(box.hook_paths.stats_dir, slurm.cluster_name())
+    stats = node_stats(box, slurm)
     lines = raw_sacct(slurm, demo_jobs)
     core_s = 0.0
     for line in (ln for ln in lines if "." not in ln["JobIDRaw"]):
@@ -250,7 +255,7 @@ def test_every_job_shape_reads_within_three_points_of_the_truth(box, slurm, tmp_
     holder, ids = submit(slurm, tmp_path)
     finish(slurm, list(ids.values()))
     proc = synergy("report", "--jobs", ",".join(ids.values()), "--format", "json")
-    node_stats_done(box, json.loads(proc.stdout)["jobs"])
+    node_stats_done(node_stats(box, slurm), json.loads(proc.stdout)["jobs"])
     proc = synergy("report", "--jobs", ",".join(ids.values()), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     views = {"cgroup": json.loads(proc.stdout)["jobs"],

@@ -76,6 +76,8 @@ def main() -> int:
     args = parser.parse_args()
     if not os.environ.get("SLURM_CONF"):
         LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
+        # reportseff's sacct finds the local cluster as a user's shell would.
+        os.environ["SLURM_CONF"] = str(paths.local_slurm_conf())
     slurm = Slurm()
     work = Path(tempfile.mkdtemp(prefix="bench-shapes-"))
     holder, ids = submit(slurm, work)

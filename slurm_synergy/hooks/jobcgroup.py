@@ -15,6 +15,7 @@ slurmd's scope (memory.peak, Linux 5.19 and later; cpu.stat's usage_usec).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,9 @@ class Watch:
         self.note = ""
 
     def interval(self) -> float:
-        """Seconds to the next poll."""
+        """Seconds to the next poll (none once the watch is over)."""
+        if self.done:
+            return math.inf
         return FIND_POLL_S if self.files is None else POLL_S
 
     def poll(self) -> None:

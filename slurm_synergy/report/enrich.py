@@ -79,8 +79,9 @@ def _cgroup_peaks(nodes: str, stats: list[JobGpuStats]) -> dict[str, JobGpuStats
 
 def add_cgroup_use(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> None:
     """Where the node hooks read a job's cgroup on every node it ran on, its memory peak
-    (per node: the kernel's high-water mark of all its steps there) and CPU time replace
-    sacct's sampled figures; `usage_from` says which a row shows."""
+    (per node: the kernel's high-water mark of all its steps there) replaces sacct's
+    sampled one, and its CPU time sacct's where it is the larger; `usage_from` says which
+    a row shows."""
     names = ("max_rss_mb", "peak_node", "mem_estimated", "mem_note", "mem_eff", "total_cpu_s",
              "cpu_eff")
     columns = {name: list(jobs[name]) for name in names}
@@ -95,7 +96,10 @@ def add_cgroup_use(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> N
             continue
         worst = max(per_node, key=lambda n: (per_node[n].cgroup_mem_peak_mb or 0.0, n))
         peak = per_node[worst].cgroup_mem_peak_mb or 0.0
-        cpu_s = sum(s.cgroup_cpu_s or 0.0 for s in per_node.values())
+        # Both are lower bounds: the cgroup's last reading misses up to a poll's worth,
+        # sacct's TotalCPU the processes a killed step never reaped.
+        cpu_s = max(sum(s.cgroup_cpu_s or 0.0 for s in per_node.values()),
+                    columns["total_cpu_s"][i] or 0.0)
         for name, value in (("max_rss_mb", peak), ("peak_node", worst), ("mem_estimated", False),
                             ("mem_note", ""), ("mem_eff", peak / allowed if allowed else None),
                             ("total_cpu_s", cpu_s),

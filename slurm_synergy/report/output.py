@@ -221,8 +221,9 @@ def usage_line(report: Report) -> str:
     (exact) or sacct's (memory sampled every JobAcctGatherFrequency)."""
     jobs = report.jobs
     read = int((jobs["usage_from"] == "cgroup").sum()) if "usage_from" in jobs else 0
-    return (f"used, CPU%, peak, Mem%: the node hooks' cgroup readings for {read} of "
-            f"{len(jobs)} job(s), sacct's samples for the rest (usage_from in --format csv|json)")
+    return (f"peak, Mem%: the node hooks' cgroup readings for {read} of {len(jobs)} job(s) "
+            f"(their CPU time where above sacct's), sacct's samples for the rest (usage_from "
+            f"in --format csv|json)")
 
 
 def _more(hidden: int) -> list[str]:

@@ -2,6 +2,7 @@
 put it, read while it lives, its last reading kept once Slurm removes it; and the
 epilog's record of it for a job with no GPUs. Cgroup trees are folders in tmp_path."""
 
+import dataclasses
 import shutil
 import threading
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_a_job_without_a_cgroup_ends_the_watch_with_a_reason(tmp_path):
     w.poll()
     now[0] = jobcgroup.FIND_WITHIN_S + 1
     w.poll()
-    assert w.done and w.use().mem_peak_mb is None
+    assert w.done and w.use().mem_peak_mb is None and w.interval() == float("inf")
     assert "no cgroup of the job on this node" in w.use().note
 
 
@@ -113,7 +114,7 @@ def test_a_lost_sampler_leaves_a_reason_not_a_zero(tmp_path):
 
 def test_with_cgroup_peaks_off_a_job_without_gpus_is_left_alone(tmp_path):
     c = hook_ctx(tmp_path, gpus="", uid="1000")
-    c = c.__class__(**{**c.__dict__, "policy": Policy(cgroup_peaks=False)})
+    c = dataclasses.replace(c, policy=Policy(cgroup_peaks=False))
     none = Backend("none", reason="no GPUs on this node")
     assert prolog.run(c, none, lambda c_, g: 1 / 0) == 0     # no sampler started
     assert epilog.run(c, none) == 0

@@ -2,10 +2,12 @@
 together, against the per-node allowance; the job's figure is its worst node. Where the
 node hooks read the job's cgroup on every node, their peaks and CPU time stand instead."""
 
+import pandas as pd
 import pytest
 
 from slurm_synergy.hooks.records import JobGpuStats
-from slurm_synergy.report import accounting, enrich
+from slurm_synergy.report import accounting, enrich, output
+from slurm_synergy.report.build import Report
 from slurm_synergy.report.memory import expand_nodes
 
 
@@ -107,7 +109,12 @@ def test_the_hooks_cgroup_peaks_replace_sacct_where_every_node_has_one():
     assert j["usage_from"] == "cgroup" and not j["mem_estimated"]
     assert (j["peak_node"], j["max_rss_mb"]) == ("node2", 452.5)
     assert j["mem_eff"] == pytest.approx(452.5 / 1024)
-    assert j["total_cpu_s"] == 45.0 and j["cpu_eff"] == pytest.approx(45.0 / (2 * 60))
+    # The larger of two lower bounds: here sacct's TotalCPU (a minute) over the cgroups'.
+    assert j["total_cpu_s"] == 60.0 and j["cpu_eff"] == pytest.approx(60.0 / (2 * 60))
+    jobs = two_node_job()
+    enrich.add_cgroup_use(jobs, {"1": [stats("1", "node1", 380.0, 50.0),
+                                       stats("1", "node2", 452.5, 25.0)]})
+    assert jobs.iloc[0]["total_cpu_s"] == 75.0
 
 
 def test_a_node_without_a_cgroup_reading_leaves_the_job_on_sacct():
@@ -126,3 +133,14 @@ def test_a_requeued_job_is_read_from_its_last_run():
     enrich.add_cgroup_use(jobs, {"3": [stats("3", "node1", 900.0, 50.0, "2026-11-26T12:00:00Z"),
                                        stats("3", "node1", 200.0, 10.0, "2026-11-26T09:00:00Z")]})
     assert jobs.iloc[0]["max_rss_mb"] == 900.0
+
+
+def test_the_report_says_where_its_peaks_come_from():
+    jobs = two_node_job()
+    enrich.add_cgroup_use(jobs, {"1": [stats("1", "node1", 380.0, 20.0),
+                                       stats("1", "node2", 452.5, 25.0)]})
+    report = Report("test", jobs, pd.DataFrame(), {}, [])
+    assert output.usage_line(report).startswith(
+        "peak, Mem%: the node hooks' cgroup readings for 1 of 1 job(s)")
+    enrich.add_cgroup_use(jobs, {})
+    assert "readings for 0 of 1 job(s)" in output.usage_line(report)

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,14 +28,15 @@ sys.path.insert(0, str(ROOT))
 
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
-from slurm_synergy.slurm import Slurm  # noqa: E402
+from slurm_synergy.slurm import SEP, Slurm  # noqa: E402
 from tests.shapes import node_stats_done  # noqa: E402
 from slurm_synergy.report import accounting, advice, output, summary  # noqa: E402
 from slurm_synergy.report.build import Report, build  # noqa: E402
 from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.model.policy import site_catalog  # noqa: E402
+from slurm_synergy.hooks.records import stats_for  # noqa: E402
 from slurm_synergy.report.enrich import (add_cgroup_use, add_counterfactual, add_gpu_memory,  # noqa: E402
-                                          add_gpu_stats, read_stats_of)
+                                          add_gpu_stats)
 
 
 def synthetic(n: int) -> list[dict[str, str]]:
@@ -64,7 +66,7 @@ def time_synthetic(n: int, out: Path) -> dict[str, float]:
     t = time.perf_counter()
     jobs = accounting.jobs_frame(rows)
     fold = time.perf_counter() - t
-    stats, _ = read_stats_of(set(jobs["raw_id"]), "", out / "no-stats")
+    stats, _ = stats_for(out / "no-stats", set(jobs["raw_id"]))
     add_gpu_stats(jobs, stats)
     add_cgroup_use(jobs, stats)
     for col in ("samples_per_s", "data_wait_share", "resubmitted_as", "profiled_as"):
@@ -120,8 +122,9 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def time_real(n: int, out: Path, rounds: int) -> dict[str, Any]:
-    """n report lines of every shape, run on the local cluster; then, interleaved, one
-    sacct query for them and the whole report (its own sacct query included)."""
+    """n report lines of every shape, run on the local cluster; then, interleaved, sacct
+    alone, the report's sacct query (its lines read into Python) and the whole report (its
+    own sacct query included)."""
     box = LocalCluster()
     box.up(log=lambda line: None)
     slurm = box.slurm
@@ -130,10 +133,16 @@ def time_real(n: int, out: Path, rounds: int) -> dict[str, Any]:
     first = build(slurm, ids)
     lines = output.records(first.jobs)
     node_stats_done(paths.cluster_stats_dir(slurm.cluster_name()), lines)
-    sacct_s, build_s = [], []
+    # sacct itself, its output thrown away, as a user at a shell would time it.
+    bare = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
+            "--format=" + ",".join(accounting.FIELDS), "--jobs=" + ",".join(ids), "--allusers"]
+    bare_s, sacct_s, build_s = [], [], []
     for _ in range(rounds):
         t = time.perf_counter()
-        rows = accounting.fetch(slurm, ids)
+        subprocess.run(bare, stdout=subprocess.DEVNULL, env=slurm.env(), check=True)
+        bare_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        rows = list(accounting.query(slurm, ids))
         sacct_s.append(time.perf_counter() - t)
         t = time.perf_counter()
         report = build(slurm, ids)
@@ -142,12 +151,14 @@ def time_real(n: int, out: Path, rounds: int) -> dict[str, Any]:
     output.text(report)
     output.write(report, out / "real")
     files = time.perf_counter() - t
-    ratios = [b / a for a, b in zip(sacct_s, build_s)]
     return {"jobs": len(report.jobs), "sacct_lines": len(rows),
             "shapes": dict(Counter(_shape(j) for j in lines)),
             "from_cgroup": int((report.jobs["usage_from"] == "cgroup").sum()),
-            "rounds": rounds, "sacct_s": _spread(sacct_s), "build_s": _spread(build_s),
-            "build_over_sacct": _spread(ratios), "files_s": round(files, 2)}
+            "rounds": rounds, "bare_sacct_s": _spread(bare_s), "sacct_s": _spread(sacct_s),
+            "build_s": _spread(build_s),
+            "build_over_sacct": _spread([b / a for a, b in zip(sacct_s, build_s)]),
+            "build_over_bare_sacct": _spread([b / a for a, b in zip(bare_s, build_s)]),
+            "files_s": round(files, 2)}
 
 
 def _shape(job: dict[str, Any]) -> str:
@@ -160,7 +171,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2000,
                         help="report lines of real jobs of every shape")
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--rounds", type=int, default=9,
                         help="sacct and report timings, interleaved")
     parser.add_argument("--synthetic", type=int, default=20000, help="synthetic jobs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "report.json")
@@ -175,10 +186,12 @@ def main() -> int:
               "synthetic": synth}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    over, bare = real["build_over_sacct"], real["build_over_bare_sacct"]
     print(f"report over {real['jobs']} real jobs of every shape: {real['build_s']['median']} s "
-          f"against one sacct query's {real['sacct_s']['median']} s (x"
-          f"{real['build_over_sacct']['median']:.2f}, {real['build_over_sacct']['min']:.2f}-"
-          f"{real['build_over_sacct']['max']:.2f} over {real['rounds']} interleaved rounds); "
+          f"against its sacct query's {real['sacct_s']['median']} s (x{over['median']:.2f}, "
+          f"{over['min']:.2f}-{over['max']:.2f}) and bare sacct's "
+          f"{real['bare_sacct_s']['median']} s (x{bare['median']:.2f}, {bare['min']:.2f}-"
+          f"{bare['max']:.2f}) over {real['rounds']} interleaved rounds; "
           f"over {synth['jobs']} synthetic: {synth['total_with_files_s']} s; {args.out}")
     return 0
 

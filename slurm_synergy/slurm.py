@@ -13,10 +13,12 @@ import getpass
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 import time
 from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
@@ -176,27 +178,84 @@ class Slurm:
                     raise
                 time.sleep(RETRY_PAUSE_S)
 
-    def _run_once(self, args: Sequence[str], timeout: float) -> str:
+    def _where(self) -> str:
+        return f"SLURM_CONF={self.conf}" if self.conf else "Slurm's default config"
+
+    def _exe(self, args: Sequence[str]) -> list[str]:
         exe = shutil.which(args[0])
         if exe is None:
             raise SlurmError(f"{args[0]} not found on PATH: install the Slurm client (make setup)")
-        where = f"SLURM_CONF={self.conf}" if self.conf else "Slurm's default config"
+        return [exe, *args[1:]]
+
+    def _failed(self, args: Sequence[str], err: str) -> SlurmError:
+        """What a non-zero exit means: a daemon that did not answer, or a refusal."""
+        last = err.splitlines()[-1] if err else "no message"
+        if any(marker in err for marker in _UNREACHABLE):
+            daemon = "slurmdbd" if args[0] in ("sacct", "sacctmgr") else "slurmctld"
+            return SlurmUnreachable(
+                f"{daemon} unreachable: {args[0]} failed ({self._where()}): {last}; is the "
+                "cluster up? (make cluster, or point SLURM_CONF at your site's slurm.conf)")
+        return SlurmError(f"{args[0]} failed ({self._where()}): {last}")
+
+    def _timed_out(self, args: Sequence[str], timeout: float) -> SlurmUnreachable:
+        return SlurmUnreachable(f"{args[0]} did not answer within {timeout:.0f}s "
+                                f"({self._where()})")
+
+    def _run_once(self, args: Sequence[str], timeout: float) -> str:
         try:
-            proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True,
+            proc = subprocess.run(self._exe(args), capture_output=True, text=True,
                                   env=self.env(), timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            raise SlurmUnreachable(f"{args[0]} did not answer within {timeout:.0f}s "
-                                   f"({where})") from exc
+            raise self._timed_out(args, timeout) from exc
         if proc.returncode != 0:
-            err = (proc.stderr or proc.stdout).strip()
-            last = err.splitlines()[-1] if err else "no message"
-            if any(marker in err for marker in _UNREACHABLE):
-                daemon = "slurmdbd" if args[0] in ("sacct", "sacctmgr") else "slurmctld"
-                raise SlurmUnreachable(
-                    f"{daemon} unreachable: {args[0]} failed ({where}): {last}; is the "
-                    "cluster up? (make cluster, or point SLURM_CONF at your site's slurm.conf)")
-            raise SlurmError(f"{args[0]} failed ({where}): {last}")
+            raise self._failed(args, (proc.stderr or proc.stdout).strip())
         return proc.stdout
+
+    def lines(self, args: Sequence[str], timeout: float = 60) -> Iterator[str]:
+        """The lines of one Slurm command's output as it prints them, for long output
+        (sacct over thousands of jobs) that the caller works through while the command is
+        still writing. Tried again like run() while it has printed nothing; a failure
+        after its first line raises once the output ends."""
+        first = time.monotonic()
+        while True:
+            printed = False
+            try:
+                for line in self._lines_once(args, timeout):
+                    printed = True
+                    yield line
+                return
+            except SlurmUnreachable:
+                if printed or time.monotonic() - first + RETRY_PAUSE_S > self.retry_s:
+                    raise
+                time.sleep(RETRY_PAUSE_S)
+
+    def _lines_once(self, args: Sequence[str], timeout: float) -> Iterator[str]:
+        # stderr goes to a file: a pipe nobody reads could fill and stall the command.
+        with tempfile.TemporaryFile() as err, subprocess.Popen(
+                self._exe(args), stdout=subprocess.PIPE, stderr=err, text=True,
+                env=self.env()) as proc:
+            killed = threading.Event()
+
+            def kill() -> None:
+                killed.set()
+                proc.kill()
+
+            watchdog = threading.Timer(timeout, kill)
+            watchdog.start()
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    yield line.rstrip("\n")
+                code = proc.wait()
+            finally:
+                watchdog.cancel()
+                if proc.poll() is None:    # the caller stopped reading: stop the command
+                    proc.kill()
+            if killed.is_set():
+                raise self._timed_out(args, timeout)
+            if code != 0:
+                err.seek(0)
+                raise self._failed(args, err.read().decode(errors="replace").strip())
 
     # --- submission ---------------------------------------------------------
     def sbatch(self, script: Path, options: Iterable[str] = ()) -> str:
@@ -431,8 +490,14 @@ class Slurm:
         """Accounting records, one dict per job (per step unless allocations_only): the
         jobs named, or without names the jobs of a period (`since`, `until`: any time
         sacct takes, e.g. 2026-11-01 or now-7days)."""
+        return list(self.sacct_rows(job_ids, fields, allocations_only, since, until, users))
+
+    def sacct_rows(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
+                   allocations_only: bool = True, since: str | None = None,
+                   until: str | None = None, users: Sequence[str] = ()) -> Iterator[dict[str, str]]:
+        """sacct's records as it prints them (see sacct)."""
         if not job_ids and since is None:
-            return []
+            return
         # A unit separator, not "|": job names and comments may hold any printable text.
         args = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
                 "--format=" + ",".join(fields)]
@@ -443,12 +508,10 @@ class Slurm:
         args.append("--user=" + ",".join(users) if users else "--allusers")
         if allocations_only:
             args.append("--allocations")
-        rows = []
-        for line in self.run(args).splitlines():
+        for line in self.lines(args):
             values = line.split(SEP)
             if len(values) == len(fields):
-                rows.append(dict(zip(fields, values)))
-        return rows
+                yield dict(zip(fields, values))
 
 
 def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:

@@ -15,7 +15,7 @@ import re
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from slurm_synergy.fileio import UntrustedFile, atomic_write_text, read_untrusted
 
@@ -163,29 +163,80 @@ def stats_path(stats_dir: Path, job_id: str, node: str, restart: int = 0) -> Pat
 
 def stats_for(stats_dir: Path, job_ids: set[str]) -> tuple[dict[str, list[JobGpuStats]], list[str]]:
     """The stats of these jobs (raw job ids), and a line for each file that is unreadable."""
-    found: dict[str, list[JobGpuStats]] = {}
-    problems: list[str] = []
-    try:
-        folder = stats_dir.lstat()
-    except FileNotFoundError:
-        return found, problems
-    if not stat.S_ISDIR(folder.st_mode) or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        # Anyone could have written its records: none is read as the epilogs'.
-        return found, [f"GPU stats folder {stats_dir} is not a folder only its owner writes "
-                       f"(mode {stat.S_IMODE(folder.st_mode):04o}): its records are ignored"]
-    try:
-        # Names first: a report's thousands of files, matched before any is opened.
-        names = sorted(n for n in os.listdir(stats_dir)
-                       if n.endswith(".json") and n.split(".", 1)[0] in job_ids)
-    except OSError as e:
-        return found, [f"GPU stats folder {stats_dir} cannot be listed: {e}"]
-    for name in names:
-        path, job_id = stats_dir / name, name.split(".", 1)[0]
+    return StatsFolder(stats_dir).of(job_ids)
+
+
+class StatsFolder:
+    """The epilogs' stats folder as a report reads it: the records of the jobs it asks for,
+    some of them perhaps read ahead, while sacct was still answering, in the order the
+    jobs asked for most likely run."""
+
+    def __init__(self, stats_dir: Path):
+        self.dir = stats_dir
+        self._read: dict[str, JobGpuStats | str] = {}   # file name: its record, or why not
+        self._owner: int | None = None
+        self._problem = ""
         try:
-            # The epilogs write as the folder's owner; another account's file is not theirs.
-            stats = read_stats(path, folder.st_uid)
-        except RecordError as e:
-            problems.append(f"GPU stats {e}")
-            continue
-        found.setdefault(job_id, []).append(stats)
-    return found, problems
+            folder = stats_dir.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(folder.st_mode) or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            # Anyone could have written its records: none is read as the epilogs'.
+            self._problem = (f"GPU stats folder {stats_dir} is not a folder only its owner "
+                             f"writes (mode {stat.S_IMODE(folder.st_mode):04o}): its records "
+                             "are ignored")
+            return
+        # The epilogs write as the folder's owner; another account's file is not theirs.
+        self._owner = folder.st_uid
+
+    def _names(self) -> list[str]:
+        return [n for n in os.listdir(self.dir) if n.endswith(".json")]
+
+    def _record(self, name: str) -> JobGpuStats | str:
+        if name not in self._read:
+            try:
+                self._read[name] = read_stats(self.dir / name, self._owner)
+            except RecordError as e:
+                self._read[name] = f"GPU stats {e}"
+        return self._read[name]
+
+    def read_ahead(self, from_id: int | None, stop: Callable[[], bool]) -> None:
+        """Read records until `stop()`: the jobs from `from_id` on, oldest first (a list
+        of jobs: their array tasks and hetjob parts have later ids), or without one the
+        newest first (a period, which most often ends now)."""
+        if self._owner is None:
+            return
+        try:
+            names = self._names()
+        except OSError:
+            return             # of() says why
+        ids = [(int(n.split(".", 1)[0]), n) for n in names if n[:1].isdigit()
+               and n.split(".", 1)[0].isdigit()]
+        if from_id is None:
+            ids.sort(reverse=True)
+        else:
+            ids = sorted(i for i in ids if i[0] >= from_id)
+        for _, name in ids:
+            if stop():
+                return
+            self._record(name)
+
+    def of(self, job_ids: set[str]) -> tuple[dict[str, list[JobGpuStats]], list[str]]:
+        """The records of these jobs (raw ids), and a line for each that is unreadable;
+        listed again, for the epilogs that ended after any read ahead."""
+        found: dict[str, list[JobGpuStats]] = {}
+        if self._problem or self._owner is None:
+            return found, [self._problem] if self._problem else []
+        try:
+            # Names first: a report's thousands of files, matched before any is opened.
+            names = sorted(n for n in self._names() if n.split(".", 1)[0] in job_ids)
+        except OSError as e:
+            return found, [f"GPU stats folder {self.dir} cannot be listed: {e}"]
+        problems = []
+        for name in names:
+            record = self._record(name)
+            if isinstance(record, str):
+                problems.append(record)
+            else:
+                found.setdefault(name.split(".", 1)[0], []).append(record)
+        return found, problems

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import pandas as pd
 
@@ -25,10 +25,11 @@ FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCod
           "TRESUsageInTot", "TRESUsageInMax", "TRESUsageInMaxNode", "ConsumedEnergyRaw")
 
 
-def fetch(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
-          until: str | None = None, users: Sequence[str] = ()) -> list[dict[str, str]]:
-    return slurm.sacct(job_ids, FIELDS, allocations_only=False, since=since, until=until,
-                       users=users)
+def query(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
+          until: str | None = None, users: Sequence[str] = ()) -> Iterator[dict[str, str]]:
+    """The report's one sacct call: its job and step lines, as sacct prints them."""
+    return slurm.sacct_rows(job_ids, FIELDS, allocations_only=False, since=since,
+                            until=until, users=users)
 
 
 def when(text: str) -> datetime | None:
@@ -112,75 +113,119 @@ def step_memory(r: dict[str, str]) -> StepMemory:
         unread=total == 0 and (duration_s(r["TotalCPU"]) or 0) >= WORKED_CPU_S)
 
 
-def job_ids(rows: Sequence[dict[str, str]]) -> set[str]:
-    """The raw ids of the jobs among sacct's lines (not their steps)."""
-    return {r["JobIDRaw"] for r in rows if "." not in r["JobIDRaw"]}
+def fold_sacct(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
+               until: str | None = None, users: Sequence[str] = ()) -> Fold:
+    """The one sacct call, folded line by line while sacct is still printing."""
+    fold = Fold()
+    for row in query(slurm, job_ids, since, until, users):
+        fold.add(row)
+    return fold
 
 
 def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
     """One row per job from sacct's job and step lines."""
-    steps: dict[str, list[StepMemory]] = {}
-    spread: set[str] = set()     # jobs with a step of several tasks or nodes
+    fold = Fold()
     for r in rows:
-        if "." in r["JobIDRaw"]:
-            job = r["JobIDRaw"].split(".", 1)[0]
-            steps.setdefault(job, []).append(step_memory(r))
-            if (r.get("NTasks") or "1") != "1" or (r.get("NNodes") or "1") != "1":
-                spread.add(job)
-    records = []
-    for r in rows:
-        if "." in r["JobIDRaw"]:
-            continue
+        fold.add(r)
+    return fold.frame()
+
+
+class Fold:
+    """sacct's job and step lines folded into one row per job, each line parsed as it
+    comes. sacct prints a job's steps after it, so a job's memory is folded once the next
+    job's line comes; a step that comes later anyway has its job folded again."""
+
+    def __init__(self) -> None:
+        self._steps: dict[str, list[StepMemory]] = {}
+        self._spread: set[str] = set()    # jobs with a step of several tasks or nodes
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._open: set[str] = set()      # jobs whose memory is not folded yet
+
+    @property
+    def job_ids(self) -> set[str]:
+        """The raw ids of the jobs among the lines (not their steps)."""
+        return set(self._jobs)
+
+    def add(self, r: dict[str, str]) -> None:
         raw = r["JobIDRaw"]
-        submit, start, end = when(r["Submit"]), when(r["Start"]), when(r["End"])
-        elapsed = float(r["ElapsedRaw"] or 0)
-        cpus = int(r["AllocCPUS"] or 0)
-        if not r["AllocTRES"]:
-            # Never allocated (cancelled while pending): sacct still gives it a Start (the
-            # moment it ended) and AllocCPUS, but it held nothing.
-            start, cpus = None, 0
-        mem = mem_mb(tres(r["AllocTRES"], "mem"))
-        total_cpu = duration_s(r["TotalCPU"])
-        nnodes = int(r["NNodes"]) if (r.get("NNodes") or "").isdigit() else 1
+        if "." in raw:
+            job = raw.split(".", 1)[0]
+            self._steps.setdefault(job, []).append(step_memory(r))
+            if (r.get("NTasks") or "1") != "1" or (r.get("NNodes") or "1") != "1":
+                self._spread.add(job)
+            if job in self._jobs:
+                self._open.add(job)
+            return
+        for job in self._open:
+            self._fold_memory(self._jobs[job])
+        self._jobs[raw] = _job_record(r)
+        self._open = {raw}
+
+    def _fold_memory(self, rec: dict[str, Any]) -> None:
+        raw = rec["raw_id"]
+        memory = job_memory(self._steps.get(raw, []), rec["node_mem_mb"]) \
+            if rec["start"] else JobMemory(None, "never ran")
+        worst = memory.worst
+        rec.update(max_rss_mb=worst.peak_mb if worst else None,
+                   peak_node=worst.node if worst else "",
+                   mem_estimated=bool(worst and worst.estimated),
+                   mem_note=memory.why_unknown,
+                   # the worst node's peak over what the job may hold there
+                   mem_eff=worst.efficiency if worst else None,
+                   one_task=raw not in self._spread and rec["one_node"])
+
+    def frame(self) -> pd.DataFrame:
+        for job in self._open:
+            self._fold_memory(self._jobs[job])
+        self._open = set()
+        # object columns: integers stay integers and a missing value stays None, not NaN.
+        return pd.DataFrame(list(self._jobs.values()), columns=list(COLUMNS), dtype=object)
+
+
+def _job_record(r: dict[str, str]) -> dict[str, Any]:
+    """A job line's columns, all but its memory (_MEMORY_COLUMNS, from its steps)."""
+    raw = r["JobIDRaw"]
+    submit, start, end = when(r["Submit"]), when(r["Start"]), when(r["End"])
+    elapsed = float(r["ElapsedRaw"] or 0)
+    cpus = int(r["AllocCPUS"] or 0)
+    if not r["AllocTRES"]:
+        # Never allocated (cancelled while pending): sacct still gives it a Start (the
+        # moment it ended) and AllocCPUS, but it held nothing.
+        start, cpus = None, 0
+    mem = mem_mb(tres(r["AllocTRES"], "mem"))
+    total_cpu = duration_s(r["TotalCPU"])
+    nnodes = int(r["NNodes"]) if (r.get("NNodes") or "").isdigit() else 1
+    rec: dict[str, Any] = {
+        **_BLANK,
+        "job_id": r["JobID"], "raw_id": raw, "array_id": _array_of(r["JobID"]),
+        "name": r["JobName"], "user": r["User"],
+        "partition": r["Partition"], "state": r["State"].split()[0] if r["State"] else "",
+        "exit_code": r["ExitCode"], "submit": submit, "start": start, "end": end,
+        "wait_s": (start - submit).total_seconds() if start and submit else None,
+        "elapsed_s": elapsed, "alloc_cpus": cpus, "alloc_mem_mb": mem,
+        "gpus": int(tres(r["AllocTRES"], "gres/gpu") or 0),
+        "gpu_type": gpu_type(r["AllocTRES"]), "total_cpu_s": total_cpu,
         # AllocTRES's mem is the job's whole; --mem is per node, --mem-per-cpu per core:
         # an even share of the whole is each node's (exact for --mem).
-        node_mem = mem / max(nnodes, 1) if mem else None
-        memory = job_memory(steps.get(raw, []), node_mem) if start else \
-            JobMemory(None, "never ran")
-        worst = memory.worst
-        one_task = raw not in spread and nnodes == 1
-        rec: dict[str, Any] = {
-            "job_id": r["JobID"], "raw_id": raw, "array_id": _array_of(r["JobID"]),
-            "name": r["JobName"], "user": r["User"],
-            "partition": r["Partition"], "state": r["State"].split()[0] if r["State"] else "",
-            "exit_code": r["ExitCode"], "submit": submit, "start": start, "end": end,
-            "wait_s": (start - submit).total_seconds() if start and submit else None,
-            "elapsed_s": elapsed, "alloc_cpus": cpus, "alloc_mem_mb": mem,
-            "gpus": int(tres(r["AllocTRES"], "gres/gpu") or 0),
-            "gpu_type": gpu_type(r["AllocTRES"]), "total_cpu_s": total_cpu,
-            "max_rss_mb": worst.peak_mb if worst else None, "node_mem_mb": node_mem,
-            "peak_node": worst.node if worst else "",
-            "mem_estimated": bool(worst and worst.estimated),
-            "mem_note": memory.why_unknown,
-            # CPU time over cores x wall time (reportseff's); the worst node's peak over
-            # what the job may hold there.
-            "cpu_eff": total_cpu / (cpus * elapsed) if total_cpu is not None and cpus
-            and elapsed > 0 else None,
-            "mem_eff": worst.efficiency if worst else None,
-            # Slurm's own energy plugin (acct_gather_energy), where a site has one: 0 and
-            # empty both mean no reading.
-            "slurm_energy_j": _joules(r.get("ConsumedEnergyRaw", "")),
-            "one_node": nnodes == 1, "one_task": one_task,
-            "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
-            "asked_mem_mb": mem_mb(r["ReqMem"]) if r["ReqMem"] else None,
-            "asked_gpus": int(tres(r.get("ReqTRES", ""), "gres/gpu") or 0),
-            "asked_gpu_type": gpu_type(r.get("ReqTRES", "")),
-            "nodes": r["NodeList"], "comment": r["Comment"],
-        }
-        rec.update(_marks(r["Comment"]))
-        records.append({**dict.fromkeys(COLUMNS), **rec})
-    # object columns: integers stay integers and a missing value stays None, not NaN.
-    return pd.DataFrame(records, columns=list(COLUMNS), dtype=object)
+        "node_mem_mb": mem / max(nnodes, 1) if mem else None,
+        # CPU time over cores x wall time (reportseff's)
+        "cpu_eff": total_cpu / (cpus * elapsed) if total_cpu is not None and cpus
+        and elapsed > 0 else None,
+        # Slurm's own energy plugin (acct_gather_energy), where a site has one: 0 and
+        # empty both mean no reading.
+        "slurm_energy_j": _joules(r.get("ConsumedEnergyRaw", "")),
+        "one_node": nnodes == 1,
+        "asked_cpus": int(r["ReqCPUS"]) if r["ReqCPUS"].isdigit() else None,
+        "asked_mem_mb": mem_mb(r["ReqMem"]) if r["ReqMem"] else None,
+        "asked_gpus": int(tres(r.get("ReqTRES", ""), "gres/gpu") or 0),
+        "asked_gpu_type": gpu_type(r.get("ReqTRES", "")),
+        "nodes": r["NodeList"], "comment": r["Comment"],
+    }
+    rec.update(_marks(r["Comment"]))
+    return rec
+
+
+_BLANK: dict[str, Any] = dict.fromkeys(COLUMNS)
 
 
 def row_dicts(jobs: pd.DataFrame) -> list[dict[str, Any]]:

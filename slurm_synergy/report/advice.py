@@ -65,6 +65,13 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
     return out
 
 
+# What for_job reads: only these are turned into dicts (a report has thousands of rows).
+_READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resubmitted_as",
+          "max_rss_mb", "node_mem_mb", "mem_estimated", "one_node", "peak_node", "alloc_cpus",
+          "total_cpu_s", "elapsed_s", "one_task", "gpus", "gpu_util_pct", "gpu_sm_active_pct",
+          "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus")
+
+
 def lines(jobs: pd.DataFrame) -> list[dict[str, Any]]:
     return [{"job_id": j["job_id"], "name": j["name"], "advice": text}
-            for j in row_dicts(jobs) for text in for_job(j)]
+            for j in row_dicts(jobs[list(_READS)]) for text in for_job(j)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,13 +10,14 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from slurm_synergy import paths
+from slurm_synergy.hooks.records import StatsFolder
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.slurm import node_shape
 from slurm_synergy.model.policy import site_catalog
 from slurm_synergy.model.profile import Profile
 from slurm_synergy.paths import policy_path
-from slurm_synergy.slurm import Slurm
+from slurm_synergy.slurm import Slurm, node_shape
 from slurm_synergy.report import accounting, advice, enrich, summary
 
 
@@ -39,22 +41,21 @@ def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
           stats_dir: Path | None = None) -> Report:
     period = (f"jobs {','.join(job_ids)}" if job_ids else
               f"{since} to {until or 'now'}") + (f", users {','.join(users)}" if users else "")
-    # What needs no job is looked up while sacct runs (it waits on slurmdbd, not on us).
+    # sacct waits on slurmdbd, then prints for a while: the lines are folded as they come
+    # (in the pool), and what needs no job, then the likely node stats, are read meanwhile.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        query = pool.submit(accounting.fetch, slurm, job_ids, since, until, users)
+        folding = pool.submit(accounting.fold_sacct, slurm, job_ids, since, until, users)
+        cluster = slurm.cluster_name()    # the stats, outputs and chains are kept per cluster
         try:
-            cluster = slurm.cluster_name()
             shape: NodeShape | SynergyError = node_shape(slurm)
-        except SynergyError as e:    # slurmctld down: the accounting part still stands
-            cluster, shape = "", e
+        except SynergyError as e:         # no GPU-proportional comparison; the rest stands
+            shape = e
         catalog = site_catalog(policy_path())
-        rows = query.result()
-        cluster = cluster or slurm.cluster_name()
-        # The node stats are read (mostly waiting on files) while the lines are folded.
-        reading = pool.submit(enrich.read_stats_of, accounting.job_ids(rows), cluster,
-                              stats_dir)
-        jobs = accounting.jobs_frame(rows)
-        stats, problems = reading.result()
+        folder = StatsFolder(stats_dir or paths.cluster_stats_dir(cluster))
+        folder.read_ahead(_first_id(job_ids), folding.done)
+        fold = folding.result()
+    stats, problems = folder.of(fold.job_ids)
+    jobs = fold.frame()
     if jobs.empty:
         return Report(period, jobs, pd.DataFrame(), {}, [])
     enrich.add_gpu_stats(jobs, stats)
@@ -73,3 +74,9 @@ def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
         enrich.add_counterfactual(jobs, profiles, shape)
     return Report(period, jobs, summary.workloads(jobs), summary.cluster(jobs),
                   advice.lines(jobs), profiles, problems)
+
+
+def _first_id(job_ids: Sequence[str]) -> int | None:
+    """The lowest job id asked for (123, 123_4, 123+1): no part of them has a lower one."""
+    ids = [int(m.group()) for m in map(re.compile(r"\d+").match, job_ids) if m]
+    return min(ids) if ids else None

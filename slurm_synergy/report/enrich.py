@@ -16,7 +16,7 @@ import pandas as pd
 from slurm_synergy import paths
 from slurm_synergy.model.comment import FINGERPRINT_RE
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.hooks.records import JobGpuStats, stats_for
+from slurm_synergy.hooks.records import JobGpuStats
 from slurm_synergy.model.engine import NodeShape, speed
 from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.chains import read_chains
@@ -52,16 +52,10 @@ def _gpu_fields(gpus: int, stats: list[JobGpuStats] | None) -> dict[str, Any]:
 
 
 def add_gpu_stats(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> None:
-    """GPU columns in place, from the epilogs' stats (read_stats_of)."""
+    """GPU columns in place, from the epilogs' stats (records.StatsFolder)."""
     fields = [_gpu_fields(g, stats.get(r)) for g, r in zip(jobs["gpus"], jobs["raw_id"])]
     for col in GPU_COLUMNS:
         _column(jobs, col, [f[col] for f in fields])
-
-
-def read_stats_of(raw_ids: set[str], cluster: str,
-                  stats_dir: Path | None = None) -> tuple[dict[str, list[JobGpuStats]], list[str]]:
-    """The epilogs' stats of these jobs by raw id, and a line per file that could not be read."""
-    return stats_for(stats_dir or paths.cluster_stats_dir(cluster), raw_ids)
 
 
 def _cgroup_peaks(nodes: str, stats: list[JobGpuStats]) -> dict[str, JobGpuStats] | None:
@@ -84,7 +78,7 @@ def add_cgroup_use(jobs: pd.DataFrame, stats: dict[str, list[JobGpuStats]]) -> N
     a row shows."""
     names = ("max_rss_mb", "peak_node", "mem_estimated", "mem_note", "mem_eff", "total_cpu_s",
              "cpu_eff")
-    columns = {name: list(jobs[name]) for name in names}
+    columns = {name: jobs[name].tolist() for name in names}
     source: list[str] = []
     for i, (raw, nodes, start, allowed, cores, elapsed) in enumerate(zip(
             jobs["raw_id"], jobs["nodes"], jobs["start"], jobs["node_mem_mb"],

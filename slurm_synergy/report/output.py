@@ -17,6 +17,7 @@ from slurm_synergy import paths
 from slurm_synergy.columns import aligned
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.report import plots
+from slurm_synergy.report.accounting import row_dicts
 from slurm_synergy.report.build import Report
 from slurm_synergy.report.summary import J_PER_KWH
 
@@ -143,15 +144,16 @@ def _array_row(tasks: pd.DataFrame) -> list[Cell]:
     row[_AT["Wait"]] = _dur(max(_known(tasks["wait_s"]), default=None))
     row[_AT["Elapsed"]] = "-".join(dict.fromkeys(
         _dur(f(_known(tasks["elapsed_s"]), default=None)) for f in (min, max)))
-    row[_AT["used"]] = _span([_cores_used(j) for _, j in tasks.iterrows()], fmt=".2f")
+    each = row_dicts(tasks)
+    row[_AT["used"]] = _span([_cores_used(j) for j in each], fmt=".2f")
     row[_AT["CPU%"]] = _span(tasks["cpu_eff"], 100)
-    peaks = [j for _, j in tasks.iterrows() if j["max_rss_mb"] is not None]
+    peaks = [j for j in each if j["max_rss_mb"] is not None]
     row[_AT["peak"]] = _peak(max(peaks, key=lambda j: j["max_rss_mb"])) if peaks else "-"
     row[_AT["Mem%"]] = _span(tasks["mem_eff"], 100)
     row[_AT["GPU kJ"]] = _n(sum(energy) / 1000 if energy else None, ".1f")
     row[_AT["kWh"]] = _n(sum(energy) / J_PER_KWH if energy else None, ".4f")
     row[_AT["chain"]] = ""
-    row[_AT["note"]] = "; ".join(dict.fromkeys(n for _, j in tasks.iterrows() if (n := _note(j))))
+    row[_AT["note"]] = "; ".join(dict.fromkeys(n for j in each if (n := _note(j))))
     return row
 
 

@@ -9,6 +9,7 @@ only: queueing under another allocation is not modelled here).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,70 +18,101 @@ import pandas as pd
 J_PER_KWH = 3.6e6
 
 
-def _num(series: pd.Series) -> pd.Series:
-    return pd.to_numeric(series, errors="coerce")
+@dataclass
+class _Columns:
+    """The columns the figures read, each converted once: numbers as float arrays (NaN
+    where there is none), times and ids as lists. A workload's figures then index them,
+    rather than slicing the frame (a millisecond a group, and a site has hundreds)."""
+
+    elapsed: np.ndarray      # 0 where there is none
+    gpus: np.ndarray
+    cpus: np.ndarray
+    used_cpu_s: np.ndarray
+    wait_s: np.ndarray
+    energy_j: np.ndarray
+    prop_s: np.ndarray
+    prop_cpus: np.ndarray
+    ran: np.ndarray          # bool
+    raw_id: list[Any]
+    submit: list[Any]
+    end: list[Any]
+    resubmitted_as: list[Any]
+    profiled_as: list[Any]
+
+    @classmethod
+    def of(cls, jobs: pd.DataFrame) -> "_Columns":
+        def num(name: str) -> np.ndarray:
+            return pd.to_numeric(jobs[name], errors="coerce").to_numpy(dtype=float)
+
+        elapsed = np.nan_to_num(num("elapsed_s"))
+        # Cancelled while pending, sacct gives a job Start = End = the cancel time and no
+        # run time: it did not run.
+        ran = ~((jobs["state"].to_numpy() == "CANCELLED") & (elapsed == 0))
+        return cls(elapsed, num("gpus"), num("alloc_cpus"), num("total_cpu_s"), num("wait_s"),
+                   num("gpu_energy_j"), num("prop_elapsed_s"), num("prop_cpus"), ran,
+                   *(jobs[c].tolist() for c in ("raw_id", "submit", "end", "resubmitted_as",
+                                                "profiled_as")))
 
 
-def _ran(jobs: pd.DataFrame) -> pd.Series:
-    """Which jobs ran. Cancelled while pending, sacct gives a job Start = End = the cancel
-    time and no run time."""
-    return ~((jobs["state"] == "CANCELLED") & (_num(jobs["elapsed_s"]).fillna(0) == 0))
-
-
-def _jct(jobs: pd.DataFrame, ran: pd.Series) -> list[float]:
+def _jct(c: _Columns, rows: np.ndarray) -> list[float]:
     """End minus submit. A profiling run and its resubmission are one job to the user:
     counted once, from the profiling run's submit to the resubmission's end."""
-    ids = dict(zip(jobs["raw_id"], jobs["submit"]))
-    done = jobs[ran]
+    ids = {c.raw_id[i]: c.submit[i] for i in rows}
     out = []
-    for submit, end, resubmitted, profiled in zip(done["submit"], done["end"],
-                                                  done["resubmitted_as"], done["profiled_as"]):
-        if end is None or submit is None or resubmitted in ids:   # counted with its resubmission
-            continue
-        out.append((end - (ids.get(profiled) or submit)).total_seconds())
+    for i in rows[c.ran[rows]]:
+        submit, end = c.submit[i], c.end[i]
+        if end is None or submit is None or c.resubmitted_as[i] in ids:
+            continue         # counted with its resubmission
+        out.append((end - (ids.get(c.profiled_as[i]) or submit)).total_seconds())
     return out
 
 
-def _figures(jobs: pd.DataFrame) -> dict[str, Any]:
-    ran = _ran(jobs)
-    jct = _jct(jobs, ran)
-    wait = _num(jobs["wait_s"][ran]).dropna()
-    elapsed = _num(jobs["elapsed_s"]).fillna(0)
-    energy = _num(jobs["gpu_energy_j"])
-    prop = _num(jobs["prop_elapsed_s"])
-    has_prop = prop.notna()
-    starts = [t for t in jobs["submit"] if t is not None]
-    ends = [t for t in jobs["end"] if t is not None]
+def _figures(c: _Columns, rows: np.ndarray) -> dict[str, Any]:
+    jct = _jct(c, rows)
+    wait = c.wait_s[rows[c.ran[rows]]]
+    wait = wait[~np.isnan(wait)]
+    elapsed, energy, prop = c.elapsed[rows], c.energy_j[rows], c.prop_s[rows]
+    has_prop = ~np.isnan(prop)
+    starts = [c.submit[i] for i in rows if c.submit[i] is not None]
+    ends = [c.end[i] for i in rows if c.end[i] is not None]
+    profiled = bool(has_prop.any())
     return {
-        "jobs": len(jobs),
-        "gpu_hours": float((_num(jobs["gpus"]).fillna(0) * elapsed).sum() / 3600),
-        "core_hours_alloc": float((_num(jobs["alloc_cpus"]).fillna(0) * elapsed).sum() / 3600),
-        "core_hours_used": float(_num(jobs["total_cpu_s"]).fillna(0).sum() / 3600),
+        "jobs": len(rows),
+        "gpu_hours": float(np.nansum(c.gpus[rows] * elapsed) / 3600),
+        "core_hours_alloc": float(np.nansum(c.cpus[rows] * elapsed) / 3600),
+        "core_hours_used": float(np.nansum(c.used_cpu_s[rows]) / 3600),
         "makespan_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
         "jct_mean_s": float(np.mean(jct)) if jct else None,
         "jct_p50_s": float(np.percentile(jct, 50)) if jct else None,
         "jct_p95_s": float(np.percentile(jct, 95)) if jct else None,
         "wait_mean_s": float(wait.mean()) if len(wait) else None,
         "wait_p95_s": float(np.percentile(wait, 95)) if len(wait) else None,
-        "gpu_energy_kwh": float(energy.sum() / J_PER_KWH) if energy.notna().any() else None,
+        "gpu_energy_kwh": float(np.nansum(energy) / J_PER_KWH)
+        if (~np.isnan(energy)).any() else None,
         "jobs_with_profile": int(has_prop.sum()),
-        "run_s_with_profile": float(elapsed[has_prop].sum()) if has_prop.any() else None,
-        "run_s_proportional": float(prop[has_prop].sum()) if has_prop.any() else None,
-        "core_hours_with_profile": float((_num(jobs["alloc_cpus"]) * elapsed)[has_prop].sum()
-                                         / 3600) if has_prop.any() else None,
-        "core_hours_proportional": float((_num(jobs["prop_cpus"]) * prop)[has_prop].sum()
-                                         / 3600) if has_prop.any() else None,
+        "run_s_with_profile": float(elapsed[has_prop].sum()) if profiled else None,
+        "run_s_proportional": float(prop[has_prop].sum()) if profiled else None,
+        "core_hours_with_profile": float(np.nansum((c.cpus[rows] * elapsed)[has_prop]) / 3600)
+        if profiled else None,
+        "core_hours_proportional": float(np.nansum((c.prop_cpus[rows] * prop)[has_prop])
+                                         / 3600) if profiled else None,
     }
 
 
 def workloads(jobs: pd.DataFrame) -> pd.DataFrame:
-    key = [fp or f"name:{n}" for fp, n in zip(jobs["fingerprint"], jobs["name"])]
+    columns = _Columns.of(jobs)
+    groups: dict[str, list[int]] = {}
+    names = jobs["name"].tolist()
+    for i, (fp, name) in enumerate(zip(jobs["fingerprint"], names)):
+        groups.setdefault(fp or f"name:{name}", []).append(i)
     rows = []
-    for workload, group in jobs.groupby(pd.Series(key, index=jobs.index), sort=True):
-        names = sorted({n for n in group["name"]})
-        rows.append({"workload": workload, "names": ", ".join(names[:3]), **_figures(group)})
+    for workload in sorted(groups):
+        group = np.array(groups[workload])
+        shown = sorted({names[i] for i in group})
+        rows.append({"workload": workload, "names": ", ".join(shown[:3]),
+                     **_figures(columns, group)})
     return pd.DataFrame(rows)
 
 
 def cluster(jobs: pd.DataFrame) -> dict[str, Any]:
-    return _figures(jobs)
+    return _figures(_Columns.of(jobs), np.arange(len(jobs)))

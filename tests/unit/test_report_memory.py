@@ -144,3 +144,18 @@ def test_the_report_says_where_its_peaks_come_from():
         "peak, Mem%: the node hooks' cgroup readings for 1 of 1 job(s)")
     enrich.add_cgroup_use(jobs, {})
     assert "readings for 0 of 1 job(s)" in output.usage_line(report)
+
+
+def test_lines_in_any_order_fold_to_the_same_jobs():
+    # sacct prints each job's steps after it; the fold parses lines as they come and must
+    # not depend on that: steps before their job, and a step after the next job.
+    ordered = [row("7"), row("7.batch", tot="300M", largest="300M", largest_node="node1"),
+               row("7.0", tot="700M", largest="700M", largest_node="node1",
+                   start="2026-11-26T10:00:01", end="2026-11-26T10:00:30"),
+               row("8"), row("8.batch", tot="100M", largest="100M", largest_node="node1")]
+    shuffled = [ordered[1], ordered[3], ordered[0], ordered[4], ordered[2]]
+    expected = accounting.jobs_frame(ordered)
+    assert expected.set_index("raw_id").loc["7", "max_rss_mb"] == pytest.approx(1000)  # at once
+    pd.testing.assert_frame_equal(
+        accounting.jobs_frame(shuffled).set_index("raw_id").sort_index(),
+        expected.set_index("raw_id").sort_index())

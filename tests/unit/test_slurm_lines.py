@@ -1,0 +1,88 @@
+"""A long Slurm output (sacct over thousands of jobs) read line by line as the command
+prints it: the caller works while the command still writes, and a failure is classified
+and retried as a whole call's is. A stand-in `sacct` on PATH plays each case."""
+import os
+import stat
+import time
+
+import pytest
+
+from slurm_synergy import slurm as slurm_module
+from slurm_synergy.model.errors import SlurmError, SlurmUnreachable
+from slurm_synergy.slurm import SEP, Slurm
+
+
+def _fake(tmp_path, monkeypatch, body, retry_s=0.0):
+    exe = tmp_path / "sacct"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(slurm_module, "RETRY_PAUSE_S", 0.01)
+    return Slurm(tmp_path / "slurm.conf", retry_s=retry_s)
+
+
+def test_lines_come_while_the_command_still_runs(tmp_path, monkeypatch):
+    # The second line is printed only once the caller has seen the first: a reader that
+    # waited for the command to end would wait for ever (here, until the timeout).
+    go = tmp_path / "go"
+    slurm = _fake(tmp_path, monkeypatch, f"echo 1{SEP}a\n"
+                  f"while [ ! -e {go} ]; do sleep 0.01; done\necho 2{SEP}b\n")
+    rows = []
+    for row in slurm.sacct_rows(["1"], ("JobID", "JobName")):
+        rows.append(row)
+        go.touch()
+    assert rows == [{"JobID": "1", "JobName": "a"}, {"JobID": "2", "JobName": "b"}]
+
+
+def test_a_dbd_that_does_not_answer_is_asked_again_before_any_line(tmp_path, monkeypatch):
+    tries = tmp_path / "tries"
+    slurm = _fake(tmp_path, monkeypatch, f"echo x >> {tries}\n"
+                  f"if [ $(wc -l < {tries}) -lt 2 ]; then\n"
+                  "  echo 'sacct: error: Problem talking to the database: Connection refused' >&2\n"
+                  f"  exit 1\nfi\necho 1{SEP}a\n", retry_s=5)
+    assert slurm.sacct(["1"], ("JobID", "JobName")) == [{"JobID": "1", "JobName": "a"}]
+    assert tries.read_text().count("x") == 2
+
+
+def test_a_failure_after_some_lines_is_raised_not_retried(tmp_path, monkeypatch):
+    tries = tmp_path / "tries"
+    slurm = _fake(tmp_path, monkeypatch, f"echo x >> {tries}\necho 1{SEP}a\n"
+                  "echo 'sacct: error: Connection reset by peer' >&2\nexit 1\n", retry_s=5)
+    seen = []
+    with pytest.raises(SlurmUnreachable, match="slurmdbd unreachable.*Connection reset"):
+        for row in slurm.sacct_rows(["1"], ("JobID", "JobName")):
+            seen.append(row)
+    assert seen == [{"JobID": "1", "JobName": "a"}]      # half an answer, then the error
+    assert tries.read_text().count("x") == 1
+
+
+def test_a_refusal_is_an_error_with_its_message(tmp_path, monkeypatch):
+    slurm = _fake(tmp_path, monkeypatch, "echo 'sacct: fatal: Invalid field requested' >&2\n"
+                  "exit 1\n")
+    with pytest.raises(SlurmError, match="Invalid field requested") as caught:
+        slurm.sacct(["1"], ("JobID",))
+    assert not isinstance(caught.value, SlurmUnreachable)
+
+
+def test_a_command_that_hangs_is_stopped_at_its_timeout(tmp_path, monkeypatch):
+    slurm = _fake(tmp_path, monkeypatch, "exec sleep 60\n")
+    with pytest.raises(SlurmUnreachable, match="did not answer within 1s"):
+        list(slurm.lines(["sacct"], timeout=1))
+
+
+def test_much_on_stderr_does_not_stall_the_command(tmp_path, monkeypatch):
+    # 256 KB of warnings: a stderr pipe nobody reads would fill at 64 KB and hang sacct.
+    slurm = _fake(tmp_path, monkeypatch, "head -c 262144 /dev/zero | tr '\\0' w >&2\n"
+                  f"echo 1{SEP}a\n")
+    assert slurm.sacct(["1"], ("JobID", "JobName")) == [{"JobID": "1", "JobName": "a"}]
+
+
+def test_a_reader_that_stops_early_stops_the_command(tmp_path, monkeypatch):
+    # Left running, the command would write its mark 2 s on (and closing would wait).
+    mark = tmp_path / "finished"
+    slurm = _fake(tmp_path, monkeypatch, f"echo first\nsleep 2\necho done > {mark}\n")
+    lines = slurm.lines(["sacct"])
+    assert next(lines) == "first"
+    lines.close()
+    time.sleep(3)
+    assert not mark.exists()

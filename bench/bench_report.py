@@ -121,7 +121,7 @@ def _spread(values: list[float]) -> dict[str, float]:
             "max": round(max(values), 3)}
 
 
-def time_real(n: int, out: Path, rounds: int) -> dict[str, Any]:
+def time_real(n: int, out: Path, rounds: int, against: list[Path]) -> dict[str, Any]:
     """n report lines of every shape, run on the local cluster; then, interleaved, sacct
     alone, the report's sacct query (its lines read into Python) and the whole report (its
     own sacct query included)."""
@@ -151,6 +151,7 @@ def time_real(n: int, out: Path, rounds: int) -> dict[str, Any]:
     output.text(report)
     output.write(report, out / "real")
     files = time.perf_counter() - t
+    versions = side_by_side(against, ids, out) if against else []
     return {"jobs": len(report.jobs), "sacct_lines": len(rows),
             "shapes": dict(Counter(_shape(j) for j in lines)),
             "from_cgroup": int((report.jobs["usage_from"] == "cgroup").sum()),
@@ -158,7 +159,22 @@ def time_real(n: int, out: Path, rounds: int) -> dict[str, Any]:
             "build_s": _spread(build_s),
             "build_over_sacct": _spread([b / a for a, b in zip(sacct_s, build_s)]),
             "build_over_bare_sacct": _spread([b / a for a, b in zip(bare_s, build_s)]),
-            "files_s": round(files, 2)}
+            "files_s": round(files, 2), "versions": versions}
+
+
+def side_by_side(against: list[Path], ids: list[str], out: Path) -> list[dict[str, Any]]:
+    """Other checkouts' report code and this one's, each in a process of its own doing 15
+    interleaved rounds against sacct alone, alternated twice, on the same jobs."""
+    ids_file = out / "ids.txt"
+    ids_file.write_text("\n".join(ids) + "\n")
+    runs = []
+    for _ in range(2):
+        for tree in [*against, ROOT]:
+            proc = subprocess.run([sys.executable, str(ROOT / "bench" / "report_rounds.py"),
+                                   str(tree), str(ids_file), "15"],
+                                  capture_output=True, text=True, check=True)
+            runs.append(json.loads(proc.stdout))
+    return runs
 
 
 def _shape(job: dict[str, Any]) -> str:
@@ -174,10 +190,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9,
                         help="sacct and report timings, interleaved")
     parser.add_argument("--synthetic", type=int, default=20000, help="synthetic jobs")
+    parser.add_argument("--against", type=Path, nargs="*", default=[],
+                        help="other checkouts (git worktree add DIR COMMIT) whose report code "
+                             "to time side by side with this one's on the same jobs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "report.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
-    real = time_real(args.jobs, work, args.rounds)
+    real = time_real(args.jobs, work, args.rounds, args.against)
     print(f"real: {real}", file=sys.stderr)
     synth = time_synthetic(args.synthetic, work)
     print(f"synthetic: {synth}", file=sys.stderr)

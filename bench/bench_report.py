@@ -151,7 +151,7 @@ def time_real(n: int, out: Path, rounds: int, against: list[Path]) -> dict[str, 
     output.text(report)
     output.write(report, out / "real")
     files = time.perf_counter() - t
-    versions = side_by_side(against, ids, out) if against else []
+    versions = side_by_side(slurm, against, ids, out) if against else []
     return {"jobs": len(report.jobs), "sacct_lines": len(rows),
             "shapes": dict(Counter(_shape(j) for j in lines)),
             "from_cgroup": int((report.jobs["usage_from"] == "cgroup").sum()),
@@ -162,7 +162,8 @@ def time_real(n: int, out: Path, rounds: int, against: list[Path]) -> dict[str, 
             "files_s": round(files, 2), "versions": versions}
 
 
-def side_by_side(against: list[Path], ids: list[str], out: Path) -> list[dict[str, Any]]:
+def side_by_side(slurm: Slurm, against: list[Path], ids: list[str],
+                 out: Path) -> list[dict[str, Any]]:
     """Other checkouts' report code and this one's, each in a process of its own doing 15
     interleaved rounds against sacct alone, alternated twice, on the same jobs."""
     ids_file = out / "ids.txt"
@@ -172,7 +173,9 @@ def side_by_side(against: list[Path], ids: list[str], out: Path) -> list[dict[st
         for tree in [*against, ROOT]:
             proc = subprocess.run([sys.executable, str(ROOT / "bench" / "report_rounds.py"),
                                    str(tree), str(ids_file), "15"],
-                                  capture_output=True, text=True, check=True)
+                                  capture_output=True, text=True, env=slurm.env())
+            if proc.returncode:
+                raise SystemExit(f"report_rounds.py on {tree} failed:\n{proc.stderr}")
             runs.append(json.loads(proc.stdout))
     return runs
 

@@ -230,10 +230,11 @@ class Slurm:
                 time.sleep(RETRY_PAUSE_S)
 
     def _lines_once(self, args: Sequence[str], timeout: float) -> Iterator[str]:
-        # stderr goes to a file: a pipe nobody reads could fill and stall the command.
+        # stderr goes to a file: a pipe nobody reads could fill and stall the command. A job
+        # name in another encoding is replaced, not a reason to lose the whole answer.
         with tempfile.TemporaryFile() as err, subprocess.Popen(
-                self._exe(args), stdout=subprocess.PIPE, stderr=err, text=True,
-                env=self.env()) as proc:
+                self._exe(args), stdout=subprocess.PIPE, stderr=err, encoding="utf-8",
+                errors="replace", env=self.env()) as proc:
             killed = threading.Event()
 
             def kill() -> None:

@@ -166,6 +166,11 @@ def stats_for(stats_dir: Path, job_ids: set[str]) -> tuple[dict[str, list[JobGpu
     return StatsFolder(stats_dir).of(job_ids)
 
 
+# A long sacct (a month of a large site) must not have the report hold a folder's worth of
+# records it may not need: a record is about a kilobyte.
+READ_AHEAD_MOST = 20_000
+
+
 class StatsFolder:
     """The epilogs' stats folder as a report reads it: the records of the jobs it asks for,
     some of them perhaps read ahead, while sacct was still answering, in the order the
@@ -200,10 +205,11 @@ class StatsFolder:
                 self._read[name] = f"GPU stats {e}"
         return self._read[name]
 
-    def read_ahead(self, from_id: int | None, stop: Callable[[], bool]) -> None:
-        """Read records until `stop()`: the jobs from `from_id` on, oldest first (a list
-        of jobs: their array tasks and hetjob parts have later ids), or without one the
-        newest first (a period, which most often ends now)."""
+    def read_ahead(self, from_id: int | None, stop: Callable[[], bool],
+                   most: int = READ_AHEAD_MOST) -> None:
+        """Read up to `most` records until `stop()`: the jobs from `from_id` on, oldest
+        first (a list of jobs: their array tasks and hetjob parts have later ids), or
+        without one the newest first (a period, which most often ends now)."""
         if self._owner is None:
             return
         try:
@@ -216,7 +222,7 @@ class StatsFolder:
             ids.sort(reverse=True)
         else:
             ids = sorted(i for i in ids if i[0] >= from_id)
-        for _, name in ids:
+        for _, name in ids[:most]:
             if stop():
                 return
             self._record(name)

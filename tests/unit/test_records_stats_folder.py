@@ -49,6 +49,9 @@ def test_the_read_ahead_starts_from_the_first_job_asked_and_stops_when_told(tmp_
     asked.clear()
     StatsFolder(d).read_ahead(None, lambda: bool(asked.append(1)) or len(asked) > 1)
     assert len(asked) == 2                      # told to stop before its second read
+    asked.clear()
+    StatsFolder(d).read_ahead(None, lambda: bool(asked.append(1)), most=1)
+    assert len(asked) == 1                      # no more than it may hold
 
 
 def test_a_bad_file_read_ahead_is_reported_only_for_a_job_asked_for(tmp_path):

@@ -86,3 +86,9 @@ def test_a_reader_that_stops_early_stops_the_command(tmp_path, monkeypatch):
     lines.close()
     time.sleep(3)
     assert not mark.exists()
+
+
+def test_a_job_name_not_in_utf8_does_not_lose_the_answer(tmp_path, monkeypatch):
+    slurm = _fake(tmp_path, monkeypatch, f"printf '1{SEP}caf\\351\\n2{SEP}b\\n'\n")
+    rows = slurm.sacct(["1"], ("JobID", "JobName"))
+    assert [r["JobID"] for r in rows] == ["1", "2"] and rows[0]["JobName"].startswith("caf")

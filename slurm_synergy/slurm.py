@@ -174,9 +174,16 @@ class Slurm:
             try:
                 return self._run_once(args, timeout)
             except SlurmUnreachable:
-                if not retry or time.monotonic() - first + RETRY_PAUSE_S > self.retry_s:
+                if not retry or not self._pause_to_retry(first):
                     raise
-                time.sleep(RETRY_PAUSE_S)
+
+    def _pause_to_retry(self, first: float) -> bool:
+        """Wait before trying again a controller that did not answer; False once the
+        `retry_s` since the first try would run out."""
+        if time.monotonic() - first + RETRY_PAUSE_S > self.retry_s:
+            return False
+        time.sleep(RETRY_PAUSE_S)
+        return True
 
     def _where(self) -> str:
         return f"SLURM_CONF={self.conf}" if self.conf else "Slurm's default config"
@@ -225,9 +232,8 @@ class Slurm:
                     yield line
                 return
             except SlurmUnreachable:
-                if printed or time.monotonic() - first + RETRY_PAUSE_S > self.retry_s:
+                if printed or not self._pause_to_retry(first):
                     raise
-                time.sleep(RETRY_PAUSE_S)
 
     def _lines_once(self, args: Sequence[str], timeout: float) -> Iterator[str]:
         # stderr goes to a file: a pipe nobody reads could fill and stall the command. A job

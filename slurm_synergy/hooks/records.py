@@ -216,7 +216,7 @@ class StatsFolder:
             names = self._names()
         except OSError:
             return             # of() says why
-        ids = [(int(job), n) for n in names if JOB_ID.match(job := _job_of(n))]
+        ids = [(int(job), n) for n in names if JOB_ID.match(job := job_of(n))]
         if from_id is None:
             ids.sort(reverse=True)
         else:
@@ -234,7 +234,7 @@ class StatsFolder:
             return found, [self._problem] if self._problem else []
         try:
             # Names first: a report's thousands of files, matched before any is opened.
-            names = sorted(n for n in self._names() if _job_of(n) in job_ids)
+            names = sorted(n for n in self._names() if job_of(n) in job_ids)
         except OSError as e:
             return found, [f"GPU stats folder {self.dir} cannot be listed: {e}"]
         problems = []
@@ -243,10 +243,10 @@ class StatsFolder:
             if isinstance(record, str):
                 problems.append(record)
             else:
-                found.setdefault(_job_of(name), []).append(record)
+                found.setdefault(job_of(name), []).append(record)
         return found, problems
 
 
-def _job_of(name: str) -> str:
+def job_of(name: str) -> str:
     """The job id a stats file is named for (stats_path)."""
     return name.split(".", 1)[0]

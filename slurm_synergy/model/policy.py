@@ -38,6 +38,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "gpu_sample_period_s": (float, 0.05, 60.0),
     "hook_timeout_s": (float, 1.0, 120.0),
     "cgroup_peaks": (bool, 0, 1),
+    "stats_keep_days": (int, 0, 36500),
     "sweep_window_s": (float, 0.5, 600.0),
     "sweep_repeats": (int, 1, 10),
 }
@@ -95,6 +96,9 @@ class Policy:
     # The node sampler follows every job's cgroup (GPUs or not) for its exact memory peak
     # and CPU time on each node: one small process per job and node while it runs.
     cgroup_peaks: bool = True
+    # The epilogs' per-job records (exact peaks, energy) older than this are removed, once
+    # a day; 0 keeps them all. Reports over older jobs read sacct's figures instead.
+    stats_keep_days: int = 365
     # What the first job of an unknown workload does once it is measured: continue
     # (measured while it trains, trains to its end) or resubmit (profiled apart, then
     # submitted again right-sized: a second queue wait).

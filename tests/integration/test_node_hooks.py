@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_synergy import paths
 from slurm_synergy.hooks.install import WRAPPERS, render_wrappers
 
 from .conftest import EXPECTED_DRAINS, ROOT, epilogs_done, executable, finish, synergy
@@ -65,6 +66,31 @@ def test_an_ordinary_users_short_job_gets_its_exact_peak_from_its_cgroup(box, sl
     # The bytes it wrote, and the interpreter and its shell beside them.
     assert 600 <= row["max_rss_mb"] <= 660 and row["mem_note"] == "", row
     assert row["mem_eff"] == pytest.approx(row["max_rss_mb"] / 1024)
+
+
+def test_the_epilog_removes_records_past_the_sites_keep(box, slurm, tmp_path):
+    """A record older than stats_keep_days (365, as etc/policy.toml ships it) is removed by
+    the first epilog past the folder's day; a recent one stays. Ids no job here reaches."""
+    stats = paths.cluster_folder(box.hook_paths.stats_dir, slurm.cluster_name())
+    old, recent = stats / "900000001.node1.json", stats / "900000002.node1.json"
+    for path, age_days in ((old, 800), (recent, 10)):
+        path.write_text("{}")
+        os.utime(path, (time.time() - age_days * 86400,) * 2)
+    (stats / ".pruned").unlink(missing_ok=True)     # earlier tests' epilogs took today's
+    try:
+        job = slurm.sbatch(executable(tmp_path / "t.sh", "#!/bin/sh\ntrue\n"),
+                           ["--output=/dev/null"])
+        finish(slurm, [job])
+        epilogs_done(box, job)
+        deadline = time.monotonic() + 60
+        while not re.search(rf"epilog job={job} stats folder {stats}: \d+ records older "
+                            "than 365 days removed", (box.state / "log" / "hooks.log").read_text()):
+            assert time.monotonic() < deadline, "no epilog pruned the stats folder"
+            time.sleep(0.3)
+        assert not old.exists() and recent.exists()
+    finally:
+        old.unlink(missing_ok=True)
+        recent.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -50,10 +50,7 @@ def prune(folder: Path, keep_days: int, budget_s: float, log: Callable[[str], No
         log(f"stats folder {folder} not pruned: {MARKER}: {e.strerror}")
         return 0
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return 0                    # another epilog prunes it now
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         marked = os.fstat(fd)
         # A marker just made has this moment's mtime: its size tells it from a pruned one.
         if marked.st_size and now - marked.st_mtime < DAY_S:
@@ -63,12 +60,13 @@ def prune(folder: Path, keep_days: int, budget_s: float, log: Callable[[str], No
         # so that the next day's scan reaches others.
         os.pwrite(fd, b"pruned\n", 0)
         os.utime(fd, (now, now))
-        try:
-            removed, done = _remove_older(folder, now - keep_days * DAY_S,
-                                          time.monotonic() + budget_s)
-        except OSError as e:
-            log(f"stats folder {folder} not pruned: {e.strerror}")
-            return 0
+        removed, done = _remove_older(folder, now - keep_days * DAY_S,
+                                      time.monotonic() + budget_s)
+    except BlockingIOError:
+        return 0                        # another epilog prunes it now
+    except OSError as e:
+        log(f"stats folder {folder} not pruned: {e.strerror}")
+        return 0
     finally:
         os.close(fd)
     if removed or not done:

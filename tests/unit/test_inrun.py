@@ -110,7 +110,9 @@ def test_a_run_is_swept_while_it_trains_and_ends_as_the_script_ends(home, where)
 def test_a_job_that_ends_inside_a_window_keeps_its_status_and_what_was_measured(home):
     slow = Policy(sweep_window_s=2.0, sweep_repeats=3, first_batch_timeout_s=60)
     rc, result, lines = run_script(home, 9.0, 0, slow)
-    assert rc == 0 and result["threads"] == result["threads_at_start"]
+    # A run that ends inside a window at fewer cores ends with that window's share of its
+    # threads (probe/hooks.py); never more than it started with.
+    assert rc == 0 and 1 <= result["threads"] <= result["threads_at_start"]
     store = ProfileStore.default()
     if store.has(FP):       # it measured a full window, at least, before it ended
         profile = store.load(FP)

@@ -85,6 +85,17 @@ def test_a_running_process_is_read_from_its_own_folder_and_command_line(tmp_path
     assert cmdfiles.of_process(proc.pid) is None, "a process gone reads as nothing"
 
 
+def read_as_started(train: str, cwd) -> list[str] | None:
+    """The files a process running `train` names, read as soon as Popen returns."""
+    proc = subprocess.Popen([sys.executable, train], cwd=cwd)
+    try:
+        seen = cmdfiles.of_process(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    return None if seen is None else [f.path for f in seen.read]
+
+
 def test_a_process_read_as_soon_as_it_is_started_names_its_script(tmp_path, monkeypatch):
     # The in-run supervisor reads the files right after Popen returns, when /proc may
     # still show no command line: 2 to 11 starts in 300 on the 2-core VM. Here the
@@ -99,26 +110,12 @@ def test_a_process_read_as_soon_as_it_is_started_names_its_script(tmp_path, monk
             return [] if JustStarted.looks <= 3 else super().cmdline()
 
     monkeypatch.setattr(cmdfiles.psutil, "Process", JustStarted)
-    proc = subprocess.Popen([sys.executable, train], cwd=tmp_path)
-    try:
-        seen = cmdfiles.of_process(proc.pid)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert seen is not None and [f.path for f in seen.read] == [train]
+    assert read_as_started(train, tmp_path) == [train]
 
 
 def test_real_starts_read_at_once_name_their_script(tmp_path):
     train = write(tmp_path / "train.py", "import time; time.sleep(30)")
-    missed = 0
-    for _ in range(300):
-        proc = subprocess.Popen([sys.executable, train], cwd=tmp_path)
-        try:
-            seen = cmdfiles.of_process(proc.pid)
-        finally:
-            proc.kill()
-            proc.wait()
-        missed += seen is None or [f.path for f in seen.read] != [train]
+    missed = sum(read_as_started(train, tmp_path) != [train] for _ in range(300))
     assert missed == 0, f"{missed} of 300 starts read without their script"
 
 

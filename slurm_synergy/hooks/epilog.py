@@ -22,8 +22,8 @@ from slurm_synergy.hooks import expiry
 from slurm_synergy.hooks.context import HookContext, utc_now
 from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.hooks.records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError,
-                                          read_prolog,
-                      stats_path, write_json)
+                                          read_prolog, stats_path,
+                                          write_json, written_by_this_account_alone)
 from slurm_synergy.hooks.jobcgroup import CgroupUse
 from slurm_synergy.hooks.sampling import SamplerTotals, read_totals
 
@@ -221,7 +221,7 @@ def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
             return
         # Reports trust a record only as the folder's owner's: a folder a user made, or
         # one others may write, would let them stand in for the epilog.
-        if folder.st_uid != os.geteuid() or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if not written_by_this_account_alone(folder):
             ctx.log(f"GPU stats folder {out.parent} is not this account's alone (uid "
                     f"{folder.st_uid}, mode {stat.S_IMODE(folder.st_mode):04o}): not written")
             return

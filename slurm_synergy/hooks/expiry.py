@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from slurm_synergy.hooks.records import JOB_ID, job_of
+from slurm_synergy.hooks.records import JOB_ID, job_of, written_by_this_account_alone
 
 MARKER = ".pruned"      # in the stats folder: its mtime is when it was last pruned
 DAY_S = 86400.0
-# An epilog's time for it, at most: a quarter of the hook's deadline (hook_timeout_s).
+# An epilog's time for it, at most; less where a quarter of hook_timeout_s is less
+# (epilog.run).
 BUDGET_S = 3.0
 
 
@@ -40,8 +41,7 @@ def prune(folder: Path, keep_days: int, budget_s: float, log: Callable[[str], No
         return 0
     # Only the epilogs' own folder (records._write_stats writes to no other): in one that
     # others may write, names could be anyone's.
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() \
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if not (stat.S_ISDIR(st.st_mode) and written_by_this_account_alone(st)):
         return 0
     try:
         fd = os.open(folder / MARKER, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,

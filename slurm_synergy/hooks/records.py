@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from slurm_synergy.fileio import UntrustedFile, atomic_write_text, read_untrusted
+from slurm_synergy.hooks.trust import WRITABLE_BY_OTHERS
 
 JOB_ID = re.compile(r"^\d{1,12}$")
 NODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -185,7 +186,7 @@ class StatsFolder:
             folder = stats_dir.lstat()
         except FileNotFoundError:
             return
-        if not stat.S_ISDIR(folder.st_mode) or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if not stat.S_ISDIR(folder.st_mode) or folder.st_mode & WRITABLE_BY_OTHERS:
             # Anyone could have written its records: none is read as the epilogs'.
             self._problem = (f"GPU stats folder {stats_dir} is not a folder only its owner "
                              f"writes (mode {stat.S_IMODE(folder.st_mode):04o}): its records "
@@ -245,6 +246,12 @@ class StatsFolder:
             else:
                 found.setdefault(job_of(name), []).append(record)
         return found, problems
+
+
+def written_by_this_account_alone(folder: os.stat_result) -> bool:
+    """Whether the epilogs may write and prune a stats folder (its lstat): owned by the
+    account they run as, written by no one else; reports trust its records as theirs."""
+    return folder.st_uid == os.geteuid() and not folder.st_mode & WRITABLE_BY_OTHERS
 
 
 def job_of(name: str) -> str:

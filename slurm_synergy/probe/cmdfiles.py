@@ -126,8 +126,8 @@ def of_process(pid: int) -> Seen | None:
 def _command_line(proc: psutil.Process) -> list[str]:
     """The command line of a process, waited for while it is being set up: Popen returns
     once the new program has replaced the old, but the kernel gives the new program its
-    arguments a moment later, and until then /proc shows none (9 of 300 interpreters read
-    as soon as Popen returned, on the 2-core VM)."""
+    arguments a moment later, and until then /proc shows none (2 to 11 of 300
+    interpreters read as soon as Popen returned, on the 2-core VM)."""
     deadline = time.monotonic() + EXEC_WAIT_S
     while not (argv := proc.cmdline()) and time.monotonic() < deadline:
         time.sleep(0.005)

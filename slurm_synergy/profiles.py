@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Iterator
 
 from slurm_synergy import paths
-from slurm_synergy.fileio import UntrustedFile, atomic_write_text, read_untrusted
+from slurm_synergy.fileio import (UntrustedFile, atomic_write_text, private_folder,
+                                  read_untrusted, shown)
 from slurm_synergy.model.comment import FINGERPRINT_RE
 from slurm_synergy.model.profile import Profile, ProfileError, profile_from_json
 
 MAX_PROFILE_BYTES = 1 << 20      # a profile is a few kB
+# A user's folder is listed up to this many names: listing a folder of millions would
+# spend the sync's time on one user (a profile per workload, so a few hundred at most).
+MAX_NAMES_LISTED = 20000
 PROFILE_MODE = 0o600
 # A profile set aside once a run of its workload read another program: kept to read,
 # no longer one that decisions come from (its name is no fingerprint's).
@@ -116,7 +120,7 @@ class ProfileStore:
         there is not this user's own: someone else's could be read or swapped by them."""
         site = site_store_root()
         if site is None or self.root.parent != site:
-            self.root.mkdir(parents=True, exist_ok=True)
+            private_folder(self.root)
             return
         try:
             os.mkdir(self.root, USER_FOLDER_MODE)
@@ -141,42 +145,68 @@ class ProfileStore:
 
     def fingerprints(self) -> list[str]:
         """The fingerprints filed here, by name: what each file is, load() checks."""
+        return self.listed()[0]
+
+    def listed(self, most: int | None = None) -> tuple[list[str], bool]:
+        """The fingerprints filed here (sorted), and whether the folder holds more names
+        than the `most` looked at (listing stops there)."""
+        names: list[str] = []
+        more = False
         try:
             with os.scandir(self.root) as it:
-                names = [e.name[:-5] for e in it if e.name.endswith(".json")]
+                for n, entry in enumerate(it):
+                    if most is not None and n >= most:
+                        more = True
+                        break
+                    if entry.name.endswith(".json"):
+                        names.append(entry.name[:-5])
         except (FileNotFoundError, NotADirectoryError):
-            return []
-        return sorted(n for n in names if FINGERPRINT_RE.fullmatch(n))
+            return [], False
+        return sorted(n for n in names if FINGERPRINT_RE.fullmatch(n)), more
 
     def __iter__(self) -> Iterator[Profile]:
         for fp in self.fingerprints():
             yield self.load(fp)
 
 
+def uid_named(name: str) -> int | None:
+    """The uid a user's folder is named for: its canonical ASCII decimal form alone (no
+    sign, no leading zero, no other script's digits), so that each uid has one folder and
+    no name stands for another's; None for any other name."""
+    if not (name.isascii() and name.isdigit()) or len(name) > 10:
+        return None
+    uid = int(name)
+    return uid if str(uid) == name and uid < 1 << 32 else None
+
+
 def user_stores(root: Path) -> tuple[list[ProfileStore], list[str]]:
-    """Each user's folder in a site's store, with what was left out and why: a folder
-    counts only when it is a real folder (not a link) owned by the uid it is named for."""
+    """Each user's folder in a site's store, by uid, with what was left out and why: a
+    folder counts only when its name is a uid written canonically (uid_named) and it is a
+    real folder (not a link) owned by that uid."""
     stores, skipped = [], []
     try:
         with os.scandir(root) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            entries = list(it)
     except OSError as e:
-        return [], [f"{root}: not read: {e.strerror}"]
-    for entry in entries:
+        return [], [f"{shown(root)}: not read: {e.strerror}"]
+    for entry in sorted(entries, key=lambda e: e.name):
         if entry.name.startswith("."):
             continue
+        where = shown(entry.path)
+        uid = uid_named(entry.name)
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError as e:
-            skipped.append(f"{entry.path}: not read: {e.strerror}")
+            skipped.append(f"{where}: not read: {e.strerror}")
             continue
-        if not entry.name.isdigit() or not stat.S_ISDIR(st.st_mode):
-            skipped.append(f"{entry.path}: not a user's folder (a folder named for its uid)")
-        elif st.st_uid != int(entry.name):
-            skipped.append(f"{entry.path}: owned by uid {st.st_uid}, not uid {entry.name}")
+        if uid is None or not stat.S_ISDIR(st.st_mode):
+            skipped.append(f"{where}: not a user's folder (a folder named for its uid, "
+                           "in decimal digits)")
+        elif st.st_uid != uid:
+            skipped.append(f"{where}: owned by uid {st.st_uid}, not uid {uid}")
         else:
-            stores.append(ProfileStore(user_folder(root, int(entry.name)), int(entry.name)))
-    return stores, skipped
+            stores.append(ProfileStore(user_folder(root, uid), uid))
+    return sorted(stores, key=lambda s: s.owner), skipped
 
 
 def stores_to_compile() -> tuple[list[ProfileStore], list[str]]:

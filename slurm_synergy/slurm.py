@@ -9,14 +9,14 @@ the product runs is here, and only here (tests/unit/test_architecture.py).
 from __future__ import annotations
 
 import functools
-import getpass
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
@@ -34,6 +34,16 @@ SACCT_FIELDS = (
 )
 
 
+def user_name(uid: int | None = None) -> str:
+    """The name Slurm knows `uid` (the caller) by, from the system's user database: never
+    $USER or $LOGNAME, which whoever starts a process sets as they like."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)         # Slurm's commands take a uid where a name is asked
+
+
 def tres(alloc: str, key: str) -> str:
     """One value of a TRES list as sacct writes it (cpu=2,mem=3G,gres/gpu=1): "" if absent."""
     return _tres_items(alloc).get(key, "")
@@ -43,41 +53,6 @@ def tres(alloc: str, key: str) -> str:
 def _tres_items(text: str) -> dict[str, str]:
     # A report reads thousands of lines that share a few TRES lists: each is split once.
     return dict(item.split("=", 1) for item in text.split(",") if "=" in item)
-
-
-@dataclass(frozen=True)
-class JobLimit:
-    """The most one job of a user may ask for, by accounting's MaxTRESPerJob (0: no
-    limit)."""
-
-    cpus: int = 0
-    mem_mb: int = 0
-    gpus: int = 0
-
-
-def _tighter(a: JobLimit, b: JobLimit) -> JobLimit:
-    """Each of the two limits' lower value, where either sets one."""
-    return JobLimit(*(min(x, y) if x and y else x or y for x, y in zip(astuple(a), astuple(b))))
-
-
-def _job_limit(maxtres: str) -> JobLimit:
-    mem = mem_mb(tres(maxtres, "mem") or "0")
-    return JobLimit(int(tres(maxtres, "cpu") or 0), int(mem or 0),
-                    int(tres(maxtres, "gres/gpu") or 0))
-
-
-def parse_job_limits(text: str) -> dict[str, JobLimit]:
-    """`sacctmgr show associations format=account,user,maxtresperjob` (parsable2, no
-    header) as each user's per-job limit: the least of their associations' own and of
-    those associations' accounts'."""
-    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 2]
-    accounts = {a: _job_limit(m) for a, u, m in rows if not u}
-    out: dict[str, JobLimit] = {}
-    for account, user, maxtres in rows:
-        if user:
-            own = _tighter(_job_limit(maxtres), accounts.get(account, JobLimit()))
-            out[user] = _tighter(own, out.get(user, JobLimit()))
-    return {u: lim for u, lim in out.items() if lim != JobLimit()}
 
 
 @dataclass(frozen=True)
@@ -121,6 +96,7 @@ class QueuedJob:
     gres: str             # as asked, e.g. gres:gpu:a100:1
     features: str         # --constraint, "" if none
     array: bool           # a task (or pending tasks) of a job array
+    qos: str = ""         # the QOS Slurm gave it (its own --qos, else its default)
 
 
 def _mb(text: str) -> int:
@@ -359,7 +335,7 @@ class Slurm:
         (read one job's comment with `comment`)."""
         fields = ("JobID", "ArrayTaskID", "UserName", "State", "Reason", "cpus-per-task",
                   "NumTasks", "MinMemory", "tres-per-node", "NumNodes", "Partition",
-                  "Feature")
+                  "Feature", "QOS")
         args = ["squeue", "--noheader", "--states=PENDING,RUNNING", "--sort=-p,i",
                 "--Format=" + ",".join(f"{f}:200|" for f in fields)]
         if users:
@@ -372,7 +348,7 @@ class Slurm:
             try:
                 job = QueuedJob(v[0], v[2], v[3], v[4], int(v[5]), int(v[6]), _mb(v[7]),
                                 gpu_count(v[8]), int(v[9]), v[10], _unset(v[8]),
-                                _unset(v[11]), _unset(v[1]) != "")
+                                _unset(v[11]), _unset(v[1]) != "", _unset(v[12]))
             except ValueError:
                 raise SlurmError(f"squeue printed a line this cannot read: {line!r}") \
                     from None
@@ -387,7 +363,7 @@ class Slurm:
         tasks one by one): JobID, ArrayJobID, State, JobName, Comment."""
         fmt = SEP.join(("%i", "%F", "%T", "%j", "%k"))
         out = self.run(["squeue", "--noheader", "--array", "--states=all",
-                        f"--user={getpass.getuser()}", f"--format={fmt}"])
+                        f"--user={user_name()}", f"--format={fmt}"])
         keys = ("JobID", "ArrayJobID", "State", "JobName", "Comment")
         rows = [dict(zip(keys, line.split(SEP, 4))) for line in out.splitlines()
                 if line.count(SEP) >= 4]
@@ -400,6 +376,11 @@ class Slurm:
         out = self.run(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
                         "--Format=Comment:4000"])
         return _comment(out.rstrip("\n").rstrip())
+
+    def qos_of(self, job_id: str) -> str:
+        """The QOS Slurm gave a job ("" where accounting has none)."""
+        return _unset(self.run(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
+                                "--format=%q"]).strip())
 
     def gres(self, job_id: str) -> str:
         """The GPUs a job asked for per node, as squeue writes them (gres:gpu:a10:1)."""
@@ -467,11 +448,18 @@ class Slurm:
                         "format=account,user"])
         return {(a, u) for a, _, u in (line.partition("|") for line in out.splitlines())}
 
-    def job_limits(self) -> dict[str, JobLimit]:
-        """Each user's per-job limit from accounting (users without one are left out)."""
-        return parse_job_limits(self.run(
-            ["sacctmgr", "--noheader", "--parsable2", "show", "associations",
-             "format=account,user,maxtresperjob"]))
+    def association_rows(self, fields: Sequence[str]) -> list[list[str]]:
+        """This cluster's associations from accounting, one row of `fields` each (as
+        sacctmgr names them; a list such as qos= keeps its commas)."""
+        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
+                        f"cluster={self.cluster_name()}", f"format={','.join(fields)}"])
+        return [line.split("|") for line in out.splitlines() if line]
+
+    def qos_rows(self, fields: Sequence[str]) -> list[list[str]]:
+        """Every QOS accounting holds, one row of `fields` each."""
+        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                        f"format={','.join(fields)}"])
+        return [line.split("|") for line in out.splitlines() if line]
 
     def add_user(self, user: str, account: str, limits: Mapping[str, str] | None = None) -> None:
         """`user` may submit under `account` (each made where missing), with its
@@ -486,6 +474,25 @@ class Slurm:
         if limits:
             self.run(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
                       f"account={account}", "set", *(f"{k}={v}" for k, v in limits.items())])
+
+    def add_qos(self, name: str, limits: Mapping[str, str]) -> None:
+        """A QOS in accounting with its `limits` as sacctmgr names them (MaxTRESPerJob=
+        "cpu=1"), made where missing."""
+        if name not in self.run(["sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                                 "format=name"]).split():
+            self.run(["sacctmgr", "-i", "add", "qos", name])
+        self.run(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
+                  *(f"{k}={v}" for k, v in limits.items())])
+
+    def remove_qos(self, name: str) -> None:
+        self.run(["sacctmgr", "-i", "delete", "qos", "where", f"name={name}"])
+
+    def set_user_qos(self, user: str, account: str, allowed: Sequence[str],
+                     default: str) -> None:
+        """The QOS `user` may use under `account`, and the one a job gets without --qos."""
+        self.run(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
+                  f"account={account}", "set", f"qos={','.join(allowed)}",
+                  f"defaultqos={default}"])
 
     def reconfigure(self) -> None:
         """Have slurmctld and every slurmd read slurm.conf (and the shim) again."""

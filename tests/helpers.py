@@ -10,7 +10,11 @@ from pathlib import Path
 
 from slurm_synergy import paths
 from slurm_synergy.hooks.context import HookContext, HookLog
+from slurm_synergy.decisions.service import DecisionService
+from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.slurm import Node
 from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
                                          PowerPoint, Profile, ThroughputModel, combine)
 
@@ -47,6 +51,51 @@ def make_profile(fp: str = FP) -> Profile:
     return Profile(fp, "resnet-b64", ("builtin:train", "--arch", "resnet"), 64,
                    Allocation(2, 4096, 0, "vm", "srun", "42"), points, model, gpu,
                    "2026-11-22T10:00:00+00:00", "2026-11-22T10:01:00+00:00", 60.5, "0.1.0")
+
+
+class OfflineSlurm:
+    """What the decision service asks Slurm, answered by the test: one partition ("gpu")
+    of nodes of `shape`, and accounting's association and QOS rows as sacctmgr prints
+    them (limits enforced where `assocs` is given, else none)."""
+
+    def __init__(self, shape: NodeShape, assocs: list[list[str]] | None = None,
+                 qos: list[list[str]] | None = None):
+        self.shape, self.assocs, self.qos_table = shape, assocs, qos or [["normal", "", "", "", ""]]
+
+    def nodes(self, partition: str | None = None) -> list[Node]:
+        s = self.shape
+        types = s.gpu_types or ("",)
+        each = [s.gpus // len(types) + (i < s.gpus % len(types)) for i in range(len(types))]
+        gres = ",".join(f"gpu:{t}:{n}" if t else f"gpu:{n}" for t, n in zip(types, each) if n)
+        return [Node("n1", "idle", s.cores, s.mem_mb, gres)]
+
+    def default_partition(self) -> str:
+        return "gpu"
+
+    def config(self) -> dict[str, str]:
+        return {"AccountingStorageEnforce": "associations,limits,qos" if self.assocs is not None
+                else "associations"}
+
+    def association_rows(self, fields) -> list[list[str]]:
+        return self.assocs or []
+
+    def qos_rows(self, fields) -> list[list[str]]:
+        return self.qos_table
+
+
+def offline_service(shape: NodeShape, policy: Policy | None = None,
+                    stores: dict[int, ProfileStore] | None = None,
+                    assocs: list[list[str]] | None = None,
+                    qos: list[list[str]] | None = None,
+                    groups: dict[str, set[int]] | None = None) -> DecisionService:
+    """The decision service over an OfflineSlurm: every check it makes, no cluster;
+    `groups` stands for the system's groups (share_group)."""
+    known, named = stores or {}, groups or {}
+
+    def members(name: str) -> set[int]:
+        return named[name]          # KeyError: no such group, as grp says
+    return DecisionService(OfflineSlurm(shape, assocs, qos), policy or Policy(),  # type: ignore[arg-type]
+                           stores=known.get, members=members)
 
 
 # 12 batches of 8 per epoch; it prints "done" only if it runs to its end.
@@ -90,9 +139,9 @@ def site_policy_with(**knobs: str) -> str:
 
 
 def hook_ctx(tmp_path: Path, job="101", gpus="0", comment="", cap_w=0.0, restart=0,
-             uid="") -> HookContext:
+             uid="", gid: int | None = None) -> HookContext:
     """A node hook's context, its files under tmp_path (the job's uid "": no cgroup watch)."""
-    return HookContext(job_id=job, node="n1", uid=uid,
+    return HookContext(job_id=job, node="n1", uid=uid, gid=gid,
                        gpu_ids=tuple(x for x in gpus.split(",") if x),
                        restart=restart, comment=comment, policy=Policy(power_cap_w=cap_w or 0),
                        policy_error="" if cap_w is not None else "unreadable", cap_w=cap_w,

@@ -5,24 +5,29 @@ resubmit."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 import sys
 import time
 
 from slurm_synergy import paths
 from slurm_synergy.columns import aligned
+from slurm_synergy.hooks.trust import untrusted
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.profile import Profile
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.model.engine import Decision, NoDecision, decide
+from slurm_synergy.model.engine import Decision
 from slurm_synergy.plugin.install import apply, plan_text
-from slurm_synergy.model.policy import load_catalog, load_site
+from slurm_synergy.model.policy import load_catalog
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiling.errors import NOTHING_TO_GAIN_EXIT
 from slurm_synergy.submission.resubmit import NothingToGain, resubmit
 from slurm_synergy.chains import read_chains
-from slurm_synergy.decisions.table import entries_of, read, sync, table_path
+from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
+                                              own_store)
+from slurm_synergy.decisions.sync import sync
+from slurm_synergy.decisions.table import entries_of, read, table_path
 from slurm_synergy.slurm import node_shape
 
 
@@ -30,10 +35,12 @@ from slurm_synergy.slurm import node_shape
 def run(args: argparse.Namespace) -> int:
     """One plugin action. resubmit exits NOTHING_TO_GAIN_EXIT where submitting again gains
     nothing (the job script then trains in place)."""
+    if args.action in ("sync", "install"):
+        root_may_run()
     if args.action == "sync":
         print(sync(path=args.table, partition=args.partition))
     elif args.action == "explain":
-        print(explain(args.fingerprint, args.partition))
+        print(explain(args.fingerprint, args.partition, args.qos))
     elif args.action == "install":
         conf = args.conf or paths.slurm_conf()
         if conf is None:
@@ -53,6 +60,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"slurm-synergy: not resubmitted: {e}", file=sys.stderr)
             return NOTHING_TO_GAIN_EXIT
     return 0
+
+
+def root_may_run() -> None:
+    """Root runs sync (from cron) and install: SynergyError where a user other than root
+    could change the interpreter, the package or the policy it would run or read, which
+    would give that user root, or let them write the decision table slurmctld reads."""
+    if os.geteuid() != 0:
+        return
+    found = untrusted(Path(sys.executable), policy_path())
+    if found:
+        raise SynergyError("not run as root: another user could change what it runs or "
+                           "reads (install it where root alone can write, "
+                           "docs/install.md):\n  " + "\n  ".join(found[:10]))
 
 
 def describe(d: Decision) -> str:
@@ -76,18 +96,19 @@ def measuring_cost(profile: Profile, resubmitted_as: str | None) -> str:
     return f"{spent}; no second queue wait"
 
 
-def explain(fingerprint: str, partition: str | None = None) -> str:
-    """A workload's decision for the partition's nodes, every reason for it, what
-    measuring it cost, and whether the decision table holds it."""
+def explain(fingerprint: str, partition: str | None = None, qos: str = "") -> str:
+    """A workload's decision for the partition's nodes and the caller's limits, every
+    reason for it, what measuring it cost, and whether the decision table holds it."""
     store = ProfileStore.default()
     profile = store.load(fingerprint)
-    policy, catalog = load_site(policy_path())
-    try:
-        d = decide(profile, node_shape(Slurm(), partition), policy, catalog)
-    except NoDecision as e:
+    service = DecisionService.for_site(Slurm(), own_store(store))
+    d = service.judge(DecisionRequest(os.geteuid(), fingerprint, partition or "", qos),
+                      profile)
+    if isinstance(d, Refusal):
+        reasons = d.reasons if d.reasons and d.reasons[-1] == d.why else (*d.reasons, d.why)
         return "\n".join([f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
                           "decision: none; its jobs run as asked", f"policy: {policy_path()}",
-                          "why:", *(f"  - {r}" for r in e.reasons)])
+                          "why:", *(f"  - {r}" for r in reasons)])
     lines = [f"workload {fingerprint} ({profile.job_name or 'unnamed'})",
              f"decision: {describe(d)}",
              f"  predicted {d.predicted_samples_per_s:.1f} samples/s, best within the cap "
@@ -170,6 +191,8 @@ def add_parser(sub) -> None:
     a = actions.add_parser("explain", help="a workload's decision and every reason for it")
     a.add_argument("fingerprint", help="16 hex digits, as in the job comment synergy:fp=...")
     a.add_argument("--partition", help="as for sync")
+    a.add_argument("--qos", default="", help="held to this QOS's limits (default: the one "
+                   "your jobs get without --qos)")
     a = actions.add_parser("install", help="the slurm.conf lines and files the shim needs")
     install_options(a)
     a = actions.add_parser("chains", help="profiling jobs and the jobs they resubmitted")

@@ -7,14 +7,13 @@ or the SlurmUser) tune everyone's pending jobs; anyone else only their own.
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 import sys
 import time
 from pathlib import Path
 
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.slurm import Slurm
+from slurm_synergy.slurm import Slurm, user_name
 from slurm_synergy.tune import apply as applying
 from slurm_synergy.tune.plan import plan_resizes
 
@@ -73,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"reverted {job}: back to {rec['cpus_before']} cores, "
                   f"{rec['mem_before_mb']} MB")
         return 0
-    me = getpass.getuser()
+    me = user_name()
     admin = _is_admin(slurm, me)
     print(f"tune as {me}{' (admin: every user)' if admin else ' (own jobs only)'}; "
           f"log {log}", file=sys.stderr)

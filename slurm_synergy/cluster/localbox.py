@@ -25,7 +25,8 @@ from slurm_synergy.hooks.install import HOOK_FILES, HookPaths, needed_timeout_s,
 from slurm_synergy.plugin.install import install_shim
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.decisions.table import TABLE_NAME, sync
+from slurm_synergy.decisions.sync import sync
+from slurm_synergy.decisions.table import TABLE_NAME
 from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.cluster import kept, node as nodemod

@@ -14,17 +14,16 @@ changed), the jobs it right-sized ask again for what they were submitted with
 
 from __future__ import annotations
 
-import getpass
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.rightsize import Asked, LeftAsAsked, Rightsized, rightsize
 from slurm_synergy.model.units import gpu_types, gres_text
-from slurm_synergy.decisions.decider import Decider
-from slurm_synergy.slurm import QueuedJob, Slurm
+from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
+from slurm_synergy.slurm import QueuedJob, Slurm, user_name
 
 
 @dataclass
@@ -84,7 +83,7 @@ class Undone:
 def _ours_pending(fingerprint: str, by_job: str, slurm: Slurm,
                   left: list[tuple[str, str]]) -> Iterator[tuple[QueuedJob, str]]:
     """This user's pending jobs of `fingerprint` but `by_job`'s own, with their comments."""
-    for job in slurm.queue(users=[getpass.getuser()]):
+    for job in slurm.queue(users=[user_name()]):
         if job.state != "PENDING" or job.job_id.split("_")[0] == by_job.split("_")[0]:
             continue
         try:
@@ -96,16 +95,17 @@ def _ours_pending(fingerprint: str, by_job: str, slurm: Slurm,
             yield job, comment
 
 
-def rightsize_pending(fingerprint: str, by_job: str, slurm: Slurm, decider: Decider,
-                      policy: Policy, log: Callable[[str], None]) -> InPlace:
+def rightsize_pending(fingerprint: str, by_job: str, service: DecisionService,
+                      log: Callable[[str], None]) -> InPlace:
     """Right-size this user's pending jobs of `fingerprint` in place: those marked for
-    measuring, and those `by_job` right-sized before (its profile changed since)."""
+    measuring, and those `by_job` right-sized before (its profile changed since), each
+    as the decision service decides for its partition and QOS."""
     done = InPlace()
-    for job, comment in _ours_pending(fingerprint, by_job, slurm, done.left):
+    for job, comment in _ours_pending(fingerprint, by_job, service.slurm, done.left):
         marks = comment_format.marks(comment)
         if marks.get("profile") != "1" and marks.get("by") != by_job:
             continue
-        why = _update(job, comment, by_job, slurm, decider, policy, done)
+        why = _update(job, comment, by_job, service, done)
         if why:
             done.left.append((job.job_id, why))
             log(f"slurm-synergy: job {job.job_id} left as asked: {why}")
@@ -157,17 +157,19 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
     return done
 
 
-def _update(job: QueuedJob, comment: str, by_job: str, slurm: Slurm, decider: Decider,
-            policy: Policy, done: InPlace) -> str:
+def _update(job: QueuedJob, comment: str, by_job: str, service: DecisionService,
+            done: InPlace) -> str:
     """Update one job; returns why not ("" when updated)."""
     if "," in job.partition:
         return f"several partitions ({job.partition})"
-    decision = decider.decision(comment_format.fingerprint(comment) or "", job.partition)
-    if decision is None:
-        return decider.problems[-1] if decider.problems else "no decision"
+    slurm = service.slurm
+    decision = service.decide(DecisionRequest(os.geteuid(), comment_format.fingerprint(
+        comment) or "", job.partition, job.qos))
+    if isinstance(decision, Refusal):
+        return decision.why
     try:
         asked = _asked(job, comment, by_job, slurm)
-        r = rightsize(asked, decision, policy.user_request_wins)
+        r = rightsize(asked, decision, service.policy.user_request_wins)
     except (LeftAsAsked, SynergyError) as e:
         return str(e)
     settings = settings_for(r, asked.gpus)

@@ -1,71 +1,82 @@
 """The decision table: every profiled workload's decision, in the form job_submit.lua reads.
 
-slurmctld runs the Lua shim on every submission, so the table is plain lines that Lua
-matches with one pattern each, and its first line carries a generation (a hash of the
-rest) and what the partition's nodes have; the shim reads it again whenever the file's
-inode, size or times change.
+slurmctld runs the Lua shim on every submission, so the table is plain lines, sorted by
+uid and fingerprint so that the shim finds one by halving (it never parses the whole
+table: a table at its cap reloads in milliseconds). Its first line carries a
+generation (a hash of the rest), what the partition's nodes have and the per-job caps of
+each QOS; its last line repeats the generation and the count, so a table cut short is
+told from a whole one; the shim reads it again whenever the file's inode, size or times
+change.
 
-    synergy-decisions 3 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
+    synergy-decisions 4 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
         max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 plain=1 skip_partitions=debug
-        skip_accounts= skip_uids=1003 entries=2                         (one line)
+        skip_accounts= skip_uids=1003 limits=1 qos=normal:c0:m0:g0,short:c4:m16000:g1
+        entries=2                                                       (one line)
     <uid> <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers>
-        <power_limit_w or 0> <training processes per task>
+        <power_limit_w or 0> <training processes per task> <shared: 0 or 1>
+    end gen=<hash> entries=2
 
 An entry is the decision from one user's profile, and the shim applies it to that
-submitting uid's jobs alone: a profile one user writes never sizes another user's job,
-unless the site names a group whose members share decisions (policy share_group): then
-a member's decision is also an entry for each other member without one of their own.
+submitting uid's jobs alone; a shared one (policy share_group: another member's profile)
+only where it grows the job (`model/rightsize.py`). A QOS's caps (0: none) are what a job
+that names it may have at most: the shim leaves such a job as asked where the decision
+is past them; a job that names no QOS was checked against its user's own at compile.
 
-Decisions are sized for one partition's nodes (the default one unless told): the header
-holds what its smallest node has (from sinfo), no entry goes beyond it, and the shim
-leaves jobs that will run in another partition alone. The table lives beside slurm.conf (where
-slurmctld finds job_submit.lua), is written whole (temporary file + rename), readable by
-all and writable only by its owner. Compiling it reads files users wrote, so every
-profile is read as untrusted (profiles.py), a bad one is left out and named, and the
-numbers are capped: per user, in all, and in time.
+Every value is clamped to the shim's hard bounds before it is written, and the table is
+never written past the shim's size or entry limits: past them, the users with the most
+entries lose entries first (`fit`). It lives beside slurm.conf (where slurmctld finds
+job_submit.lua), is written whole (temporary file + rename), readable by all and
+writable only by its owner. Compiling it from what users wrote is decisions/sync.py.
 """
 
 from __future__ import annotations
 
-import grp
 import hashlib
 import os
 import pwd
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from slurm_synergy import paths
-from slurm_synergy.slurm import node_shape
-from slurm_synergy.model.comment import FINGERPRINT
+from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.model.comment import FINGERPRINT, GRES_TYPE
+from slurm_synergy.model.engine import Decision, NodeShape
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.fileio import atomic_write_text, locked
-from slurm_synergy.model.profile import ProfileError
-from slurm_synergy.profiles import ProfileStore, stores_to_compile
-from slurm_synergy.slurm import JobLimit, Slurm
-from slurm_synergy.model.engine import Decision, NodeShape, decide
-from slurm_synergy.model.gpus import Catalog
-from slurm_synergy.model.policy import Policy, load_site, site_catalog
-from slurm_synergy.paths import policy_path
+from slurm_synergy.model.policy import Policy
+from slurm_synergy.decisions.limits import Cap
 
 TABLE_NAME = "synergy-decisions.tbl"
 MAGIC = "synergy-decisions"
-FORMAT = 3
-# Hard bounds the shim also enforces, whatever the header says.
+FORMAT = 4
+# Hard bounds the shim also enforces, whatever the header says (job_submit.lua's HARD).
 MAX_CPUS = 65536
 MAX_MEM_MB = 64 * 1024 * 1024
 MAX_GPUS = 64
-# The shim refuses a table of more entries (job_submit.lua's MAX_ENTRIES): a user past
-# their cap, or a table past the total, loses the rest, never the whole table.
-MAX_PER_USER = 2000
+MAX_WORKERS = 4096
+MAX_POWER_W = 5000
+MAX_PROCS = 256
+# The shim refuses a table of more entries or bytes (job_submit.lua's MAX_ENTRIES and
+# MAX_BYTES); a user's profiles past MAX_PER_USER are left out (decisions/sync.py).
 MAX_ENTRIES = 200000
-SYNC_BUDGET_S = 120.0
-SHOWN_SKIPPED = 20           # a flood of bad files is counted, not listed
-ENTRY_RE = re.compile(rf"^(\d{{1,10}}) ({FINGERPRINT}) (\d+) (\d+) (\d+) ([A-Za-z0-9_.-]{{1,32}}) "
-                      r"(\d+) (\d+) (\d+)$")
-Owned = tuple[int, Decision]        # a decision and the uid whose jobs it sizes
+MAX_BYTES = 16 * 1024 * 1024
+MAX_PER_USER = 2000
+# A QOS name the header can carry (Slurm's names are letters, digits, - and _).
+QOS_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+ENTRY_RE = re.compile(rf"^(\d{{1,10}}) ({FINGERPRINT}) (\d{{1,5}}) (\d{{1,8}}) (\d{{1,2}}) "
+                      rf"({GRES_TYPE}|-) (\d{{1,4}}) (\d{{1,4}}) (\d{{1,3}}) ([01])$")
+END_RE = re.compile(r"^end gen=([0-9a-f]+) entries=(\d+)$")
+
+
+@dataclass(frozen=True)
+class Owned:
+    """A decision and the uid whose jobs it sizes; `shared` where it came from another
+    member's profile (share_group): the shim applies it only where it grows the job."""
+
+    uid: int
+    decision: Decision
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,26 @@ class TableEntry:
     workers: int
     power_limit_w: int
     procs: int = 1      # training processes per task: workers follow pinned cores by it
+    shared: bool = False
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, int(value)))
+
+
+def entry_of(owned: Owned) -> TableEntry:
+    """The line for a decision, every value within the shim's hard bounds."""
+    d = owned.decision
+    return TableEntry(owned.uid, d.fingerprint, _clamp(d.cpus, 1, MAX_CPUS),
+                      _clamp(d.mem_mb, 1, MAX_MEM_MB), _clamp(d.gpus, 0, MAX_GPUS),
+                      d.gpu_type, _clamp(d.workers, 0, MAX_WORKERS),
+                      _clamp(d.power_limit_w, 0, MAX_POWER_W), _clamp(d.procs, 1, MAX_PROCS),
+                      owned.shared)
+
+
+def line_of(e: TableEntry) -> str:
+    return (f"{e.uid} {e.fingerprint} {e.cpus} {e.mem_mb} {e.gpus} {e.gpu_type or '-'} "
+            f"{e.workers} {e.power_limit_w} {e.procs} {int(e.shared)}\n")
 
 
 def table_path() -> Path:
@@ -92,11 +123,18 @@ def table_path() -> Path:
     return conf.parent / TABLE_NAME
 
 
-def render(decisions: Sequence[Owned], policy: Policy, shape: NodeShape,
-           partition: str = "") -> str:
-    body = "".join(f"{uid} {d.fingerprint} {d.cpus} {d.mem_mb} {d.gpus} {d.gpu_type or '-'} "
-                   f"{d.workers} {d.power_limit_w} {d.procs}\n"
-                   for uid, d in sorted(decisions, key=lambda o: (o[0], o[1].fingerprint)))
+def qos_text(caps: Mapping[str, Cap]) -> str:
+    """The header's qos=: each QOS's per-job caps (0: none), names Slurm could have."""
+    return ",".join(f"{name}:c{c.cpus}:m{c.mem_mb}:g{c.gpus}"
+                    for name, c in sorted(caps.items()) if QOS_NAME.fullmatch(name))
+
+
+def render(owned: Sequence[Owned], policy: Policy, shape: NodeShape, partition: str = "",
+           qos: Mapping[str, Cap] | None = None) -> str:
+    """The table's text; `owned` must fit (`fit`). `qos`: each QOS's caps where Slurm
+    enforces accounting's limits, None where it does not."""
+    lines = sorted((entry_of(o) for o in owned), key=lambda e: (e.uid, e.fingerprint))
+    body = "".join(map(line_of, lines))
     gen = hashlib.sha256(body.encode()).hexdigest()[:12]
     head = (f"{MAGIC} {FORMAT} gen={gen} partition={partition} "
             f"user_wins={int(policy.user_request_wins)} "
@@ -106,8 +144,40 @@ def render(decisions: Sequence[Owned], policy: Policy, shape: NodeShape,
             f"skip_partitions={','.join(policy.skip_partitions)} "
             f"skip_accounts={','.join(policy.skip_accounts)} "
             f"skip_uids={','.join(str(u) for u in uids_of(policy.skip_users))} "
-            f"entries={len(decisions)}\n")
-    return head + body
+            f"limits={int(qos is not None)} qos={qos_text(qos or {})} "
+            f"entries={len(lines)}\n")
+    return head + body + f"end gen={gen} entries={len(lines)}\n"
+
+
+# Room for the header and the last line, whatever the policy names (names are bounded).
+HEADER_ROOM = 64 * 1024
+
+
+def fit(owned: Sequence[Owned], max_entries: int = MAX_ENTRIES,
+        max_bytes: int = MAX_BYTES - HEADER_ROOM) -> tuple[list[Owned], dict[int, int]]:
+    """`owned` within the table's limits: where it is past them, the users with the most
+    entries are cut first (each to the same most, the last ones by fingerprint), so a
+    user of few decisions keeps them all. Returns what is kept and how many entries each
+    cut user lost."""
+    size = {id(o): len(line_of(entry_of(o))) for o in owned}
+    by_uid: dict[int, list[Owned]] = {}
+    for o in sorted(owned, key=lambda o: (o.uid, o.decision.fingerprint)):
+        by_uid.setdefault(o.uid, []).append(o)
+
+    def within(most: int) -> bool:
+        kept = [o for mine in by_uid.values() for o in mine[:most]]
+        return len(kept) <= max_entries and sum(size[id(o)] for o in kept) <= max_bytes
+
+    top = max((len(m) for m in by_uid.values()), default=0)
+    if within(top):
+        return list(owned), {}
+    low, high = 0, top          # within(low) holds, within(high) does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if within(mid) else (low, mid)
+    kept = [o for mine in by_uid.values() for o in mine[:low]]
+    cut = {uid: len(mine) - low for uid, mine in by_uid.items() if len(mine) > low}
+    return kept, cut
 
 
 def uids_of(names: Sequence[str]) -> list[int]:
@@ -123,7 +193,7 @@ def uids_of(names: Sequence[str]) -> list[int]:
 
 def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry]]:
     """The header's fields and the entries by (uid, fingerprint); SynergyError naming the
-    line if malformed."""
+    line if malformed, or where the table is not whole."""
     try:
         lines = path.read_text(encoding="ascii").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -131,15 +201,19 @@ def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry]]
     if not lines or not lines[0].startswith(f"{MAGIC} {FORMAT} "):
         raise SynergyError(f"{path} is not a version {FORMAT} decision table")
     header = dict(word.split("=", 1) for word in lines[0].split()[2:] if "=" in word)
+    end = END_RE.match(lines[-1]) if len(lines) > 1 else None
+    if end is None or end.groups() != (header.get("gen"), header.get("entries")):
+        raise SynergyError(f"{path} is not whole: its last line does not close its "
+                           "generation")
     entries = {}
-    for number, line in enumerate(lines[1:], start=2):
+    for number, line in enumerate(lines[1:-1], start=2):
         m = ENTRY_RE.match(line)
         if not m:
             raise SynergyError(f"{path} line {number} is malformed: {line[:80]!r}")
-        uid, fp, cpus, mem, gpus, gtype, workers, power, procs = m.groups()
+        uid, fp, cpus, mem, gpus, gtype, workers, power, procs, shared = m.groups()
         entries[int(uid), fp] = TableEntry(int(uid), fp, int(cpus), int(mem), int(gpus),
                                            "" if gtype == "-" else gtype, int(workers),
-                                           int(power), int(procs))
+                                           int(power), int(procs), shared == "1")
     return header, entries
 
 
@@ -148,110 +222,6 @@ def entries_of(entries: dict[tuple[int, str], TableEntry],
     """The entries that size the jobs `uid` (the caller) submits, by fingerprint."""
     uid = os.geteuid() if uid is None else uid
     return {fp: e for (owner, fp), e in entries.items() if owner == uid}
-
-
-def compile_decisions(stores: Sequence[ProfileStore], shape: NodeShape, policy: Policy,
-                      catalog: Catalog | None = None, budget_s: float = SYNC_BUDGET_S,
-                      limits: Mapping[int, JobLimit] | None = None
-                      ) -> tuple[list[Owned], list[str]]:
-    """A decision per usable profile, for the uid whose store holds it; a profile that
-    cannot be read or decided from is left out (its jobs are profiled again) and named in
-    the second list, as are a decision past its user's per-job limit (`limits`, by uid:
-    Slurm would hold the job for ever), a user's profiles past MAX_PER_USER, the table's
-    past MAX_ENTRIES, and whatever was not reached within `budget_s`."""
-    limits = limits or {}
-    decisions: list[Owned] = []
-    skipped: list[str] = []
-    deadline = time.monotonic() + budget_s
-    for store in stores:
-        fps = store.fingerprints()
-        room = min(MAX_PER_USER, MAX_ENTRIES - len(decisions))
-        if len(fps) > room:
-            skipped.append(f"{store.root}: {len(fps) - room} profile(s) past the cap "
-                           f"({MAX_PER_USER} a user, {MAX_ENTRIES} in all) left out")
-            fps = fps[:room]
-        for n, fp in enumerate(fps):
-            if time.monotonic() > deadline:
-                skipped.append(f"{store.root}: {len(fps) - n} profile(s) not reached "
-                               f"within the sync's {budget_s:.0f} s")
-                break
-            try:
-                decision = decide(store.load(fp), shape, policy, catalog)
-            except (ProfileError, ValueError, ArithmeticError) as e:
-                skipped.append(f"{fp}: {e}")
-                continue
-            beyond = beyond_shape(decision, shape) or \
-                beyond_limit(decision, limits.get(store.owner, JobLimit()))
-            if beyond:
-                skipped.append(f"{fp}: {beyond}")
-            else:
-                decisions.append((store.owner, decision))
-    if policy.share_group:
-        try:
-            decisions = shared(decisions, group_members(policy.share_group), limits)
-        except KeyError:
-            skipped.append(f"share_group {policy.share_group!r}: no such group, so no "
-                           "decision is shared")
-    skipped += [f"skip_users {name!r}: no such user on this host, so no job is skipped for "
-                "that name" for name in policy.skip_users if not uids_of([name])]
-    return decisions, skipped
-
-
-def group_members(name: str) -> set[int]:
-    """The uids of a Unix group: its listed members and the users whose primary group it
-    is. KeyError if there is no such group."""
-    group = grp.getgrnam(name)
-    uids = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == group.gr_gid}
-    for member in group.gr_mem:
-        try:
-            uids.add(pwd.getpwnam(member).pw_uid)
-        except KeyError:
-            continue        # a listed name with no account shares nothing
-    return uids
-
-
-def shared(decisions: Sequence[Owned], members: set[int],
-           limits: Mapping[int, JobLimit] | None = None) -> list[Owned]:
-    """Each member's decisions also for every other member who has none of their own for
-    that workload (the lowest uid's where several members have one) and whose per-job
-    limit allows it, within MAX_ENTRIES."""
-    limits = limits or {}
-    out = list(decisions)
-    have = {(uid, d.fingerprint) for uid, d in decisions}
-    for uid, d in sorted(decisions, key=lambda o: (o[0], o[1].fingerprint)):
-        if uid not in members:
-            continue
-        for other in sorted(members):
-            if (other, d.fingerprint) not in have and len(out) < MAX_ENTRIES and \
-                    not beyond_limit(d, limits.get(other, JobLimit())):
-                out.append((other, d))
-                have.add((other, d.fingerprint))
-    return out
-
-
-def beyond_limit(d: Decision, limit: JobLimit) -> str:
-    """What of a decision its user's association does not allow one job ("" when all)."""
-    for what, value, most in (("cores", d.cpus, limit.cpus), ("MB", d.mem_mb, limit.mem_mb),
-                              ("GPUs", d.gpus, limit.gpus)):
-        if most and value > most:
-            return (f"{value} {what}, over its user's per-job limit of {most} (MaxTRESPerJob): "
-                    "Slurm would hold the job for ever, so the jobs run as asked")
-    return ""
-
-
-def beyond_shape(d: Decision, shape: NodeShape) -> str:
-    """What of a decision no node of the partition has ("" when it fits): such an entry
-    would make Slurm refuse the job, or leave it pending for ever."""
-    if d.cpus < 1 or d.cpus > shape.cores:
-        return f"{d.cpus} cores, the partition's nodes have {shape.cores}"
-    if d.mem_mb < 1 or d.mem_mb > shape.mem_mb:
-        return f"{d.mem_mb} MB, the partition's nodes have {shape.mem_mb}"
-    if d.gpus > shape.gpus:
-        return f"{d.gpus} GPUs, the partition's nodes have {shape.gpus}"
-    if d.gpu_type and d.gpu_type not in shape.gpu_types:
-        return (f"GPU type {d.gpu_type}, the partition has "
-                f"{', '.join(shape.gpu_types) or 'untyped GPUs'}")
-    return ""
 
 
 def owned_by_other(path: Path) -> tuple[int, int] | None:
@@ -272,6 +242,9 @@ def owned_by_other(path: Path) -> tuple[int, int] | None:
 
 def write(path: Path, text: str) -> None:
     """Write the table whole; only its owner may replace it (root keeps the owner)."""
+    if len(text.encode()) > MAX_BYTES:
+        raise SynergyError(f"the decision table would be {len(text.encode())} bytes, past the "
+                           f"shim's {MAX_BYTES}; not written")
     owner = owned_by_other(path)
     try:
         atomic_write_text(path, text, 0o644)
@@ -279,54 +252,3 @@ def write(path: Path, text: str) -> None:
             os.chown(path, *owner)
     except OSError as e:
         raise SynergyError(f"cannot write the decision table {path}: {e.strerror}") from None
-
-
-def _limits_by_uid(slurm: Slurm, skipped: list[str]) -> dict[int, JobLimit]:
-    """Accounting's per-job limits by uid; none (and a line saying so) when accounting
-    cannot tell: Slurm still enforces them, a job past one then waits."""
-    try:
-        by_name = slurm.job_limits()
-    except SynergyError as e:
-        skipped.append(f"per-job limits not read from accounting ({e}); decisions are "
-                       "not checked against them")
-        return {}
-    out = {}
-    for name, limit in by_name.items():
-        try:
-            out[pwd.getpwnam(name).pw_uid] = limit
-        except KeyError:
-            continue        # an association of a user this host does not know
-    return out
-
-
-def sync(stores: Sequence[ProfileStore] | None = None, policy: Policy | None = None,
-         slurm: Slurm | None = None, path: Path | None = None,
-         partition: str | None = None) -> str:
-    """Compile the table from the profile stores (every user's folder of the site's store,
-    else the caller's own); returns a line saying what was written and what was left out."""
-    skipped: list[str] = []
-    if stores is None:
-        stores, skipped = stores_to_compile()
-    policy, catalog = (policy, site_catalog(policy_path())) if policy else \
-        load_site(policy_path())
-    path = path or table_path()
-    owned_by_other(path)
-    slurm = slurm or Slurm()
-    partition = partition or slurm.default_partition()
-    shape = node_shape(slurm, partition)
-    # One sync at a time: two profiles finishing together must not let the older
-    # store's table land last.
-    limits = _limits_by_uid(slurm, skipped)
-    with locked(path.with_name(f".{path.name}.lock")):
-        decisions, left_out = compile_decisions(stores, shape, policy, catalog,
-                                                limits=limits)
-        write(path, render(decisions, policy, shape, partition))
-    skipped += left_out
-    where = str(stores[0].root) if len(stores) == 1 else \
-        f"{len(stores)} users' folders" + (f" of {stores[0].root.parent}" if stores else "")
-    line = f"decision table {path}: {len(decisions)} decision(s) from {where}"
-    if skipped:
-        shown = skipped[:SHOWN_SKIPPED] + ([f"... and {len(skipped) - SHOWN_SKIPPED} more"]
-                                           if len(skipped) > SHOWN_SKIPPED else [])
-        line += f"; {len(skipped)} left out:\n  " + "\n  ".join(shown)
-    return line

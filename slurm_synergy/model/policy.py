@@ -31,6 +31,7 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "gpu_mem_headroom": (float, 0.0, 4.0),
     "gpu_context_mib": (int, 0, 1 << 16),
     "user_request_wins": (bool, 0, 1),
+    "shared_may_shrink": (bool, 0, 1),
     "profile_new": (bool, 0, 1),
     "watch_runs": (bool, 0, 1),
     "plain_scripts": (bool, 0, 1),
@@ -109,6 +110,11 @@ class Policy:
     # other members' jobs of that workload, where they have no profile of their own.
     # "" (the default): each user's profiles size that user's jobs alone.
     share_group: str = ""
+    # A shared decision (another member's profile) only grows a member's job: it never
+    # gives it fewer cores, less memory, other GPUs or a lower power limit than asked,
+    # so a member cannot starve a colleague by a profile in their own name. True lets it
+    # shrink too: the members then trust one another's profiles as their own.
+    shared_may_shrink: bool = False
     # Plain batch scripts (any sbatch job `synergy submit` did not write) are keyed at
     # submission, their Python training measured in the run and right-sized as a CSV
     # row's are (the node's TaskProlog puts the probe on their path).

@@ -58,11 +58,25 @@ class LeftAsAsked(ValueError):
     """The decision does not apply to this job's shape; the message says why."""
 
 
-def rightsize(asked: Asked, decision: Decision, user_request_wins: bool) -> Rightsized:
-    """`asked` with `decision` applied; LeftAsAsked where it must run as asked."""
+def rightsize(asked: Asked, decision: Decision, user_request_wins: bool,
+              grow_only: bool = False) -> Rightsized:
+    """`asked` with `decision` applied; LeftAsAsked where it must run as asked. A
+    `grow_only` decision (another member's profile, shared by the site's share_group)
+    only raises cores or memory the job asked less of: it keeps the job's GPUs and power
+    limit, and a job it would not grow is left as asked (its own run is measured)."""
     if asked.tasks > 1 or asked.nodes > 1:
         raise LeftAsAsked("more than one task or node: left as asked")
     pinned = set(asked.pinned) if user_request_wins else set()
+    power_limit_w = decision.power_limit_w
+    if grow_only:
+        pinned.add("gpus")
+        if asked.cpus and asked.cpus >= decision.cpus:
+            pinned.add("cpus")
+        if asked.mem_mb and asked.mem_mb >= decision.mem_mb:
+            pinned.add("mem")
+        if {"cpus", "mem"} <= pinned:
+            raise LeftAsAsked("a shared decision would grow nothing: left as asked")
+        power_limit_w = 0
     cpus = asked.cpus if "cpus" in pinned and asked.cpus else decision.cpus
     mem_mb = asked.mem_mb if "mem" in pinned and asked.mem_mb else decision.mem_mb
     if "gpus" in pinned or not decision.gpus or not asked.gpus:
@@ -72,8 +86,8 @@ def rightsize(asked: Asked, decision: Decision, user_request_wins: bool) -> Righ
     workers = workers_for(cpus, decision.procs) if "cpus" in pinned else decision.workers
     return Rightsized(
         cpus=cpus, mem_mb=mem_mb, gpus=gpus, gpu_type=gpu_type if gpus else "",
-        workers=workers, power_limit_w=decision.power_limit_w,
+        workers=workers, power_limit_w=power_limit_w,
         asked=asked_text(asked.cpus, asked.mem_mb, asked.gpus,
                          asked.gpu_type if asked.gpus else ""),
-        decided=decision_text(cpus, mem_mb, gpus, workers, decision.power_limit_w,
+        decided=decision_text(cpus, mem_mb, gpus, workers, power_limit_w,
                               gpu_type if gpus else ""))

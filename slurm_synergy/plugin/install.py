@@ -71,7 +71,7 @@ def plan_text(conf: Path) -> str:
 def apply(conf: Path, reconfigure: bool = True) -> list[str]:
     """Install into the cluster of `conf`; returns one line per change or check."""
     from slurm_synergy.slurm import Slurm
-    from slurm_synergy.decisions.table import sync
+    from slurm_synergy.decisions.sync import sync
 
     text = read_conf(conf)
     new, changes = conf_edit(text)

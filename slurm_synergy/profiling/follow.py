@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.model.policy import Policy
+from slurm_synergy.model.policy import Policy, site_catalog
+from slurm_synergy.paths import policy_path
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
 from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
 from slurm_synergy.probe import cmdfiles
@@ -32,7 +33,8 @@ from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.store import sync_decisions
 from slurm_synergy.profiling.windows import PSS_LOOK_S
-from slurm_synergy.decisions.decider import Decider
+from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
+                                              own_store)
 from slurm_synergy.slurm import Slurm
 
 PROG = "inrun"              # the in-run wrapper's lines in the job's log
@@ -138,16 +140,16 @@ class Follow:
             self.log(f"{PROG}: pending jobs of {profile.fingerprint} not right-sized: {e}")
 
     def _rightsize(self, profile: Profile) -> None:
-        decider = Decider(self.store, self.policy, self.slurm)
+        service = DecisionService(self.slurm, self.policy, site_catalog(policy_path()),
+                                  own_store(self.store))
         partition = os.environ.get("SLURM_JOB_PARTITION", "")
-        decision = decider.decision(profile.fingerprint, partition)
-        if decision is None:
-            self.log(f"{PROG}: no decision for {profile.fingerprint}: "
-                     + (decider.problems[-1] if decider.problems else "see explain"))
+        decision = service.decide(DecisionRequest(os.geteuid(), profile.fingerprint,
+                                                  partition))
+        if isinstance(decision, Refusal):
+            self.log(f"{PROG}: no decision for {profile.fingerprint}: {decision.why}")
             return
         self.log(f"{PROG}: decision for {profile.fingerprint}: {decision.summary()}")
-        done = rightsize_pending(profile.fingerprint, self.job_id, self.slurm, decider,
-                                 self.policy, self.log)
+        done = rightsize_pending(profile.fingerprint, self.job_id, service, self.log)
         if done.updated:
             self.log(f"{PROG}: right-sized in place: " + ", ".join(
                 f"job {j} -> {r.decided}" for j, r in done.updated))

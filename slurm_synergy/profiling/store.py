@@ -36,7 +36,7 @@ def sync_decisions(log: Callable[[str], None], prog: str = PROG) -> None:
     """Recompile the decision table (measured in a Slurm job: that cluster's), so the
     plugin rewrites the resubmission; best effort: where this user may not write the
     table, the site's own sync picks the profile up."""
-    from slurm_synergy.decisions.table import sync
+    from slurm_synergy.decisions.sync import sync
 
     try:
         log(f"{prog}: {sync()}")

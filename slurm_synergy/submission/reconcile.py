@@ -10,7 +10,6 @@ are dropped from the ledger, and `synergy submit` sends them again, once.
 
 from __future__ import annotations
 
-import getpass
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -19,7 +18,7 @@ from slurm_synergy.model.comment import tag as comment_tag
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.jobs import FINAL_STATES
 from slurm_synergy.submission.ledger import LedgerEntry, Ledger
-from slurm_synergy.slurm import Slurm
+from slurm_synergy.slurm import Slurm, user_name
 
 _ACCT_FIELDS = ("JobID", "JobName", "State", "Comment")
 
@@ -113,7 +112,7 @@ def reconcile(ledger: Ledger, keys: Iterable[str], slurm: Slurm) -> Reconciled:
     queue = slurm.own_jobs()
     since = time.strftime("%Y-%m-%dT%H:%M:%S",
                           time.localtime(min(e.submitted_at for e in entries.values()) - 60))
-    acct = slurm.sacct([], _ACCT_FIELDS, since=since, users=[getpass.getuser()])
+    acct = slurm.sacct([], _ACCT_FIELDS, since=since, users=[user_name()])
     found = find(entries, queue, acct)
     to_cancel = {k: found[k].job_id for k, e in entries.items()
                  if e.state == "cancelling" and k in found and not found[k].over}

@@ -23,10 +23,10 @@ from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.gpuroom import GpuMove, read_move
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.decisions.decider import Decider, resolve_mode
+from slurm_synergy.decisions.decider import resolve_mode
+from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
+                                              own_store)
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
-from slurm_synergy.model.policy import load_policy
-from slurm_synergy.paths import policy_path
 from slurm_synergy.decisions.table import read as read_table
 from slurm_synergy.decisions.table import entries_of, table_path
 
@@ -144,13 +144,16 @@ def _user_mode(fp: str, comment: str, script: Path,
     # Run inside the profiled job: Slurm names its partition and allocation in the
     # environment, which is what the job asked for.
     env = os.environ
-    partition = env.get("SLURM_JOB_PARTITION", "")
-    policy = load_policy(policy_path())
-    decider = Decider(ProfileStore.default(), policy, slurm)
-    decision = decider.decision(fp, partition)
-    if decision is None:
-        raise NothingToGain(decider.problems[-1] if decider.problems else
-                            f"no usable profile of {fp} in {ProfileStore.default().root}")
+    job_id = env.get("SLURM_JOB_ID", "")
+    service = DecisionService.for_site(slurm, own_store(ProfileStore.default()))
+    policy = service.policy
+    # The new job asks what this one did: its partition, and the QOS Slurm gave it (in a
+    # batch job of Slurm 22.05, SLURM_JOB_QOS holds the QOS's description, not its name).
+    decision = service.decide(DecisionRequest(
+        os.geteuid(), fp, env.get("SLURM_JOB_PARTITION", ""),
+        slurm.qos_of(job_id) if job_id else ""))
+    if isinstance(decision, Refusal):
+        raise NothingToGain(decision.why)
     gres = _GRES_LINE.search(script.read_text())
     asked = Asked(cpus=int(env.get("SLURM_CPUS_PER_TASK", "0")) or None,
                   mem_mb=int(env.get("SLURM_MEM_PER_NODE", "0")) or None,

@@ -10,6 +10,7 @@ same file, sets right against Slurm (see reconcile.py).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -18,12 +19,14 @@ from tqdm import tqdm
 
 from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
-from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.fileio import atomic_write_text, private_folder
 from slurm_synergy.model.jobspec import JobSpec
 from slurm_synergy.submission.ledger import LedgerEntry, Ledger, ledger_path, new_tag, row_key
-from slurm_synergy.decisions.decider import Decider, resolve_mode
+from slurm_synergy.decisions.decider import resolve_mode
+from slurm_synergy.decisions.service import (NO_PROFILE, DecisionRequest, DecisionService,
+                                              Refusal, own_store)
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
-from slurm_synergy.model.policy import Policy, load_policy
+from slurm_synergy.model.policy import Policy, load_policy, site_catalog
 from slurm_synergy.model.units import gpu_types
 from slurm_synergy.paths import policy_path
 from slurm_synergy.profiles import ProfileStore
@@ -146,8 +149,10 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
                            profile, decision, opts.profile == "only", mode, tags[unit.name],
                            offline=opts.profile in ("always", "only"),
                            on_profiled=opts.on_profiled, sequential=opts.sequential))
-            atomic_write_text(unit.script, text, 0o755)
-        (out / "logs").mkdir(parents=True, exist_ok=True)
+            # Its own user's alone: it holds the rows' command lines.
+            private_folder(unit.script.parent)
+            atomic_write_text(unit.script, text, 0o700)
+        private_folder(out / "logs")
         if opts.dry_run:
             log(f"dry run: {len(result.units)} script(s) written to {opts.out / 'scripts'}, "
                 "nothing submitted")
@@ -218,18 +223,20 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm, policy:
     if mode == "shim":
         return mode, {**choices,
                       **{u.name: (None, opts.profile in ("always", "only")) for u in units}}
-    decider = Decider(ProfileStore.default(), policy, slurm)
+    service = DecisionService(slurm, policy, site_catalog(policy_path()),
+                              own_store(ProfileStore.default()))
     for unit in units:
         head = unit.tasks[0].spec
-        decision = decider.decision(head.fingerprint, head.partition)
+        answer = service.decide(DecisionRequest(os.geteuid(), head.fingerprint, head.partition))
+        decision = None if isinstance(answer, Refusal) else answer
+        if isinstance(answer, Refusal) and answer.why != NO_PROFILE:
+            log(f"{answer}; submitted as written")
         sized = None if decision is None else rightsize(
             Asked(head.cpus, head.mem_mb, head.gpus, head.gpu_type, pinned=head.pinned),
             decision, policy.user_request_wins)
         profile = opts.profile in ("always", "only") or (
             opts.profile == "auto" and decision is None and policy.profile_new)
         choices[unit.name] = (sized, profile)
-    for problem in decider.problems:
-        log(problem)
     decided = sum(d is not None for d, _ in choices.values())
     marked = sum(p for _, p in choices.values())
     log(f"user mode: {decided} job(s) sized from their profiles, {marked} to be profiled first")

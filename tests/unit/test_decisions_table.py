@@ -1,14 +1,20 @@
 """The decision table (what the shim reads) and the site policy file."""
 
 import os
+from dataclasses import replace
 
 import pytest
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.engine import Decision, NodeShape
 from slurm_synergy.model.policy import Policy, load_policy
-from slurm_synergy.decisions.table import entries_of, read, render, write
+from slurm_synergy.decisions.limits import Cap
+from slurm_synergy.decisions.table import (MAX_BYTES, MAX_POWER_W, MAX_PROCS, MAX_WORKERS, Owned,
+                                           entries_of, fit, read, render, write)
 from slurm_synergy import paths
+
+
+FP = "0123456789abcdef"
 
 
 def decision(fp="0123456789abcdef", cpus=2, mem_mb=1024, gpus=1, gpu_type="", workers=1,
@@ -18,36 +24,69 @@ def decision(fp="0123456789abcdef", cpus=2, mem_mb=1024, gpus=1, gpu_type="", wo
 
 
 def test_render_and_read_round_trip(tmp_path):
-    ds = [(1000, decision()), (1000, decision("fedcba9876543210", 1, 512, 0, "", 1, 250)),
-          (1000, decision("00000000000000aa", 4, 2048, 2, "a100", 3, 0)),
-          (1001, decision(cpus=6))]
+    ds = [Owned(1000, decision()),
+          Owned(1000, decision("fedcba9876543210", 1, 512, 0, "", 1, 250)),
+          Owned(1000, decision("00000000000000aa", 4, 2048, 2, "a100", 3, 0)),
+          Owned(1001, decision(cpus=6)), Owned(1002, decision(cpus=3), shared=True)]
     path = tmp_path / "t.tbl"
-    write(path, render(ds, Policy(user_request_wins=True), NodeShape(8, 32000, 4)))
+    write(path, render(ds, Policy(user_request_wins=True), NodeShape(8, 32000, 4),
+                       qos={"normal": Cap(), "short": Cap(4, 16000, 1)}))
     header, entries = read(path)
-    assert header["user_wins"] == "1" and header["entries"] == "4"
+    assert header["user_wins"] == "1" and header["entries"] == "5"
     assert header["max_cpus"] == "8" and header["max_mem_mb"] == "32000"
+    assert header["limits"] == "1" and header["qos"] == "normal:c0:m0:g0,short:c4:m16000:g1"
     assert entries[1000, "00000000000000aa"].gpu_type == "a100"
     assert entries[1000, "fedcba9876543210"].power_limit_w == 250
     # One workload, two users: each user's line sizes that user's jobs alone.
     assert entries[1000, "0123456789abcdef"].cpus == 2
     assert entries[1001, "0123456789abcdef"].cpus == 6
+    assert entries[1002, "0123456789abcdef"].shared and not entries[1001, FP].shared
     assert set(entries_of(entries, 1001)) == {"0123456789abcdef"}
     assert oct(path.stat().st_mode & 0o777) == "0o644"
+    # Sorted by uid, then fingerprint: the shim finds a line by halving.
+    lines = path.read_text().splitlines()[1:-1]
+    assert lines == sorted(lines, key=lambda line: (int(line.split()[0]), line.split()[1]))
+    assert render(ds, Policy(), NodeShape(8, 32000, 4)).splitlines()[0].count(" limits=0 ")
+
+
+def test_every_value_is_clamped_to_the_shims_hard_bounds():
+    wild = replace(decision(workers=10 ** 6, power_limit_w=10 ** 9), procs=10 ** 5)
+    line = render([Owned(7, wild)], Policy(), NodeShape(8, 32000, 4)).splitlines()[1]
+    assert line.split()[6:9] == [str(MAX_WORKERS), str(MAX_POWER_W), str(MAX_PROCS)]
 
 
 def test_generation_changes_with_the_content():
     shape = NodeShape(8, 32000, 4)
-    a = render([(0, decision())], Policy(), shape).splitlines()[0]
-    b = render([(0, decision(cpus=3))], Policy(), shape).splitlines()[0]
+    a = render([Owned(0, decision())], Policy(), shape).splitlines()[0]
+    b = render([Owned(0, decision(cpus=3))], Policy(), shape).splitlines()[0]
     assert a != b and a.split()[2] != b.split()[2]
 
 
-def test_reading_a_tampered_table_names_the_line(tmp_path):
+def test_reading_a_tampered_or_cut_table_names_the_fault(tmp_path):
     path = tmp_path / "t.tbl"
-    path.write_text(render([(0, decision())], Policy(), NodeShape(8, 32000, 4))
-                    + "0 0123456789abcdef 2 1024 1 a;b 1 0\n")
+    text = render([Owned(0, decision())], Policy(), NodeShape(8, 32000, 4))
+    head, line, end = text.splitlines()
+    path.write_text("\n".join([head, line, "0 0123456789abcdef 2 1024 1 a;b 1 0 1 0", end, ""]))
     with pytest.raises(SynergyError, match="line 3"):
         read(path)
+    path.write_text("\n".join([head, line, ""]))
+    with pytest.raises(SynergyError, match="not whole"):
+        read(path)
+
+
+def test_past_the_shims_limits_the_users_with_the_most_entries_are_cut_first():
+    fps = [f"{i:016x}" for i in range(1, 41)]
+    owned = [Owned(1, decision(fp)) for fp in fps[:30]] + \
+        [Owned(2, decision(fp)) for fp in fps[:8]] + [Owned(3, decision(fps[0]))]
+    kept, cut = fit(owned, max_entries=25)
+    per_user = {u: sum(o.uid == u for o in kept) for u in (1, 2, 3)}
+    # Each to the same most (16: 16 + 8 + 1 = 25), the lighter users whole.
+    assert per_user == {1: 16, 2: 8, 3: 1} and cut == {1: 14}
+    assert fit(owned) == (owned, {})
+    # Bytes count as entries do: a table is never written past MAX_BYTES.
+    line = len("1 0000000000000001 2 1024 1 - 1 0 1 0\n")
+    kept, cut = fit(owned, max_bytes=20 * line)
+    assert len(kept) == 20 and set(cut) == {1} and MAX_BYTES > 0
 
 
 def test_root_keeps_the_tables_owner(tmp_path):
@@ -97,64 +136,3 @@ def test_install_adds_what_slurm_conf_lacks_and_is_idempotent():
     assert [c.done for c in changes] == [False, False]
     again, changes = conf_edit(new)
     assert again == new and all(c.done for c in changes)
-
-
-def test_a_profile_too_noisy_to_decide_is_left_out_of_the_table_with_its_reason(tmp_path):
-    from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, Profile,
-                                             ThroughputModel, combine)
-    from slurm_synergy.profiles import ProfileStore
-    from slurm_synergy.decisions.table import compile_decisions
-
-    def profile(fp, runs_1c):
-        train = (combine([Point("train", 2, 1, 4096, v, 0.1, 0.001, 900.0, 10.0)
-                          for v in (100.0, 101.0)]),
-                 combine([Point("train", 1, 1, 4096, v, 0.1, 0.001, 900.0, 10.0)
-                          for v in runs_1c]))
-        return Profile(fp, "job", ("builtin:train",), 32,
-                       Allocation(2, 4096, 1, "n1", "srun", "7"), train,
-                       ThroughputModel("components", 0.0005, 0.001, 100.0, 900.0, None),
-                       GpuReadings(False), "t0", "t1", 40.0, "0.1.0")
-    store = ProfileStore(tmp_path)
-    store.save(profile("000000000000000a", (99.0, 100.0)))
-    store.save(profile("000000000000000b", (70.0, 130.0)))       # as fast, but ±30%
-    decisions, skipped = compile_decisions([store], NodeShape(2, 8000, 1), Policy())
-    assert [(uid, d.fingerprint) for uid, d in decisions] == [(0, "000000000000000a")]
-    assert len(skipped) == 1 and skipped[0].startswith("000000000000000b: no decision: ")
-    assert "max_spread" in skipped[0]
-
-
-def test_per_job_limits_are_each_users_least_over_their_associations():
-    from slurm_synergy.slurm import JobLimit, parse_job_limits
-
-    text = ("root||\n"
-            "root|root|\n"
-            "small||cpu=4,mem=8G\n"
-            "small|alice|cpu=2\n"
-            "big|alice|gres/gpu=1\n"
-            "big|bob|\n"
-            "small|carol|mem=2000M\n")
-    assert parse_job_limits(text) == {"alice": JobLimit(2, 8192, 1),
-                                      "carol": JobLimit(4, 2000, 0)}
-
-
-def test_a_decision_past_its_users_per_job_limit_is_left_out_naming_it(tmp_path):
-    from slurm_synergy.model.engine import NodeShape
-    from slurm_synergy.profiles import ProfileStore
-    from slurm_synergy.decisions.table import compile_decisions
-    from slurm_synergy.slurm import JobLimit
-
-    from .test_profiles import FP, make_profile
-
-    store = ProfileStore(tmp_path)
-    store.save(make_profile())
-    shape = NodeShape(16, 64000, 4)
-    made, skipped = compile_decisions([store], shape, Policy())
-    cpus = made[0][1].cpus
-    made, skipped = compile_decisions([store], shape, Policy(),
-                                      limits={store.owner: JobLimit(cpus=cpus - 1)})
-    assert made == [] and skipped == [
-        f"{FP}: {cpus} cores, over its user's per-job limit of {cpus - 1} (MaxTRESPerJob): "
-        "Slurm would hold the job for ever, so the jobs run as asked"]
-    made, _ = compile_decisions([store], shape, Policy(),
-                                limits={store.owner + 1: JobLimit(cpus=1)})
-    assert [d.cpus for _, d in made] == [cpus], "another user's limit changes nothing"

@@ -9,6 +9,7 @@ from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
+from slurm_synergy.decisions.service import DecisionRequest
 from slurm_synergy.slurm import QueuedJob
 
 FP = "0123456789abcdef"
@@ -50,13 +51,18 @@ class Queue:
                                        job.array), settings["Comment"])
 
 
-class Decider:
-    def __init__(self, cpus: int, mem_mb: int):
-        self.problems: list[str] = []
-        self.cpus, self.mem_mb = cpus, mem_mb
+class Service:
+    """The decision service as pending.py asks it: one decision for the workload, the
+    queue as its Slurm; records what each job was decided for."""
 
-    def decision(self, fingerprint, partition):
-        return Decision(fingerprint, "job", self.cpus, self.mem_mb, 1, "", 1, 0,
+    def __init__(self, slurm: Queue, cpus: int, mem_mb: int):
+        self.slurm, self.policy = slurm, Policy()
+        self.cpus, self.mem_mb = cpus, mem_mb
+        self.asked: list[DecisionRequest] = []
+
+    def decide(self, req: DecisionRequest):
+        self.asked.append(req)
+        return Decision(req.fingerprint, "job", self.cpus, self.mem_mb, 1, "", 1, 0,
                         100.0, 100.0, 2, 8000, ("because",))
 
 
@@ -71,7 +77,7 @@ def test_only_this_workloads_marked_pending_jobs_are_updated():
                "12": (queued("12"), comment_format.job_comment(FP)),       # decided already
                "13": (queued("13"), comment_format.job_comment(other) + " profile=1"),
                "14": (queued("14"), "a comment of the user's own")})
-    done = rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lambda line: None)
+    done = rightsize_pending(FP, "10", Service(q, 1, 1280), lambda line: None)
     assert [j for j, _ in done.updated] == ["11"] and done.left == []
     job, comment = q.jobs["11"]
     assert (job.cpus_per_task, job.mem_mb) == (1, 1280)
@@ -82,16 +88,16 @@ def test_only_this_workloads_marked_pending_jobs_are_updated():
 
 def test_a_later_peak_updates_the_same_jobs_again_and_keeps_what_they_asked():
     q = Queue({"11": (queued("11"), marked())})
-    rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lambda line: None)
+    rightsize_pending(FP, "10", Service(q, 1, 1280), lambda line: None)
     # The run's memory peaked later: a second decision, from the same run.
-    done = rightsize_pending(FP, "10", q, Decider(1, 2048), Policy(), lambda line: None)
+    done = rightsize_pending(FP, "10", Service(q, 1, 2048), lambda line: None)
     assert [j for j, _ in done.updated] == ["11"]
     job, comment = q.jobs["11"]
     assert job.mem_mb == 2048
     marks = comment_format.marks(comment)
     assert marks["asked"] == "c2,m3072,g1" and marks["decision"] == "c1,m2048,g1,w1"
     # Another run's decision does not touch a job this one sized.
-    done = rightsize_pending(FP, "20", q, Decider(2, 4096), Policy(), lambda line: None)
+    done = rightsize_pending(FP, "20", Service(q, 2, 4096), lambda line: None)
     assert done.updated == [] and q.jobs["11"][0].mem_mb == 2048
 
 
@@ -99,7 +105,7 @@ def test_a_refused_update_leaves_the_job_and_its_comment_as_they_were():
     lines: list[str] = []
     q = Queue({"11": (queued("11"), marked()), "12": (queued("12"), marked())},
               refuse=("11",))
-    done = rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lines.append)
+    done = rightsize_pending(FP, "10", Service(q, 1, 1280), lines.append)
     assert [j for j, _ in done.updated] == ["12"]
     assert done.left == [("11", "Slurm refused the update (scontrol update: "
                                 "Access/permission denied)")]
@@ -110,7 +116,7 @@ def test_a_refused_update_leaves_the_job_and_its_comment_as_they_were():
 
 def test_a_job_of_several_tasks_is_left_as_asked():
     q = Queue({"11": (queued("11", tasks=4), marked())})
-    done = rightsize_pending(FP, "10", q, Decider(1, 1280), Policy(), lambda line: None)
+    done = rightsize_pending(FP, "10", Service(q, 1, 1280), lambda line: None)
     assert done.updated == [] and done.left == [("11", "more than one task or node: "
                                                        "left as asked")]
     assert q.updates == []
@@ -165,3 +171,12 @@ def test_a_refused_undo_leaves_the_job_with_the_dropped_decision_and_says_so():
     assert done.asked == [] and q.jobs["11"][1] == comment
     assert lines == ["slurm-synergy: job 11 keeps the dropped decision: Slurm refused the "
                      "update (scontrol update: Access/permission denied)"]
+
+
+def test_each_job_is_decided_for_its_own_partition_and_qos():
+    """The service holds each job to the limits of the QOS Slurm gave it."""
+    job = QueuedJob("11", getpass.getuser(), "PENDING", "", 2, 1, 3072, 1, 1, "short",
+                    "gres:gpu:1", "", False, "debug")
+    service = Service(Queue({"11": (job, marked())}), 1, 1280)
+    rightsize_pending(FP, "10", service, lambda line: None)
+    assert [(r.partition, r.qos) for r in service.asked] == [("short", "debug")]

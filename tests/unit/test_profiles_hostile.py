@@ -18,11 +18,13 @@ from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import ProfileError
-from slurm_synergy.profiles import MAX_PROFILE_BYTES, ProfileStore, user_stores
-from slurm_synergy.slurm import JobLimit
-from slurm_synergy.decisions.table import MAX_PER_USER, compile_decisions, group_members, shared
+from slurm_synergy.profiles import MAX_NAMES_LISTED, MAX_PROFILE_BYTES, ProfileStore, user_stores
+from slurm_synergy.decisions.service import group_members
+from slurm_synergy.decisions.sync import compile_decisions
+from slurm_synergy.decisions.table import MAX_PER_USER
+from slurm_synergy.slurm import user_name
 
-from .test_profiles import make_profile
+from tests.helpers import make_profile, offline_service
 
 ROOT = Path(__file__).resolve().parents[2]
 VICTIM, ATTACKER = 1000, 1001
@@ -52,9 +54,15 @@ def saved(folder, uid, profile):
     return path
 
 
+def compiled(stores, policy=None, **caps):
+    """compile_decisions over `stores` as (uid, decision) pairs, and what it left out."""
+    done = compile_decisions(stores, offline_service(SHAPE, policy), **caps)
+    return [(o.uid, o.decision) for o in done.owned], done.skipped
+
+
 def decisions(site):
     stores, skipped = user_stores(site)
-    made, left_out = compile_decisions(stores, SHAPE, Policy())
+    made, left_out = compiled(stores)
     return {(uid, d.fingerprint): d for uid, d in made}, skipped + left_out
 
 
@@ -77,7 +85,7 @@ def test_each_users_profile_sizes_that_users_jobs_alone(tmp_path):
 
 def decisions_of_victim_alone(site):
     folder = site / str(VICTIM)
-    made, _ = compile_decisions([ProfileStore(folder, VICTIM)], SHAPE, Policy())
+    made, _ = compiled([ProfileStore(folder, VICTIM)])
     return made[0][1]
 
 
@@ -142,16 +150,19 @@ def test_a_flood_of_files_is_capped_per_user_and_the_others_keep_theirs(tmp_path
         os.close(fd)
     made, skipped = decisions(tmp_path)
     assert set(made) == {(VICTIM, FP)}
-    assert f"{200000 - MAX_PER_USER} profile(s) past the cap" in skipped[0]
-    # What was read of the flood was each refused on its own, by its owner's check.
-    assert len(skipped) == 1 + MAX_PER_USER
+    # Listing stops at MAX_NAMES_LISTED names; of those, MAX_PER_USER are read, and each
+    # is refused on its own, by its owner's check.
+    assert f"{attacker}: more than {MAX_NAMES_LISTED} names; the rest not looked at" == \
+        skipped[0]
+    assert f"{MAX_NAMES_LISTED - MAX_PER_USER} profile(s) past the cap" in skipped[1]
+    assert len(skipped) == 2 + MAX_PER_USER
 
 
 def test_a_sync_past_its_budget_leaves_the_rest_out_and_says_so(tmp_path):
     victim = user_folder(tmp_path, VICTIM)
     saved(victim, VICTIM, make_profile())
     stores, _ = user_stores(tmp_path)
-    made, skipped = compile_decisions(stores, SHAPE, Policy(), budget_s=0.0)
+    made, skipped = compiled(stores, budget_s=0.0)
     assert made == [] and "1 profile(s) not reached within the sync's 0 s" in skipped[0]
 
 
@@ -289,42 +300,58 @@ def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tm
     assert table.read_text() == "root's\n"
 
 
+def assoc(user: str, cpus: int = 0) -> list[str]:
+    """An association row as sacctmgr prints it (sacctmgr.ASSOC_FIELDS), with a per-job
+    core limit where `cpus`."""
+    return ["users", user, "", "normal", "", f"cpu={cpus}" if cpus else "", "", ""]
+
+
 def test_a_group_the_site_names_shares_its_members_decisions_and_no_one_elses(tmp_path):
     member, outsider, other_member = VICTIM, ATTACKER, 1002
     saved(user_folder(tmp_path, member), member, make_profile())
+    saved(user_folder(tmp_path, outsider), outsider, make_profile())
     # other_member's own profile of the workload, told apart by its name.
     own = replace(make_profile(), job_name="other-members-own")
-    stores, _ = user_stores(tmp_path)
-    alone, _ = compile_decisions(stores, SHAPE, Policy())
-    assert [uid for uid, _ in alone] == [member]
     saved(user_folder(tmp_path, other_member), other_member, own)
     stores, _ = user_stores(tmp_path)
-    made, _ = compile_decisions(stores, SHAPE, Policy())
-    by_uid = dict(made)
-    group = shared(made, {member, other_member, 1003})
-    got = {uid: d for uid, d in group}
-    # 1003 has no profile: it gets the lowest member's; other_member keeps its own; the
-    # outsider gets nothing; nobody's own entry is replaced.
-    assert set(got) == {member, other_member, 1003} and outsider not in got
-    assert got[1003] == by_uid[member] and got[other_member] == by_uid[other_member]
-    assert got[other_member].job_name == "other-members-own" != got[member].job_name
-    assert shared(made, set()) == made
+    group = {"lab": {member, other_member, 1003}}
+
+    def owned(policy, assocs=None):
+        service = offline_service(SHAPE, policy, groups=group, assocs=assocs)
+        return {o.uid: o for o in compile_decisions(stores, service).owned}
+
+    alone = owned(Policy())
+    assert set(alone) == {member, outsider, other_member} and not any(
+        o.shared for o in alone.values())
+    got = owned(Policy(share_group="lab"))
+    # 1003 has no profile: it gets the lowest member's, marked shared (it may only grow
+    # 1003's jobs); other_member keeps its own; the outsider's sizes no member.
+    assert set(got) == {member, outsider, other_member, 1003}
+    assert got[1003].shared and got[1003].decision == alone[member].decision
+    assert got[other_member] == alone[other_member] and not got[other_member].shared
+    assert got[other_member].decision.job_name == "other-members-own"
+    # A site that trusts its members' profiles as their own says so.
+    assert not owned(Policy(share_group="lab", shared_may_shrink=True))[1003].shared
     # A member whose per-job limit the decision is past gets no share of it.
-    limited = dict(shared(made, {member, other_member, 1003},
-                          {1003: JobLimit(cpus=by_uid[member].cpus - 1)}))
-    assert 1003 not in limited and set(limited) == {member, other_member}
+    cpus = alone[member].decision.cpus
+    limited = owned(Policy(share_group="lab"),
+                    [assoc(user_name(u)) for u in (member, outsider, other_member)]
+                    + [assoc(user_name(1003), cpus - 1)])
+    assert 1003 not in limited and set(limited) == {member, outsider, other_member}
 
 
 def test_share_group_is_off_unless_named_and_unknown_group_or_users_are_named(tmp_path):
+    from slurm_synergy.decisions.sync import sync
     assert Policy().share_group == ""
     saved(user_folder(tmp_path, VICTIM), VICTIM, make_profile())
     stores, _ = user_stores(tmp_path)
-    made, skipped = compile_decisions(stores, SHAPE, Policy(share_group="no-such-group-x"))
+    made, skipped = compiled(stores, Policy(share_group="no-such-group-x"))
     assert [uid for uid, _ in made] == [VICTIM]
     assert skipped == ["share_group 'no-such-group-x': no such group, so no decision is shared"]
     # A user to skip whom this host does not know is named, as the group is.
-    _, skipped = compile_decisions(stores, SHAPE, Policy(skip_users=("root", "no-such-user-x")))
-    assert skipped == ["skip_users 'no-such-user-x': no such user on this host, so no job is "
-                       "skipped for that name"]
+    line = sync(stores, path=tmp_path / "t.tbl", partition="gpu", service=offline_service(
+        SHAPE, Policy(skip_users=("root", "no-such-user-x"))))
+    assert line.endswith("1 left out:\n  skip_users 'no-such-user-x': no such user on this "
+                         "host, so no job is skipped for that name"), line
     # root's group holds root (its primary group) whatever else it lists.
     assert 0 in group_members("root")

@@ -1,0 +1,176 @@
+"""The decision table compiled from what users wrote: every user's profiles in a site's
+shared store (or the caller's own), through the decision service, into table.py's format.
+
+Compiling reads files any user may have written, as root, for every user; so nothing a
+user writes can stop it, slow it past its bounds or crowd anyone else out:
+- every folder and file name, every byte and value is checked on its own, and whatever
+  cannot be used is left out with one line naming it (control characters escaped);
+  nothing a user wrote makes sync raise;
+- users are read in turns (round-robin: everyone's first profile, then everyone's
+  second, ...), each within caps of their own: MAX_PER_USER profiles, USER_BYTES read
+  and USER_BUDGET_S of deciding, so one user's flood or heavy profiles delay no one
+  else's beyond a turn;
+- the whole sync stops at SYNC_BUDGET_S, naming what it did not reach; the table is then
+  cut to the shim's limits, the users with the most entries first (table.fit).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from slurm_synergy.decisions.limits import Cap
+from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
+from slurm_synergy.decisions.table import (MAX_PER_USER, Owned, fit, owned_by_other, render,
+                                           table_path, uids_of, write)
+from slurm_synergy.fileio import locked, shown
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.profiles import (MAX_NAMES_LISTED, MAX_PROFILE_BYTES, ProfileStore,
+                                    stores_to_compile)
+from slurm_synergy.slurm import Slurm, user_name
+
+SYNC_BUDGET_S = 120.0
+USER_BUDGET_S = 15.0         # one user's share of deciding, whatever their profiles weigh
+USER_BYTES = 64 << 20        # one user's profiles read in one sync (a profile is a few kB)
+SHOWN_SKIPPED = 20           # a flood of bad files is counted, not listed
+
+
+@dataclass
+class _Turns:
+    """One user's profiles still to read, and what they have cost so far."""
+
+    store: ProfileStore
+    fps: list[str]
+    at: int = 0
+    bytes_read: int = 0
+    spent_s: float = 0.0
+    done: bool = False
+
+
+@dataclass
+class Compiled:
+    owned: list[Owned] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _listed(store: ProfileStore, skipped: list[str]) -> list[str]:
+    try:
+        fps, more = store.listed(MAX_NAMES_LISTED)
+    except OSError as e:
+        skipped.append(f"{shown(store.root)}: not read: {e.strerror}")
+        return []
+    if more:
+        skipped.append(f"{shown(store.root)}: more than {MAX_NAMES_LISTED} names; the rest "
+                       "not looked at")
+    if len(fps) > MAX_PER_USER:
+        skipped.append(f"{shown(store.root)}: {len(fps) - MAX_PER_USER} profile(s) past the "
+                       f"cap ({MAX_PER_USER} a user) left out")
+        fps = fps[:MAX_PER_USER]
+    return fps
+
+
+def compile_decisions(stores: Sequence[ProfileStore], service: DecisionService,
+                      partition: str = "", budget_s: float = SYNC_BUDGET_S,
+                      user_budget_s: float = USER_BUDGET_S, user_bytes: int = USER_BYTES,
+                      clock: Callable[[], float] = time.monotonic) -> Compiled:
+    """A decision per usable profile, for the uid whose store holds it, users taken in
+    turns; whatever is left out is named in `skipped`. Never raises on what users wrote."""
+    out = Compiled()
+    deadline = clock() + budget_s
+    turns = [_Turns(s, _listed(s, out.skipped)) for s in stores]
+    waiting = [t for t in turns if t.fps]
+    while waiting and clock() <= deadline:
+        for t in waiting:       # one turn each: a profile of every user who has one left
+            if clock() > deadline:
+                break
+            _one(t, service, partition, user_budget_s, user_bytes, clock, out)
+        waiting = [t for t in turns if not t.done and t.at < len(t.fps)]
+    for t in turns:
+        left = len(t.fps) - t.at
+        if left and not t.done:
+            out.skipped.append(f"{shown(t.store.root)}: {left} profile(s) not reached within "
+                               f"the sync's {budget_s:.0f} s")
+    out.owned = service.share(out.owned, out.skipped)
+    return out
+
+
+def _one(t: _Turns, service: DecisionService, partition: str, user_budget_s: float,
+         user_bytes: int, clock: Callable[[], float], out: Compiled) -> None:
+    """The next profile of one user's turns, decided or named."""
+    fp = t.fps[t.at]
+    t.at += 1
+    started = clock()
+    try:
+        # What reading it takes: a file past the cap is refused by its size, unread.
+        size = t.store.path(fp).lstat().st_size
+        t.bytes_read += size if size <= MAX_PROFILE_BYTES else 0
+        if t.bytes_read > user_bytes:
+            t.done = True
+            out.skipped.append(f"{shown(t.store.root)}: {len(t.fps) - t.at + 1} profile(s) "
+                               f"past the {user_bytes >> 20} MiB a user's profiles may take "
+                               "in one sync left out")
+            return
+        answer = service.judge(DecisionRequest(t.store.owner, fp, partition),
+                               t.store.load(fp))
+    except Exception as e:      # noqa: BLE001 - what one user wrote is that profile's fault
+        kind = "" if isinstance(e, SynergyError) else f"{type(e).__name__}: "
+        out.skipped.append(f"{fp} (uid {t.store.owner}): {kind}{e}")
+        answer = None
+    finally:
+        t.spent_s += clock() - started
+    if isinstance(answer, Refusal):
+        out.skipped.append(f"{fp} (uid {t.store.owner}): {answer.why}")
+    elif answer is not None:
+        out.owned.append(Owned(t.store.owner, answer))
+    if t.spent_s > user_budget_s and t.at < len(t.fps):
+        t.done = True
+        out.skipped.append(f"{shown(t.store.root)}: {len(t.fps) - t.at} profile(s) past the "
+                           f"{user_budget_s:.0f} s a user's profiles may take in one sync "
+                           "left out")
+
+
+def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = None,
+         path: Path | None = None, partition: str | None = None,
+         service: DecisionService | None = None) -> str:
+    """Compile the table from the profile stores (every user's folder of the site's store,
+    else the caller's own); returns a line saying what was written and what was left
+    out. SynergyError only for what is the site's (its policy, Slurm, the table's file)."""
+    skipped: list[str] = []
+    if stores is None:
+        stores, skipped = stores_to_compile()
+    service = service or DecisionService.for_site(slurm or Slurm())
+    path = path or table_path()
+    owned_by_other(path)
+    partition = partition or service.slurm.default_partition()
+    shape = service.shape(partition)
+    qos: dict[str, Cap] | None
+    try:
+        limits = service.limits()
+        qos = limits.qos_caps() if limits.enforced else None
+    except SynergyError as e:
+        # Every decision is refused for it too (DecisionService.beyond_limits).
+        skipped.append(str(e))
+        qos = {}
+    # One sync at a time: two profiles finishing together must not let the older
+    # store's table land last.
+    with locked(path.with_name(f".{path.name}.lock")):
+        done = compile_decisions(stores, service, partition)
+        kept, cut = fit(done.owned)
+        write(path, render(kept, service.policy, shape, partition, qos))
+    skipped += done.skipped
+    skipped += [f"uid {uid} ({user_name(uid)}): {n} entr{'y' if n == 1 else 'ies'} cut: the "
+                "table was past the shim's limits, and this user had the most"
+                for uid, n in sorted(cut.items())]
+    skipped += [f"skip_users {name!r}: no such user on this host, so no job is skipped for "
+                "that name" for name in service.policy.skip_users if not uids_of([name])]
+    where = str(stores[0].root) if len(stores) == 1 else \
+        f"{len(stores)} users' folders" + (f" of {stores[0].root.parent}" if stores else "")
+    line = f"decision table {path}: {len(kept)} decision(s) from {where}"
+    if skipped:
+        shown_lines = [shown(s, 400) for s in skipped[:SHOWN_SKIPPED]]
+        if len(skipped) > SHOWN_SKIPPED:
+            shown_lines.append(f"... and {len(skipped) - SHOWN_SKIPPED} more")
+        line += f"; {len(skipped)} left out:\n  " + "\n  ".join(shown_lines)
+    return line

@@ -43,7 +43,7 @@ local FINGERPRINT_HEX = 16
 -- The plain-script key (slurm_synergy/model/plainkey.py defines it; a contract test runs
 -- both on the same jobs).
 local KEY_VERSION = "synergy-plain-1"
-local MAX_SCRIPT_BYTES = 65536
+local KEY_BUDGET = 65536
 local KEY_MODULI = { { 131, 2147483647 }, { 137, 2147483629 } }
 local OPT_OUT = "synergy:off"
 local HETERO = "synergy:hetero"
@@ -63,14 +63,39 @@ local posix_ok, P = pcall(function()
 		unistd = require("posix.unistd") }
 end)
 
-local cache = nil    -- { id = file identity, racy, head, entries, broken = bad "uid fp" keys }
+-- Text a user chose (a job name, a partition, a QOS) as a log line may hold it: control
+-- characters, backslashes and bytes past ASCII written as \ddd, cut at `most` bytes, so
+-- that no name can start a line of its own in slurmctld's log or pass for another.
+local function shown(text, most)
+	text = tostring(text)
+	most = most or 200
+	if #text > most then
+		text = text:sub(1, most) .. "..."
+	end
+	return (text:gsub("[%c\\\128-\255]", function(c)
+		return string.format("\\%03d", c:byte())
+	end))
+end
+
+-- One line of the shim's in slurmctld's log, every value shown() (slurm.log_info does
+-- not escape: a newline in a job name would forge a line).
+local function note(fmt, ...)
+	local args, n = { ... }, select("#", ...)
+	for i = 1, n do
+		args[i] = shown(args[i])
+	end
+	slurm.log_info(fmt, unpack(args, 1, n))
+end
+
+local cache = nil    -- { id = file identity, racy, text, head, body = first entry, tail = last line }
 local last_fault = { msg = nil, at = 0 }
 
 -- A fault is logged when it changes, and at most once a minute while it lasts.
 local function fault(msg, whose)
 	local now = os.time()
 	if msg ~= last_fault.msg or now - last_fault.at >= 60 then
-		slurm.log_error("slurm-synergy: %s; %s pass through unchanged", msg, whose or "jobs")
+		slurm.log_error("slurm-synergy: %s; %s pass through unchanged", shown(msg, 1000),
+			whose or "jobs")
 		last_fault.msg, last_fault.at = msg, now
 	end
 end
@@ -88,11 +113,11 @@ local function parse_header(line)
 		return nil, "is empty"
 	end
 	local version, rest = line:match("^synergy%-decisions (%d+) (.*)$")
-	if version ~= "3" then
-		return nil, "is not a version 3 decision table"
+	if version ~= "4" then
+		return nil, "is not a version 4 decision table"
 	end
 	local h = {}
-	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-,]*)") do
+	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-,:]*)") do
 		h[key] = value
 	end
 	-- The GPU types the partition's nodes have (sync reads them from sinfo).
@@ -107,6 +132,11 @@ local function parse_header(line)
 			out[name] = true
 		end
 		return out
+	end
+	-- Each QOS's per-job caps (0: none), for a job that names its QOS.
+	local qos = {}
+	for name, c, m, g in (h.qos or ""):gmatch("([%w_%.%-]+):c(%d+):m(%d+):g(%d+)") do
+		qos[name] = { cpus = tonumber(c), mem_mb = tonumber(m), gpus = tonumber(g) }
 	end
 	-- Slurm lowercases a job's account after job_submit; the policy's names are compared so.
 	local accounts = set_of((h.skip_accounts or ""):lower())
@@ -124,6 +154,8 @@ local function parse_header(line)
 		max_gpus = whole(h.max_gpus, 0, HARD.gpus),
 		entries = whole(h.entries, 0, MAX_ENTRIES),
 		gpu_types = types,
+		qos = qos,
+		limits = h.limits == "1",
 	}
 	for _, key in ipairs({ "max_cpus", "max_mem_mb", "max_gpus", "entries" }) do
 		if head[key] == nil then
@@ -136,19 +168,14 @@ local function parse_header(line)
 	return head
 end
 
--- A table entry's key: the submitting uid and the fingerprint.
-local function key(uid, fp)
-	return tostring(uid) .. " " .. fp
-end
-
 local function is_fingerprint(fp)
 	return fp ~= nil and #fp == FINGERPRINT_HEX and not fp:match("[A-F]")
 end
 
 -- One entry line, checked against the header's limits and the hard ones; nil if bad.
 local function parse_entry(line, head)
-	local u, fp, c, m, g, t, w, p, n = line:match(
-		"^(%d+) (%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+) (%d+)$")
+	local u, fp, c, m, g, t, w, p, n, sh = line:match(
+		"^(%d+) (%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+) (%d+) ([01])$")
 	if not is_fingerprint(fp) or #t > 32 or #u > 10 then
 		return nil
 	end
@@ -160,12 +187,58 @@ local function parse_entry(line, head)
 		power_w = whole(p, 0, HARD.power_w),
 		procs = whole(n, 1, HARD.procs),
 		gpu_type = (t ~= "-") and t or nil,
+		shared = sh == "1",
 	}
 	if e.cpus == nil or e.mem_mb == nil or e.gpus == nil or e.workers == nil
 			or e.power_w == nil or e.procs == nil then
 		return nil
 	end
-	return key(tonumber(u), fp), e
+	return e
+end
+
+-- Order of two keys: uid as a number, then fingerprint (lowercase hex, fixed width).
+local function sorts_before(u1, f1, u2, f2)
+	if u1 ~= u2 then
+		return u1 < u2
+	end
+	return f1 < f2
+end
+
+-- The entry of (uid, fp): found by halving over the body's lines, which sync writes
+-- sorted (decisions/table.py), so a lookup reads about twenty lines of a table at its
+-- cap. nil when there is none; nil and true when the line found, or one on the way, is
+-- malformed (the job then passes unchanged, its workload not marked either).
+local function find_entry(tbl, uid, fp)
+	local text, lo, hi = tbl.text, tbl.body, tbl.tail
+	-- Line starts are searched in [lo, hi); lo is always one.
+	while lo < hi do
+		local mid = math.floor((lo + hi) / 2)
+		local s = lo
+		if mid > lo then
+			local nl = text:find("\n", mid - 1, true)
+			s = nl and (nl + 1) or hi
+		end
+		if s >= hi then
+			hi = mid
+		else
+			local e = text:find("\n", s, true)
+			local line = text:sub(s, e - 1)
+			local u, f = line:match("^(%d+) (%x+) ")
+			u = tonumber(u)
+			if u == nil or not is_fingerprint(f) then
+				return nil, true
+			end
+			if u == uid and f == fp then
+				local entry = parse_entry(line, tbl.head)
+				return entry, entry == nil
+			elseif sorts_before(u, f, uid, fp) then
+				lo = e + 1
+			else
+				hi = s
+			end
+		end
+	end
+	return nil
 end
 
 -- What identifies one version of the file: any write changes its ctime, which nobody
@@ -220,7 +293,8 @@ local function read_file()
 	return table.concat(parts), id, st.st_ctime >= os.time() - 1
 end
 
--- The table, from the cache while the file is unchanged; nil and why on a fault.
+-- The table, from the cache while the file is unchanged; nil and why on a fault. Only
+-- its first and last lines are read here: entries are found when a job asks (find_entry).
 local function load_table()
 	local text, id, racy_or_why = read_file()
 	if text == nil then
@@ -238,41 +312,19 @@ local function load_table()
 	if head == nil then
 		return nil, "decision table " .. TABLE_PATH .. " " .. why
 	end
-	-- A bad line's workload is not re-profiled either: its jobs pass through unchanged.
-	local entries, broken, count, bad, first_bad = {}, {}, 0, 0, nil
-	for line in text:sub(#first + 2):gmatch("([^\n]*)\n") do
-		count = count + 1
-		if count > head.entries then
-			break
-		end
-		local k, e = parse_entry(line, head)
-		if k then
-			entries[k] = e
-		else
-			bad = bad + 1
-			first_bad = first_bad or (count + 1)
-			local u, lead = line:match("^(%d+) (%x+) ")
-			if lead then
-				broken[key(tonumber(u), lead)] = true
-			end
-		end
-	end
-	if count ~= head.entries then
-		return nil, string.format("decision table %s has %s lines where its header "
-			.. "says %d (cut short or tampered with)", TABLE_PATH,
-			count > head.entries and "more" or tostring(count), head.entries)
-	end
-	if bad > 0 then
-		fault(string.format("decision table %s generation %s has %d bad line(s), the "
-			.. "first is line %d", TABLE_PATH, head.gen, bad, first_bad),
-			"the jobs of those workloads")
+	-- The last line closes the generation: a table cut short has none.
+	local last = text:sub(-128):match("\n(end gen=%x+ entries=%d+)\n$")
+	local gen, count = (last or ""):match("^end gen=(%x+) entries=(%d+)$")
+	if gen ~= head.gen or tonumber(count) ~= head.entries then
+		return nil, string.format("decision table %s generation %s is not whole (its last "
+			.. "line does not close it)", TABLE_PATH, head.gen)
 	end
 	local note = (cache ~= nil and cache.head.gen == head.gen)
 		and " (changed under the same header)" or ""
-	cache = { id = id, racy = racy_or_why, text = text, head = head, entries = entries,
-		broken = broken }
+	cache = { id = id, racy = racy_or_why, text = text, head = head, body = #first + 2,
+		tail = #text - #last }
 	slurm.log_info("slurm-synergy: loaded decision table %s generation %s%s: %d "
-		.. "decision(s)", TABLE_PATH, head.gen, note, count - bad)
+		.. "decision(s)", TABLE_PATH, head.gen, note, head.entries)
 	return cache
 end
 
@@ -364,6 +416,20 @@ local function leave_alone(job_desc, head, entry, part_list)
 		return "GPU type " .. entry.gpu_type .. " is not in partition " .. part
 			.. ": left as asked"
 	end
+	-- A job that names its QOS is held to that QOS's limits too (sync checked the QOS
+	-- a job gets without naming one); one the table does not know is left alone.
+	local qos = job_desc.qos
+	if head.limits and qos ~= nil and qos ~= "" then
+		local cap = head.qos[qos]
+		if cap == nil then
+			return "QOS " .. qos .. " is not one the table holds limits of: left as asked"
+		end
+		if cap.cpus > 0 and entry.cpus > cap.cpus or cap.mem_mb > 0 and entry.mem_mb > cap.mem_mb
+				or cap.gpus > 0 and entry.gpus > cap.gpus then
+			return string.format("decision c%d,m%d,g%d is past QOS %s's limits for one job: "
+				.. "left as asked", entry.cpus, entry.mem_mb, entry.gpus, qos)
+		end
+	end
 	return nil
 end
 
@@ -393,25 +459,41 @@ local function key_hash(text)
 end
 
 -- A plain batch job's workload key and its normalised text, or nil and why it has none.
-local function plain_key(job_desc, submit_uid)
-	-- The raw size first: normalising a large script would hold up slurmctld already.
-	if #job_desc.script > 4 * MAX_SCRIPT_BYTES then
-		return nil, string.format("script over %d bytes: not keyed", 4 * MAX_SCRIPT_BYTES)
-	end
-	local text = normalised(job_desc.script)
-	if #text > MAX_SCRIPT_BYTES then
-		return nil, string.format("script over %d bytes: not keyed", MAX_SCRIPT_BYTES)
+-- Sizes are checked before anything is copied, normalised or hashed: the script, the
+-- folder and the argument count, then the arguments (Slurm caps none of them: a client
+-- of libslurm may send megabytes), against KEY_BUDGET in all.
+local function plain_key(job_desc, submit_uid, script)
+	if #script > 4 * KEY_BUDGET then
+		return nil, string.format("script over %d bytes: not keyed", 4 * KEY_BUDGET)
 	end
 	local fields = { KEY_VERSION, string.format("%.0f", submit_uid), job_desc.work_dir or "",
 		job_desc.partition or "", job_desc.tres_per_node or "",
 		is_set(job_desc.num_tasks) and whole_text(job_desc.num_tasks) or "" }
-	local argv = job_desc.argv
+	local size = #fields          -- the separators, one a field
+	for _, f in ipairs(fields) do
+		size = size + #f
+	end
+	-- argc counts argv[0], the script's path, which is not hashed.
+	local argc = tonumber(job_desc.argc)
+	if argc ~= nil and size + argc - 1 > KEY_BUDGET then
+		return nil, string.format("folder and %.0f arguments over %d bytes: not keyed",
+			argc - 1, KEY_BUDGET)
+	end
+	local argv = (argc == nil or argc > 1) and job_desc.argv or nil   -- a read copies all
 	if type(argv) == "table" then
 		local i = 1         -- argv[0] is the script's own path
 		while argv[i] ~= nil do
+			size = size + #argv[i] + 1
+			if size > KEY_BUDGET then
+				return nil, string.format("arguments over %d bytes: not keyed", KEY_BUDGET)
+			end
 			fields[#fields + 1] = argv[i]
 			i = i + 1
 		end
+	end
+	local text = normalised(script)
+	if size + #text > KEY_BUDGET then
+		return nil, string.format("script and arguments over %d bytes: not keyed", KEY_BUDGET)
 	end
 	fields[#fields + 1] = text
 	return key_hash(table.concat(fields, "\0")), text
@@ -457,6 +539,24 @@ local function skipped(job_desc, head, part_list, submit_uid)
 	return nil
 end
 
+-- What a shared decision may not change in this job (it only grows cores or memory the
+-- job asked less of: slurm_synergy/model/rightsize.py's grow_only), or nil where it would
+-- grow nothing.
+local function grow_only(job_desc, entry)
+	local fixed = { gpus = true }
+	local cpus, mem = job_desc.cpus_per_task, job_desc.pn_min_memory
+	if is_set(cpus) and cpus < 65534 and cpus >= entry.cpus then
+		fixed.cpus = true
+	end
+	if is_set(mem) and mem < 2 ^ 40 and mem >= entry.mem_mb then
+		fixed.mem = true
+	end
+	if fixed.cpus and fixed.mem then
+		return nil
+	end
+	return fixed
+end
+
 -- What to change in a job, worked out without touching it: nil when nothing. `comment`
 -- is the job's, or for a plain job the one the shim gives it (its key in front).
 local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
@@ -464,11 +564,32 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 		return nil
 	end
 	local fp = comment:match("^synergy:fp=(%x+)")
-	if not is_fingerprint(fp) or tbl.broken[key(submit_uid, fp)] then
+	if not is_fingerprint(fp) then
+		return nil
+	end
+	local entry, broken = find_entry(tbl, submit_uid, fp)
+	if broken then
+		-- A bad line's workload is not marked either: its jobs pass through unchanged.
+		-- Said once for each table read: a lasting fault is not a line a job.
+		if not tbl.bad_said then
+			tbl.bad_said = true
+			slurm.log_error("slurm-synergy: decision table %s generation %s has a malformed "
+				.. "line (found looking up uid %s's workload %s); the jobs of the workloads "
+				.. "it hides pass through unchanged", TABLE_PATH, tbl.head.gen,
+				whole_text(submit_uid), fp)
+		end
 		return nil
 	end
 	local env = job_desc.environment
-	local entry = tbl.entries[key(submit_uid, fp)]
+	local grown = {}
+	if entry ~= nil and entry.shared then
+		-- Another member's decision (share_group): it only grows the job; one that would
+		-- not grow it is none, and the job's own run is measured.
+		grown = grow_only(job_desc, entry)
+		if grown == nil then
+			entry = nil
+		end
+	end
 	if entry == nil then
 		if tbl.head.profile_new and env ~= nil
 				and (env.SYNERGY_PROFILE == nil or env.SYNERGY_PROFILE == "") then
@@ -492,7 +613,10 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 	for word in pairs(fixed or {}) do
 		pinned[word] = true
 	end
-	local p = { fp = fp, entry = entry }
+	for word in pairs(grown) do
+		pinned[word] = true
+	end
+	local p = { fp = fp, entry = entry, power_w = entry.shared and 0 or entry.power_w }
 	local cpus, mem = job_desc.cpus_per_task, job_desc.pn_min_memory
 	if not pinned.cpus then
 		p.cpus, cpus = entry.cpus, entry.cpus
@@ -528,8 +652,8 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 	end
 	local summary = string.format("c%s,m%s,g%s,w%d", whole_text(cpus), whole_text(mem),
 		typed(gpus, gpus > 0 and gtype or nil), p.workers)
-	if entry.power_w > 0 then
-		summary = summary .. ",p" .. entry.power_w
+	if p.power_w > 0 then
+		summary = summary .. ",p" .. p.power_w
 	end
 	-- What the job asked before the rewrite, so reports can set it beside the decision;
 	-- a request a client applied its comment's decision to already (user mode) keeps
@@ -599,8 +723,8 @@ local function apply(job_desc, p)
 		end
 		if p.entry then
 			env.SYNERGY_WORKERS = tostring(p.workers)
-			if p.entry.power_w > 0 then
-				env.SYNERGY_POWER_LIMIT_W = tostring(p.entry.power_w)
+			if p.power_w > 0 then
+				env.SYNERGY_POWER_LIMIT_W = tostring(p.power_w)
 			end
 		end
 	end
@@ -612,11 +736,11 @@ local SAVED = { "cpus_per_task", "min_cpus", "pn_min_cpus", "pn_min_memory",
 	"tres_per_node", "comment", "admin_comment" }
 
 -- The plan for a plain batch job, keyed; nil and why where it is left alone.
-local function plain_plan(job_desc, tbl, part_list, submit_uid)
+local function plain_plan(job_desc, tbl, part_list, submit_uid, script)
 	if not tbl.head.plain then
 		return nil
 	end
-	local fp, text = plain_key(job_desc, submit_uid)
+	local fp, text = plain_key(job_desc, submit_uid, script)
 	if fp == nil then
 		return nil, text
 	end
@@ -658,10 +782,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		end
 		local plain = comment == nil or not comment:match("^synergy:fp=")
 		-- A plain job is looked at only where it could be keyed: a batch script (srun and
-		-- salloc jobs have none, nor an environment) its user did not opt out.
+		-- salloc jobs have none, nor an environment) its user did not opt out. The script
+		-- is read once: each read of job_desc.script copies it.
+		local script
 		if plain then
 			local env = job_desc.environment
-			if job_desc.script == nil or env == nil then
+			script = job_desc.script
+			if script == nil or env == nil then
 				return
 			end
 			for _, name in ipairs(INHERITED) do
@@ -681,31 +808,28 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		end
 		-- A fault that ends and comes back is logged again.
 		last_fault.msg = nil
-		local name = tostring(job_desc.name)
+		local name = job_desc.name
 		local skip = skipped(job_desc, tbl.head, part_list, submit_uid)
 		if skip then
 			if not plain then
-				slurm.log_info("slurm-synergy: job %s (uid %s): %s", name,
-					tostring(submit_uid), skip)
+				note("slurm-synergy: job %s (uid %s): %s", name, submit_uid, skip)
 			end
 			return
 		end
 		local p, nokey
 		if plain then
-			p, nokey = plain_plan(job_desc, tbl, part_list, submit_uid)
+			p, nokey = plain_plan(job_desc, tbl, part_list, submit_uid, script)
 		else
 			p = plan(job_desc, tbl, part_list, submit_uid, comment)
 		end
 		if p == nil then
 			if nokey then
-				slurm.log_info("slurm-synergy: job %s (uid %s): %s", name,
-					tostring(submit_uid), nokey)
+				note("slurm-synergy: job %s (uid %s): %s", name, submit_uid, nokey)
 			end
 			return
 		end
 		if p.skip and not p.plain then
-			slurm.log_info("slurm-synergy: job %s (uid %s, fp %s): %s", name,
-				tostring(submit_uid), p.fp, p.skip)
+			note("slurm-synergy: job %s (uid %s, fp %s): %s", name, submit_uid, p.fp, p.skip)
 			return
 		end
 		local saved = {}
@@ -714,8 +838,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		end
 		local done, result = pcall(apply, job_desc, p)
 		if done then
-			slurm.log_info("slurm-synergy: job %s (uid %s, fp %s%s): %s", name,
-				tostring(submit_uid), p.fp, p.plain and ", a plain script" or "", result)
+			note("slurm-synergy: job %s (uid %s, fp %s%s): %s", name, submit_uid, p.fp,
+				p.plain and ", a plain script" or "", result)
 			return
 		end
 		-- Put back what was changed before the error, then report it.

@@ -20,9 +20,11 @@ import re
 from dataclasses import dataclass
 
 KEY_VERSION = "synergy-plain-1"
-# A script whose normalised text is longer is not keyed (left alone): hashing it in
-# slurmctld would hold up every submission behind it.
-MAX_SCRIPT_BYTES = 65536
+# The most a key hashes, its script (normalised), arguments and folder in all: a job past
+# it is not keyed (left alone), since hashing runs inside slurmctld's locks and would hold
+# up every submission behind it. A script longer than four times this is not even
+# normalised.
+KEY_BUDGET = 65536
 _MODULI = ((131, 2147483647), (137, 2147483629))
 _SPACE = re.compile(rb"[ \t\n\v\f\r]+")     # C's isspace, as Lua's %s
 
@@ -58,13 +60,11 @@ def _hash(data: bytes) -> str:
 
 
 def plain_key(job: PlainJob) -> str | None:
-    """The job's 16-hex-digit key; None where its script is too long to key."""
+    """The job's 16-hex-digit key; None where what it would hash is past KEY_BUDGET."""
     raw = job.script.encode("utf-8", "surrogateescape")
-    if len(raw) > 4 * MAX_SCRIPT_BYTES:     # not even normalised: it would hold slurmctld up
-        return None
-    text = normalised(raw)
-    if len(text) > MAX_SCRIPT_BYTES:
+    if len(raw) > 4 * KEY_BUDGET:
         return None
     fields = (KEY_VERSION, str(job.uid), job.work_dir, job.partition, job.gres, job.tasks,
               *job.args)
-    return _hash(b"\0".join([*(f.encode("utf-8", "surrogateescape") for f in fields), text]))
+    data = b"\0".join([*(f.encode("utf-8", "surrogateescape") for f in fields), normalised(raw)])
+    return _hash(data) if len(data) <= KEY_BUDGET else None

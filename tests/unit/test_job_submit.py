@@ -14,7 +14,7 @@ import pytest
 
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.decisions.table import TABLE_NAME, render
+from slurm_synergy.decisions.table import TABLE_NAME, Owned, render
 
 from .test_decisions_table import decision
 
@@ -28,6 +28,11 @@ OURS = {"name": "j", "comment": f"synergy:fp={FP} req=cpus,mem", "cpus_per_task"
         "tres_per_node": "gres:gpu:2"}
 
 
+def escaped(value: str) -> str:
+    """A value as the harness reads it back: on one line."""
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def run(tmp_path: Path, jobs: list[dict], table: str | Callable[[Path], None] | None,
         partitions: str = "gpu:16:1:1") -> tuple[list[dict], list[str]]:
     """Submit `jobs` through the shim with `table` at its path (text, or a function that
@@ -39,7 +44,8 @@ def run(tmp_path: Path, jobs: list[dict], table: str | Callable[[Path], None] | 
     elif table is not None:
         (tmp_path / TABLE_NAME).write_text(table)
     spec = tmp_path / "jobs.txt"
-    spec.write_text("\n\n".join("\n".join(f"{k}={v}" for k, v in job.items()) for job in jobs))
+    spec.write_text("\n\n".join("\n".join(f"{k}={escaped(v)}" for k, v in job.items())
+                                for job in jobs), encoding="utf-8", errors="surrogateescape")
     proc = subprocess.run([LUA, str(HARNESS), str(tmp_path / "job_submit.lua"), str(spec),
                            partitions],
                           capture_output=True, text=True, timeout=60)
@@ -61,7 +67,7 @@ DEFAULT_SHAPE = NodeShape(16, 64000, 4)
 
 def table(*decisions, policy: Policy | None = None, shape: NodeShape = DEFAULT_SHAPE,
           partition: str = "") -> str:
-    return render([(UID, d) for d in decisions], policy or Policy(), shape, partition)
+    return render([Owned(UID, d) for d in decisions], policy or Policy(), shape, partition)
 
 
 def unchanged(job: dict) -> bool:
@@ -90,7 +96,7 @@ def test_the_gpu_type_the_job_asked_for_is_kept(tmp_path):
 
 def test_another_users_decision_for_the_same_workload_sizes_none_of_this_users_jobs(tmp_path):
     # Uid 1001 profiled (or forged a profile of) this workload; uid 1000 submits it.
-    theirs = render([(UID + 1, decision(FP, cpus=1, mem_mb=100, gpus=0))], Policy(),
+    theirs = render([Owned(UID + 1, decision(FP, cpus=1, mem_mb=100, gpus=0))], Policy(),
                     DEFAULT_SHAPE)
     (job,), logs = run(tmp_path, [OURS], theirs)
     assert (job["cpus_per_task"], job["pn_min_memory"], job["tres_per_node"]) == (
@@ -137,38 +143,31 @@ def test_multi_task_jobs_are_left_as_asked(tmp_path):
     assert job["cpus_per_task"] == "2" and any("more than one task" in line for line in logs)
 
 
+HEAD = ("synergy-decisions 4 gen=abc user_wins=0 profile_new=1 max_cpus=16 "
+        "max_mem_mb=64000 max_gpus=4 entries=1\n")
+END = "end gen=abc entries=1\n"
 HOSTILE = {
     "missing": None,
     "empty": "",
     "not a table": "hello\n",
-    "header out of range": f"synergy-decisions 3 gen=ab user_wins=0 profile_new=1 "
-                           f"max_cpus=999999999 max_mem_mb=1 max_gpus=1 entries=1\n"
-                           f"{UID} {FP} 2 1024 1 - 1 0 1\n",
-    "negative cores": None,
-    "10^12 MB": None,
-    "gres injection": None,
-    "count mismatch": None,
-    "huge file": None,
+    "version 3": HEAD.replace(" 4 ", " 3 ") + f"{UID} {FP} 2 1024 1 - 1 0 1\n",
+    "header out of range": HEAD.replace("max_cpus=16", "max_cpus=999999999")
+                           + f"{UID} {FP} 2 1024 1 - 1 0 1 0\n" + END,
+    "cut short": HEAD + f"{UID} {FP} 2 1024 1 - 1 0 1 0\n",
+    "closed by another generation": HEAD + f"{UID} {FP} 2 1024 1 - 1 0 1 0\n"
+                                    + END.replace("abc", "abd"),
+    "negative cores": HEAD + f"{UID} {FP} -4 1024 1 - 1 0 1 0\n" + END,
+    "10^12 MB": HEAD + f"{UID} {FP} 2 1000000000000 1 - 1 0 1 0\n" + END,
+    "gres injection": HEAD + f'{UID} {FP} 2 1024 1 a100";os.execute("id") 1 0 1 0\n' + END,
+    "4300-digit procs": HEAD + f"{UID} {FP} 2 1024 1 - 1 0 {'9' * 4300} 0\n" + END,
+    "1e308 W": HEAD + f"{UID} {FP} 2 1024 1 - 1 1e308 1 0\n" + END,
+    "huge file": HEAD + "#" * (17 * 1024 * 1024),
 }
-
-
-def hostile(kind: str) -> str | None:
-    head = ("synergy-decisions 3 gen=abc user_wins=0 profile_new=1 max_cpus=16 "
-            "max_mem_mb=64000 max_gpus=4 entries=1\n")
-    lines = {"negative cores": f"{UID} {FP} -4 1024 1 - 1 0 1\n",
-             "10^12 MB": f"{UID} {FP} 2 1000000000000 1 - 1 0 1\n",
-             "gres injection": f'{UID} {FP} 2 1024 1 a100";os.execute("id") 1 0 1\n',
-             "count mismatch": f"{UID} {FP} 2 1024 1 - 1 0 1\n{UID} {FP} 2 1024 1 - 1 0 1\n"}
-    if kind in lines:
-        return head + lines[kind]
-    if kind == "huge file":
-        return head + "#" * (17 * 1024 * 1024)
-    return HOSTILE[kind]
 
 
 @pytest.mark.parametrize("kind", list(HOSTILE))
 def test_a_missing_corrupt_or_hostile_table_passes_every_job_unchanged(tmp_path, kind):
-    jobs, logs = run(tmp_path, [OURS, OURS], hostile(kind))
+    jobs, logs = run(tmp_path, [OURS, OURS], HOSTILE[kind])
     assert all(j["rc"] == "0" and unchanged(j) for j in jobs)
     faults = [line for line in logs if line.startswith("error slurm-synergy")]
     assert faults and all("pass through unchanged" in f for f in faults), logs
@@ -237,7 +236,7 @@ def fifo(path: Path) -> None:
 @pytest.mark.parametrize("make,why", [
     (fifo, "is not a regular file"),
     (Path.mkdir, "is not a regular file"),
-    (lambda p: p.write_bytes(os.urandom(4096)), "is not a version 3 decision table"),
+    (lambda p: p.write_bytes(os.urandom(4096)), "is not a version 4 decision table"),
 ])
 def test_a_fifo_directory_or_noise_at_the_tables_path_blocks_nothing(tmp_path, make, why):
     # A FIFO would block an open() without O_NONBLOCK for ever; run() would time out.
@@ -292,9 +291,9 @@ def test_a_table_beyond_this_clusters_nodes_is_not_trusted(tmp_path, shape, entr
 
 def test_a_body_changed_under_the_same_header_is_read_again(tmp_path):
     first = table(decision(FP, cpus=3))
-    head = first.split("\n", 1)[0]
+    head, _, end = first.splitlines()
     second = tmp_path / "second.tbl"
-    second.write_text(head + "\n" + table(decision(FP, cpus=4)).split("\n", 1)[1])
+    second.write_text("\n".join([head, table(decision(FP, cpus=4)).splitlines()[1], end, ""]))
     jobs, logs = run(tmp_path, [OURS, dict(OURS, table_from=str(second))], first)
     assert [j["cpus_per_task"] for j in jobs] == ["3", "4"]
     assert any("changed under the same header" in line for line in logs), logs
@@ -308,3 +307,78 @@ def test_a_fault_that_ends_and_comes_back_is_logged_again(tmp_path):
                                 dict(OURS, table_from=str(bad))], "hello\n")
     assert [j["cpus_per_task"] for j in jobs] == ["2", "2", "3", "2"]
     assert sum(line.startswith("error slurm-synergy") for line in logs) == 2, logs
+
+
+def test_every_entry_of_a_large_table_is_found_by_halving_and_no_other(tmp_path):
+    """The shim never parses the table: it halves over the sorted lines. Every uid and
+    fingerprint of 3,000 lines is found, and keys between them are not."""
+    from slurm_synergy.decisions.table import Owned as Own
+    fps = [f"{n * 7919:016x}" for n in range(1, 1001)]
+    owned = [Own(uid, decision(fp, cpus=1 + n % 7)) for uid in (UID - 1, UID, UID + 1)
+             for n, fp in enumerate(fps)]
+    tbl = render(owned, Policy(), DEFAULT_SHAPE)
+    wanted = fps[::97] + [fps[0], fps[-1]] + [f"{n * 7919 + 1:016x}" for n in range(1, 40)]
+    jobs, _ = run(tmp_path, [dict(OURS, comment=f"synergy:fp={fp}") for fp in wanted], tbl)
+    for fp, job in zip(wanted, jobs):
+        if fp in fps:
+            assert job["cpus_per_task"] == str(1 + fps.index(fp) % 7), fp
+        else:
+            assert job["cpus_per_task"] == "2" and job["comment"].endswith(" profile=1"), fp
+
+
+def test_a_malformed_line_hides_only_the_workloads_whose_lookup_meets_it(tmp_path):
+    fps = [f"{n:016x}" for n in range(1, 8)]
+    tbl = table(*(decision(fp, cpus=3) for fp in fps)).splitlines()
+    tbl[4] = tbl[4].replace(" 3 1024 ", " -3 1024 ")      # the 4th entry: fps[3]
+    jobs, logs = run(tmp_path, [dict(OURS, comment=f"synergy:fp={fp}") for fp in fps],
+                     "\n".join(tbl) + "\n")
+    assert jobs[3]["cpus_per_task"] == "2" and "env.SYNERGY_PROFILE" not in jobs[3]
+    assert [j["cpus_per_task"] for j in jobs[:3] + jobs[4:]] == ["3"] * 6
+    assert sum("malformed line" in line for line in logs) == 1, logs
+
+
+def test_a_job_that_names_its_qos_is_held_to_that_qos(tmp_path):
+    from slurm_synergy.decisions.limits import Cap
+    tbl = render([Owned(UID, decision(FP, cpus=5, mem_mb=1280, gpus=1))], Policy(),
+                 DEFAULT_SHAPE, qos={"normal": Cap(), "short": Cap(4, 0, 0)})
+    jobs, logs = run(tmp_path, [OURS, dict(OURS, qos="normal"), dict(OURS, qos="short"),
+                                dict(OURS, qos="nosuch\nforged line")], tbl)
+    assert [j["cpus_per_task"] for j in jobs] == ["5", "5", "2", "2"]
+    assert any("past QOS short's limits for one job" in line for line in logs)
+    assert any("QOS nosuch\\010forged line is not one the table holds" in line
+               for line in logs), logs
+    # Where Slurm enforces no limits, a named QOS bounds nothing.
+    free = render([Owned(UID, decision(FP, cpus=5))], Policy(), DEFAULT_SHAPE)
+    (job,), _ = run(tmp_path, [dict(OURS, qos="short")], free)
+    assert job["cpus_per_task"] == "5"
+
+
+def test_a_shared_decision_only_grows_a_job(tmp_path):
+    """Another member's profile (share_group) may give a member more than they asked,
+    never less: no member can starve another through a profile in their own name."""
+    shared = render([Owned(UID, decision(FP, cpus=4, mem_mb=1024, gpus=1, workers=3,
+                                         power_limit_w=150), shared=True)],
+                    Policy(), DEFAULT_SHAPE)
+    jobs, logs = run(tmp_path, [OURS, dict(OURS, cpus_per_task="8", pn_min_memory="8192")],
+                     shared)
+    # Asked 2 cores and 3072 MB of 2 GPUs: the cores grow, memory and GPUs stay, no power
+    # limit is set.
+    assert (jobs[0]["cpus_per_task"], jobs[0]["pn_min_memory"]) == ("4", "3072")
+    assert jobs[0]["tres_per_node"] == "gres:gpu:2"
+    assert "env.SYNERGY_POWER_LIMIT_W" not in jobs[0]
+    assert jobs[0]["comment"].endswith("decision=c4,m3072,g2,w3")
+    # A job it would not grow is left as asked, and measured as its own.
+    assert (jobs[1]["cpus_per_task"], jobs[1]["pn_min_memory"]) == ("8", "8192")
+    assert jobs[1]["env.SYNERGY_PROFILE"] == "1"
+
+
+@pytest.mark.parametrize("name", ["a\nslurm-synergy: job x (uid 0): forged",
+                                  "caf\xe9\r\x1b[2J", "%s%d%n"])
+def test_what_a_user_names_reaches_slurmctlds_log_escaped(tmp_path, name):
+    (job,), logs = run(tmp_path, [dict(OURS, name=name, num_tasks="4")],
+                       table(decision(FP, cpus=5)))
+    assert job["rc"] == "0"
+    line = next(line for line in logs if "more than one task" in line)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert "job " + name.replace("\n", "\\010").replace("\r", "\\013").replace(
+        "\x1b", "\\027").replace("\xe9", "\\195\\169") in line or "%s%d%n" in line, line

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.model.comment import FINGERPRINT_HEX, HETERO, OPT_OUT
-from slurm_synergy.model.plainkey import KEY_VERSION, MAX_SCRIPT_BYTES, PlainJob, normalised, plain_key
+from slurm_synergy.model.plainkey import KEY_BUDGET, KEY_VERSION, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.decisions.table import MAX_CPUS, MAX_ENTRIES, MAX_GPUS, MAX_MEM_MB
 
@@ -67,7 +67,7 @@ def test_the_shim_and_python_compute_the_same_key(tmp_path, script, fields):
 def test_the_shim_spells_the_marks_and_limits_as_python_does():
     lua = (ROOT / "etc" / "job_submit.lua").read_text()
     for name, value in (("KEY_VERSION", f'"{KEY_VERSION}"'), ("OPT_OUT", f'"{OPT_OUT}"'),
-                        ("HETERO", f'"{HETERO}"'), ("MAX_SCRIPT_BYTES", str(MAX_SCRIPT_BYTES)),
+                        ("HETERO", f'"{HETERO}"'), ("KEY_BUDGET", str(KEY_BUDGET)),
                         ("FINGERPRINT_HEX", str(FINGERPRINT_HEX)),
                         ("MAX_ENTRIES", str(MAX_ENTRIES))):
         assert re.search(rf"^local {name} = {re.escape(value)}$", lua, re.M), name
@@ -157,12 +157,49 @@ def test_a_skipped_user_is_untouched(tmp_path, monkeypatch):
 def test_interactive_jobs_and_oversized_scripts_are_not_keyed(tmp_path):
     (job,), _ = run(tmp_path, [dict(BATCH)], table())         # srun/salloc: no script
     assert "comment" not in job
-    huge = "echo x\n" * (MAX_SCRIPT_BYTES // 6)
+    huge = "echo x\n" * (KEY_BUDGET // 6)
     assert plain_key(PlainJob(UID, huge)) is None
     # Comments are not in the key, but a script that long is not even read through.
-    assert plain_key(PlainJob(UID, "# x\n" * MAX_SCRIPT_BYTES + "echo x\n")) is None
+    assert plain_key(PlainJob(UID, "# x\n" * KEY_BUDGET + "echo x\n")) is None
     job, logs = submit(tmp_path, huge, table())
     assert "comment" not in job and any("not keyed" in line for line in logs)
+
+
+def _budget_left(**fields: str) -> int:
+    """What KEY_BUDGET leaves for arguments beside SCRIPT and the job's other fields."""
+    key_data = [KEY_VERSION, str(UID), fields.get("work_dir", BATCH["work_dir"]), "",
+                BATCH["tres_per_node"], "", normalised(SCRIPT.encode()).decode()]
+    return KEY_BUDGET - sum(len(f.encode()) for f in key_data) - (len(key_data) - 1)
+
+
+@pytest.mark.parametrize("args, keyed", [
+    (lambda room: ["a" * (room - 1)], True),                  # the budget exactly
+    (lambda room: ["a" * room], False),                       # a byte past it
+    (lambda room: ["x"] * (room // 2), True),                 # many short ones, within
+    (lambda room: ["x"] * (room // 2 + 1), False),            # one too many
+    (lambda room: ["a" * (1 << 20)], False),                  # a megabyte
+], ids=["exactly", "one-past", "many-within", "many-past", "a-megabyte"])
+def test_arguments_and_script_are_keyed_within_one_budget_by_both(tmp_path, args, keyed):
+    """The shim hashes at most KEY_BUDGET bytes of script, arguments and folder in all
+    (inside slurmctld's locks); Python draws the line at the same byte."""
+    argv = args(_budget_left())
+    fields = {"argv.0": "job.sh", **{f"argv.{i}": a for i, a in enumerate(argv, start=1)}}
+    assert (python_key(SCRIPT, **fields) is not None) == keyed
+    job, logs = submit(tmp_path, SCRIPT, table(), **fields)
+    if keyed:
+        assert key_of(job) == python_key(SCRIPT, **fields)
+    else:
+        assert "comment" not in job and any("over 65536 bytes: not keyed" in line
+                                            for line in logs), logs
+
+
+def test_an_argument_count_past_the_budget_is_refused_before_argv_is_read(tmp_path):
+    # slurmctld copies every argument at each read of job_desc.argv: a count alone past
+    # the budget is enough to leave the job alone, whatever argv holds.
+    job, logs = submit(tmp_path, SCRIPT, table(), argc=str(10 ** 7),
+                       **{"argv.0": "job.sh", "argv.1": "x"})
+    assert "comment" not in job
+    assert any("9999999 arguments over 65536 bytes: not keyed" in line for line in logs), logs
 
 
 def test_without_a_table_a_plain_job_is_untouched_and_the_fault_logged(tmp_path):

@@ -11,9 +11,10 @@ import pytest
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.rightsize import Asked, LeftAsAsked, rightsize
+from slurm_synergy.decisions.table import Owned, render
 
 from .test_decisions_table import decision
-from .test_job_submit import FP, run, table
+from .test_job_submit import FP, UID, run, table
 
 # (what the job asks: cpus, MB, GPUs, GPU type, pinned), (the decision: cpus, MB, GPUs,
 # its GPU type, workers, power limit, training processes), the site lets pins win
@@ -50,6 +51,38 @@ def test_the_shim_applies_a_decision_as_the_one_applier_does(tmp_path, case):
     assert out.get("tres_per_node") == (f"gres:{sized.gres}" if sized.gpus else gres)
     assert int(out["env.SYNERGY_WORKERS"]) == sized.workers
     assert out["comment"].endswith(f" asked={sized.asked} decision={sized.decided}")
+
+
+# A shared decision (share_group): (asked cpus, MB, GPUs), (decision cpus, MB, GPUs)
+SHARED = {
+    "grows cores": ((2, 3072, 2), (4, 1024, 1)),
+    "grows memory": ((8, 1024, 1), (2, 4096, 1)),
+    "grows both": ((1, 512, 1), (4, 4096, 2)),
+    "unset cores grow": ((None, 8192, 1), (3, 1024, 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(SHARED))
+def test_a_shared_decision_grows_a_job_alike_in_both(tmp_path, case):
+    (cpus, mem, gpus), (dc, dm, dg) = SHARED[case]
+    d = decision(FP, dc, dm, dg, "", 3, 200)
+    sized = rightsize(Asked(cpus, mem, gpus), d, False, grow_only=True)
+    job = {"name": "j", "comment": f"synergy:fp={FP}", "pn_min_memory": str(mem),
+           "tres_per_node": f"gres:gpu:{gpus}",
+           **({"cpus_per_task": str(cpus), "min_cpus": str(cpus), "pn_min_cpus": str(cpus)}
+              if cpus else {})}
+    tbl = render([Owned(UID, d, shared=True)], Policy(), NodeShape(16, 64000, 4))
+    (out,), _ = run(tmp_path, [job], tbl)
+    assert (int(out["cpus_per_task"]), int(out["pn_min_memory"])) == (sized.cpus, sized.mem_mb)
+    assert sized.cpus >= (cpus or 0) and sized.mem_mb >= mem and sized.gpus == gpus
+    assert out["tres_per_node"] == f"gres:gpu:{gpus}" and sized.power_limit_w == 0
+    assert int(out["env.SYNERGY_WORKERS"]) == sized.workers
+    assert out["comment"].endswith(f" asked={sized.asked} decision={sized.decided}")
+
+
+def test_a_shared_decision_that_would_grow_nothing_is_left_as_asked():
+    with pytest.raises(LeftAsAsked, match="would grow nothing"):
+        rightsize(Asked(8, 8192, 1), decision(FP, 2, 1024, 1), False, grow_only=True)
 
 
 def test_workers_follow_pinned_cores_one_kept_for_each_training_process():

@@ -4,10 +4,10 @@
 -- for the script's argv (argv.0 its path), script_from=FILE for the batch script's text,
 -- fail_on=FIELD to make writing FIELD raise, table_from=FILE to put FILE's text at the
 -- decision table's path just before this job, as a sync between two submissions would),
--- separated by blank lines. PARTITIONS is what slurmctld
+-- separated by blank lines; a value's newlines, returns and backslashes escaped. PARTITIONS is what slurmctld
 -- would hand the shim: "name:total_cpus:total_nodes:default[:max_mem_per_node],..."
 -- (default gpu:16:1:1). Prints each job's fields after slurm_job_submit, and everything
--- the shim logged.
+-- the shim logged; with HARNESS_TIMES=1, the CPU seconds the shim took on each job.
 
 slurm = { SUCCESS = 0, ERROR = -1 }
 local logs = {}
@@ -37,6 +37,14 @@ local function make_job(fields)
 			data[key] = numeric(key) and tonumber(value) or value
 		end
 	end
+	-- slurmctld hands argc beside argv (argv[0] counted); argc=N in JOBS overrides it, as
+	-- a client of libslurm may send any.
+	if argv ~= nil and data.argc == nil then
+		local n = 0
+		while argv[n] ~= nil do n = n + 1 end
+		data.argc = n
+	end
+	if data.argc ~= nil then data.argc = tonumber(data.argc) end
 	-- srun and salloc jobs reach job_submit without an environment.
 	local environment = nil
 	if not fields.no_env then
@@ -47,7 +55,18 @@ local function make_job(fields)
 	local job = setmetatable({}, {
 		__index = function(_, k)
 			if k == "environment" then return environment end
-			if k == "argv" then return argv end
+			if k == "argv" then
+				-- slurmctld builds the table anew, every string pushed again, at each
+				-- read: a pass over its bytes, as sub's is (it meets the string interned).
+				if argv == nil then return nil end
+				local copy = {}
+				for n, v in pairs(argv) do copy[n] = v:sub(1) end
+				return copy
+			end
+			if k == "script" then
+				-- ... and copies the script at each read too.
+				return data.script and data.script:sub(1)
+			end
 			return data[k]
 		end,
 		__newindex = function(_, k, v)
@@ -76,7 +95,8 @@ for line in io.lines(arg[2]) do
 		current = {}
 	else
 		local k, v = line:match("^([^=]+)=(.*)$")
-		current[k] = v
+		-- Values are written escaped (\n, \r, \\), so that one may hold a newline.
+		current[k] = v:gsub("\\(.)", { n = "\n", r = "\r", ["\\"] = "\\" })
 	end
 end
 if next(current) then table.insert(jobs, current) end
@@ -90,15 +110,21 @@ for i, fields in ipairs(jobs) do
 		out:close()
 	end
 	local job, data, env = make_job(fields)
+	local started = os.clock()
 	local rc = slurm_job_submit(job, part_list, 1000)
+	local took = os.clock() - started
 	print("JOB " .. i .. " rc=" .. tostring(rc))
+	-- HARNESS_TIMES=1: the CPU time the shim took on each job (bench/bench_shim.py).
+	if os.getenv("HARNESS_TIMES") == "1" then
+		print(string.format("TIME %d %.6f", i, took))
+	end
 	local keys = {}
 	for k in pairs(data) do table.insert(keys, k) end
 	for k in pairs(env) do table.insert(keys, "env." .. k) end
 	table.sort(keys)
 	for _, k in ipairs(keys) do
 		local name = k:match("^env%.(.*)$")
-		if k ~= "script" then       -- many lines; the tests know it
+		if k ~= "script" and k ~= "argc" then       -- the tests know them
 			print(k .. "=" .. tostring(name and env[name] or data[k]))
 		end
 	end

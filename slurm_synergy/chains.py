@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurm_synergy import paths
-from slurm_synergy.fileio import locked
+from slurm_synergy.fileio import append_private, locked, private_folder
 from slurm_synergy.model.errors import SynergyError
 
 
@@ -32,10 +32,9 @@ def chains_path(cluster: str) -> Path:
 
 def record(link: ChainLink, path: Path | None = None) -> None:
     path = path or chains_path(paths.job_cluster())
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     with locked(path.with_suffix(".lock")):
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(asdict(link), sort_keys=True) + "\n")
+        append_private(path, json.dumps(asdict(link), sort_keys=True) + "\n")
 
 
 def read_chains(cluster: str, path: Path | None = None) -> list[ChainLink]:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.fileio import PRIVATE, atomic_write_text
 
 MODES = ("train", "loader", "compute", "watch", "memory")
 # The folder whose sitecustomize.py installs the hooks in every Python process that has
@@ -117,7 +117,8 @@ class ProcessRecord:
     def write(self, folder: Path) -> None:
         # By host too: an srun across nodes may write to one shared folder.
         name = f"{socket.gethostname()}-{self.pid}.json"
-        atomic_write_text(folder / name, json.dumps(asdict(self)) + "\n", durable=False)
+        atomic_write_text(folder / name, json.dumps(asdict(self)) + "\n", PRIVATE,
+                          durable=False)
 
 
 def read_records(folder: Path) -> list[ProcessRecord]:
@@ -218,7 +219,8 @@ class ProbeResult:
     started_processes: list[str]    # commands the script started that ran unprobed
 
     def write(self, path: Path) -> None:
-        atomic_write_text(path, json.dumps(asdict(self), indent=1) + "\n")
+        # It holds the run's command line: its arguments may be tokens or paths.
+        atomic_write_text(path, json.dumps(asdict(self), indent=1) + "\n", PRIVATE)
 
 
 def read_result(path: Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import Sequence
 import psutil
 
 from slurm_synergy import paths
+from slurm_synergy.fileio import PRIVATE, atomic_write_text, private_folder
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.paths import policy_path
@@ -97,16 +98,15 @@ def result_path(job_id: str, cluster: str) -> Path:
     """Where a run's probe result goes for the reports: the job's folder of this user's
     records (named in the outputs pointers, as a CSV job's output folder is), probe.json
     for its first run, probe-<n>.json for a later one of the same job."""
-    folder = paths.cluster_dir(cluster) / "runs" / (job_id or "unknown")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_folder(paths.cluster_dir(cluster) / "runs" / (job_id or "unknown"))
     pointer = paths.outputs_dir(cluster) / job_id
     if job_id and not pointer.exists():
-        pointer.parent.mkdir(parents=True, exist_ok=True)
-        pointer.write_text(f"{folder}\n")
+        private_folder(pointer.parent)
+        atomic_write_text(pointer, f"{folder}\n", PRIVATE)
     for n in range(1, 1000):        # taken whole, so two runs of one job never share one
         path = folder / ("probe.json" if n == 1 else f"probe-{n}.json")
         with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE))
             return path
     raise OSError(f"{folder}: no free name for a run's result")
 

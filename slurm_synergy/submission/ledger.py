@@ -22,7 +22,7 @@ from typing import Iterator
 
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.fileio import atomic_write_text, locked
+from slurm_synergy.fileio import PRIVATE, atomic_write_text, locked, private_folder
 from slurm_synergy.model.jobspec import JobSpec
 
 VERSION = 2
@@ -109,4 +109,6 @@ class Ledger:
 
     def save(self) -> None:
         data = {"version": VERSION, "rows": {k: asdict(v) for k, v in self.entries.items()}}
-        atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        private_folder(self.path.parent)
+        atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n",
+                          PRIVATE)

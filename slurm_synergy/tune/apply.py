@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from slurm_synergy import paths
+from slurm_synergy.fileio import append_private
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.hooks.context import utc_now
@@ -27,9 +28,7 @@ def log_path() -> Path:
 
 
 def _append(log: Path, record: dict) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
+    append_private(log, json.dumps(record, sort_keys=True) + "\n")
 
 
 def _settings(cpus: int, mem_mb: int) -> dict[str, str]:

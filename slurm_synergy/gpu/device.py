@@ -23,6 +23,9 @@ class GpuInfo:
     pci_bus_id: str
     name: str
     minor: int | None          # /dev/nvidiaN: the number Slurm's gres.conf names
+    # Why the board is not one job's whole ("" when it is): in MIG mode its instances are
+    # other jobs', and its power limit is the board's, so a job's own limit is not set.
+    shared: str = ""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,16 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _mig(nvml: Any, handle: Any) -> str:
+    """Why the board is shared ("" where it is not): MIG mode on."""
+    try:
+        current, _ = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:       # a board without MIG: whole
+        return ""
+    return "in MIG mode (its instances may be other jobs')" \
+        if current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1) else ""
+
+
 class NvmlGpu:
     def __init__(self, nvml: Any, handle: Any) -> None:
         self._nvml = nvml
@@ -35,7 +45,8 @@ class NvmlGpu:
             minor = None
         self.info = GpuInfo(uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                             pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
-                            name=_text(nvml.nvmlDeviceGetName(handle)), minor=minor)
+                            name=_text(nvml.nvmlDeviceGetName(handle)), minor=minor,
+                            shared=_mig(nvml, handle))
         # GPM (SM activity) is set up by the first sample, so hooks that only set limits
         # never allocate it: None unknown, False unsupported, else (sample, taken at).
         self._gpm: Any = None

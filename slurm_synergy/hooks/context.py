@@ -57,6 +57,7 @@ class HookContext:
     job_id: str
     node: str
     uid: str                       # SLURM_JOB_UID: the job's cgroup is under uid_<uid>
+    gid: int | None                # SLURM_JOB_GID: the group its stats are readable by
     gpu_ids: tuple[str, ...]       # SLURM_JOB_GPUS: device (minor) numbers
     restart: int                   # SLURM_JOB_RESTART_COUNT: a requeued job keeps its id
     comment: str
@@ -107,6 +108,7 @@ def context(hook: str, env: dict[str, str] | None = None) -> HookContext:
     return HookContext(
         job_id=job_id, node=node,
         uid=env.get("SLURM_JOB_UID", "") if env.get("SLURM_JOB_UID", "").isdigit() else "",
+        gid=int(env["SLURM_JOB_GID"]) if env.get("SLURM_JOB_GID", "").isdigit() else None,
         gpu_ids=tuple(job_gpu_ids(env)),
         restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0)
         if env.get("SLURM_JOB_RESTART_COUNT", "0").isdigit() else 0,

@@ -23,7 +23,7 @@ from slurm_synergy.hooks.context import HookContext, utc_now
 from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.hooks.records import (GpuStart, GpuUse, JobGpuStats, PrologRecord, RecordError,
                                           read_prolog, stats_path,
-                                          write_json, written_by_this_account_alone)
+                                          write_json, not_this_accounts_alone)
 from slurm_synergy.hooks.jobcgroup import CgroupUse
 from slurm_synergy.hooks.sampling import SamplerTotals, read_totals
 
@@ -220,10 +220,11 @@ def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
             ctx.log(f"GPU stats folder {out.parent} is a link: not written")
             return
         # Reports trust a record only as the folder's owner's: a folder a user made, or
-        # one others may write, would let them stand in for the epilog.
-        if not written_by_this_account_alone(folder):
-            ctx.log(f"GPU stats folder {out.parent} is not this account's alone (uid "
-                    f"{folder.st_uid}, mode {stat.S_IMODE(folder.st_mode):04o}): not written")
+        # one others may write or swap, would let them stand in for the epilog.
+        why = not_this_accounts_alone(out.parent)
+        if why:
+            ctx.log(f"GPU stats folder {out.parent} is not this account's alone ({why}): "
+                    "not written")
             return
         if out.lstat().st_uid == os.geteuid() and not out.is_symlink():
             ctx.log(f"GPU stats {out} exist already (epilog run twice): kept")
@@ -235,7 +236,9 @@ def _write_stats(ctx: HookContext, out: Path, stats: JobGpuStats) -> None:
         ctx.log(f"GPU stats folder unreadable ({e})")
         return
     try:
-        write_json(out, stats)
+        # The job's user reads them (its group), root and the epilogs' account: not every
+        # user, though the file names (job ids) are as public as squeue.
+        write_json(out, stats, 0o640, group=ctx.gid if ctx.gid is not None else os.getegid())
     except OSError as e:   # a full or unmounted stats folder costs the report, not the node
         ctx.log(f"GPU stats could not be written to {out} ({e})")
         return

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from slurm_synergy.hooks.records import JOB_ID, job_of, written_by_this_account_alone
+from slurm_synergy.hooks.records import JOB_ID, job_of, not_this_accounts_alone
 
 MARKER = ".pruned"      # in the stats folder: its mtime is when it was last pruned
 DAY_S = 86400.0
@@ -35,13 +35,9 @@ def prune(folder: Path, keep_days: int, budget_s: float, log: Callable[[str], No
     if keep_days <= 0:
         return 0
     now = time.time() if now is None else now
-    try:
-        st = folder.lstat()
-    except OSError:
-        return 0
     # Only the epilogs' own folder (records._write_stats writes to no other): in one that
-    # others may write, names could be anyone's.
-    if not (stat.S_ISDIR(st.st_mode) and written_by_this_account_alone(st)):
+    # others may write or swap, names could be anyone's.
+    if not_this_accounts_alone(folder):
         return 0
     try:
         fd = os.open(folder / MARKER, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,

@@ -39,6 +39,11 @@ def start_sampler(ctx: HookContext, gpus: Sequence[Gpu]) -> int | None:
 def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None) -> GpuStart:
     info, log = gpu.info, ctx.log
     energy = gpu.energy_mj()
+    if info.shared and asked_w is not None:
+        # The limit is the board's: the job's own would throttle its other tenants. The
+        # board stays under the site cap (the epilog sees to it after every job).
+        log(f"gpu {info.uuid}: {info.shared}: the job's {asked_w} W limit is not set")
+        asked_w = None
     try:
         rng, before = gpu.power_range(), gpu.power_limit_mw()
     except GpuError as e:

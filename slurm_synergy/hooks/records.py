@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from slurm_synergy.fileio import UntrustedFile, atomic_write_text, read_untrusted
-from slurm_synergy.hooks.trust import WRITABLE_BY_OTHERS
+from slurm_synergy.hooks.trust import kept_by
 
 JOB_ID = re.compile(r"^\d{1,12}$")
 NODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -137,8 +136,9 @@ def _build(cls: type, data: dict[str, Any], path: Path) -> Any:
         raise RecordError(f"{path}: {e}") from None
 
 
-def write_json(path: Path, record: object, mode: int = 0o644) -> None:
-    atomic_write_text(path, json.dumps(asdict(record), indent=1) + "\n", mode)  # type: ignore[call-overload]
+def write_json(path: Path, record: object, mode: int = 0o644, group: int | None = None) -> None:
+    atomic_write_text(path, json.dumps(asdict(record), indent=1) + "\n", mode,  # type: ignore[call-overload]
+                      group=group)
 
 
 def read_prolog(path: Path) -> PrologRecord:
@@ -186,11 +186,11 @@ class StatsFolder:
             folder = stats_dir.lstat()
         except FileNotFoundError:
             return
-        if not stat.S_ISDIR(folder.st_mode) or folder.st_mode & WRITABLE_BY_OTHERS:
-            # Anyone could have written its records: none is read as the epilogs'.
-            self._problem = (f"GPU stats folder {stats_dir} is not a folder only its owner "
-                             f"writes (mode {stat.S_IMODE(folder.st_mode):04o}): its records "
-                             "are ignored")
+        why = kept_by(stats_dir, folder.st_uid)
+        if why:
+            # Anyone could have written (or swapped in) its records: none is the epilogs'.
+            self._problem = (f"GPU stats folder {stats_dir} is not one only its owner "
+                             f"writes ({why}): its records are ignored")
             return
         # The epilogs write as the folder's owner; another account's file is not theirs.
         self._owner = folder.st_uid
@@ -248,10 +248,11 @@ class StatsFolder:
         return found, problems
 
 
-def written_by_this_account_alone(folder: os.stat_result) -> bool:
-    """Whether the epilogs may write and prune a stats folder (its lstat): owned by the
-    account they run as, written by no one else; reports trust its records as theirs."""
-    return folder.st_uid == os.geteuid() and not folder.st_mode & WRITABLE_BY_OTHERS
+def not_this_accounts_alone(folder: Path) -> str:
+    """Why the epilogs may not write and prune a stats folder ("" when they may): it must
+    be the account's they run as, written by no one else, nor any folder above it
+    (trust.kept_by); reports trust its records as theirs."""
+    return kept_by(folder, os.geteuid())
 
 
 def job_of(name: str) -> str:

@@ -34,6 +34,35 @@ def _chain(path: Path) -> list[Path]:
     return list(dict.fromkeys([named, *named.parents, real, *real.parents]))
 
 
+def kept_by(path: Path, owner: int) -> str:
+    """Why an account other than `owner` (and root) could change the folder `path` or
+    swap one above it ("" when none can): the folder is `owner`'s and written by no one
+    else, and each folder above it is root's or `owner`'s, written by no one else unless
+    it is a sticky folder of root's (/tmp). Links above it are judged where they lead."""
+    named = Path(os.path.abspath(path))
+    try:
+        st = named.lstat()
+    except OSError as e:
+        return f"{named}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{named} is not a folder"
+    if st.st_uid != owner or st.st_mode & WRITABLE_BY_OTHERS:
+        return (f"{named} is not uid {owner}'s alone (uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o})")
+    for above in dict.fromkeys([*named.parents, *Path(os.path.realpath(named)).parents]):
+        try:
+            st = above.stat()
+        except OSError as e:
+            return f"{above}: {e.strerror}"
+        if st.st_uid not in (0, owner):
+            return f"{above}, a folder above it, belongs to uid {st.st_uid}"
+        if st.st_mode & WRITABLE_BY_OTHERS and not (st.st_uid == 0 and
+                                                    st.st_mode & stat.S_ISVTX):
+            return (f"{above}, a folder above it, is writable by others (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}): it could be swapped")
+    return ""
+
+
 def problems(path: Path, tree: bool = False) -> list[str]:
     """Why a non-root user could change `path` (and, with `tree`, anything under it)."""
     out = []

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from dataclasses import replace
+
 import pytest
 
 from slurm_synergy.gpu import PowerRange
@@ -75,6 +77,27 @@ def test_prolog_applies_the_decided_limit_and_epilog_restores_the_cap(tmp_path):
     log = (tmp_path / "hooks.log").read_text()
     assert "limit 300 W -> 200 W (decision 200 W (site cap 280 W))" in log
     assert "limit 200 W -> 280 W (ceiling)" in log
+
+
+def test_a_jobs_stats_are_readable_by_its_group_and_no_one_else(tmp_path):
+    c = hook_ctx(tmp_path, gid=4242)
+    assert prolog.run(c, backend(FakeGpu(0)), no_sampler) == 0
+    assert epilog.run(c, backend(FakeGpu(0))) == 0
+    st = stats_path(c.stats_dir, "101", "n1").stat()
+    assert (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)) == (0, 4242, "0o640")
+
+
+def test_a_board_the_job_does_not_hold_whole_keeps_the_site_cap_not_the_jobs_limit(tmp_path):
+    """A MIG board's limit is the board's: the job's own would throttle its other
+    instances' jobs. It is held to the site cap, as every board is."""
+    gpu = FakeGpu(0, limit_w=300)
+    gpu.info = replace(gpu.info, shared="in MIG mode (its instances may be other jobs')")
+    c = hook_ctx(tmp_path, comment="fp=a decision=c2,m1024,g1,w1,p200", cap_w=280)
+    assert prolog.run(c, backend(gpu), no_sampler) == 0
+    assert gpu.limit_mw == 280 * W
+    log = (tmp_path / "hooks.log").read_text()
+    assert "in MIG mode (its instances may be other jobs'): the job's 200 W limit is not set" \
+        in log
 
 
 def test_a_job_that_raised_its_gpu_above_the_cap_is_put_back(tmp_path):

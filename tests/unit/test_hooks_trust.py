@@ -78,3 +78,19 @@ def test_root_owned_files_under_a_sticky_folder_like_tmp_are_trusted(tmp_path):
     tmp_path.chmod(0o755)
     assert problems(mine) == []
     assert problems(sticky) != []       # the sticky folder itself is not a trusted file
+
+
+def test_a_folder_is_kept_by_its_owner_only_where_no_folder_above_it_can_be_swapped(tmp_path):
+    from slurm_synergy.hooks.trust import kept_by
+    tmp_path.chmod(0o755)
+    stats = tmp_path / "a" / "stats"
+    stats.mkdir(parents=True)
+    assert kept_by(stats, 0) == ""
+    (tmp_path / "a").chmod(0o777)       # a writable ancestor: stats could be swapped
+    assert "a folder above it, is writable by others" in kept_by(stats, 0)
+    (tmp_path / "a").chmod(0o755)
+    os.chown(tmp_path / "a", USER, USER)    # a user's folder above root's stats
+    assert f"a folder above it, belongs to uid {USER}" in kept_by(stats, 0)
+    os.chown(tmp_path / "a", 0, 0)
+    stats.chmod(0o775)
+    assert "is not uid 0's alone" in kept_by(stats, 0)

@@ -75,8 +75,18 @@ def test_a_folder_others_can_write_is_not_read_ahead_or_after(tmp_path):
     folder = StatsFolder(d)
     folder.read_ahead(None, _never)
     found, problems = folder.of({"5"})
-    assert found == {} and "is not a folder only its owner writes" in problems[0]
+    assert found == {} and "is not one only its owner writes" in problems[0]
 
 
 def _never() -> bool:
     raise AssertionError("read ahead in a folder others write")
+
+
+def test_a_folder_whose_parent_others_can_write_is_not_read(tmp_path):
+    """The folder itself may be the epilogs', but one above it that others can write lets
+    them swap in a folder of records of their own."""
+    d = _folder(tmp_path)
+    _write(d, "5")
+    d.parent.chmod(0o777)
+    found, problems = StatsFolder(d).of({"5"})
+    assert found == {} and "a folder above it, is writable by others" in problems[0]

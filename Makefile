@@ -7,9 +7,11 @@ SYNERGY := $(VENV)/bin/synergy
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # The local cluster: Slurm's daemons and client, MariaDB for accounting, munge for auth;
 # lua5.1 runs the job_submit shim's unit tests outside slurmctld; chromium renders the
-# report page in its test.
+# report page in its test; libslurm-dev and gcc build the small libslurm client that
+# submits what sbatch would not (tests/clients/).
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
                 slurm-wlm-mysql-plugin procps util-linux lua5.1 lua-posix chromium \
+                libslurm-dev gcc libc6-dev \
                 python3-venv
 # The venv is made from Debian's interpreter, which every user can run: the local
 # cluster's ordinary users run `.venv/bin/synergy` and their jobs `.venv/bin/python`

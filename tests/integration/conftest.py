@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -26,6 +27,9 @@ from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.jobs import records, wait
 from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
+from slurm_synergy.decisions.table import TABLE_NAME, read
+
+from tests.helpers import make_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNERGY = [sys.executable, "-m", "slurm_synergy.cli"]
@@ -224,5 +228,64 @@ def job_names_in_queue(slurm: Slurm, names) -> list[str]:
     return sorted(set(names) & known)
 
 
+# A workload of make_profile's that tests of several users' jobs decide for.
+FP = "5e1f5e1f5e1f5e1f"
+ACCT = ("JobID", "User", "State", "AllocCPUS", "ReqMem", "Comment")
+# Saves the profile file it is given into the caller's own folder of the site's store,
+# through the package, as a user's profiling job does.
+SAVE = ("import sys\n"
+        "from slurm_synergy.model.profile import profile_from_json\n"
+        "from slurm_synergy.profiles import ProfileStore\n"
+        "print(ProfileStore.default().save(profile_from_json(open(sys.argv[1]).read(), "
+        "sys.argv[1])))\n")
+
+
+def profile_file(tenants, name: str, one_core_rate: float, fp: str = FP) -> Path:
+    """make_profile's workload (2 cores at 100 samples/s), its one core at `one_core_rate`."""
+    p = make_profile(fp)
+    points = tuple(replace(pt, samples_per_s=one_core_rate,
+                           repeats=(one_core_rate,) * 3) if pt.cores == 1 and
+                   pt.measure == "train" else pt for pt in p.points)
+    path = tenants.shared / f"{name}-{fp}.json"
+    path.write_text(replace(p, points=points).to_json())
+    path.chmod(0o644)
+    return path
+
+
+def save_as(tenants, who, site: Path, source: Path) -> Path:
+    """The profile file `source` saved as `who` saves one, into their folder of `site`."""
+    ran = tenants.run(who, [TENANT_PYTHON, "-c", SAVE, str(source)],
+                      env={"SYNERGY_PROFILES": str(site)})
+    assert ran.returncode == 0, ran.stderr
+    return Path(ran.stdout.strip())
+
+
+def sbatch_as(tenants, who, *options: str) -> str:
+    """A one-second job of `who`'s, with these sbatch options; its id."""
+    ran = tenants.run(who, ["sbatch", "--parsable", f"--output={tenants.shared}/%j.out",
+                            "--time=5", *options, "--wrap", "sleep 1"])
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.strip()
+
+
+def accounted(slurm, ids) -> dict[str, dict[str, str]]:
+    """sacct's records of ended jobs, once accounting has their sizes (once, a record read
+    right at the end showed ReqMem "16?")."""
+    deadline = time.monotonic() + 30
+    while True:
+        acct = {r["JobID"]: r for r in slurm.sacct(list(ids), ACCT)}
+        if all(re.fullmatch(r"\d+[MG]", acct.get(j, {}).get("ReqMem", "")) for j in ids) \
+                or time.monotonic() > deadline:
+            return acct
+        time.sleep(1)
+
+
+def decision_table(box) -> dict:
+    """The entries of the local cluster's decision table, by (uid, fingerprint)."""
+    return read(box.etc / TABLE_NAME)[1]
+
+
+
 __all__ = ["EXPECTED_DRAINS", "Tenant", "Tenants", "epilogs_done", "synergy", "executable",
-           "submitted_ids", "finish", "job_names_in_queue", "records", "resubmitted", "ROOT"]
+           "submitted_ids", "finish", "job_names_in_queue", "records", "resubmitted", "ROOT",
+           "FP", "profile_file", "save_as", "sbatch_as", "accounted", "decision_table"]

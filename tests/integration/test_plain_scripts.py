@@ -232,6 +232,20 @@ def test_the_first_job_of_each_python_style_is_measured_in_its_run(rounds):
         assert profile.model.basis == "in-run" and len(profile.train_points()) >= 1, style
 
 
+def test_what_a_run_records_is_its_users_alone(rounds, tenants):
+    """The supervisor's record of each run holds its command line (tokens, keys, paths):
+    its folder and file are alice's alone, and bob cannot read them."""
+    home = tenants.shared / rounds.alice.name        # her SYNERGY_HOME
+    probes = sorted(home.glob("clusters/*/runs/*/probe*.json"))
+    assert probes, f"no run recorded under {home}"
+    for path in probes:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700, path.parent
+        assert path.stat().st_uid == rounds.alice.uid
+    peek = tenants.run(tenants.bob, ["cat", str(probes[0])])
+    assert peek.returncode != 0 and "Permission denied" in peek.stderr, peek
+
+
 def test_the_second_job_starts_right_sized(rounds):
     alice, one, two, table = rounds.alice, rounds.one, rounds.two, rounds.table
     for style in PYTHON_STYLES:

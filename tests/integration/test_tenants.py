@@ -5,35 +5,27 @@ decision is held to your association's limits like anything else you submit."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from slurm_synergy.decisions.table import TABLE_NAME, read
+from tests.helpers import make_profile, site_policy_with
 
-from tests.helpers import make_profile
-
-from .conftest import (TENANT_ACCOUNT, TENANT_PYTHON, Tenant, finish, submitted_ids,
+from .conftest import (FP, ROOT, TENANT_ACCOUNT, TENANT_PYTHON, Tenant, accounted,
+                       decision_table, finish, profile_file, save_as, sbatch_as, submitted_ids,
                        synergy)
 
 pytestmark = pytest.mark.cluster
 
-FP = "5e1f5e1f5e1f5e1f"
 HOSTILE = {"fifo": "5e1f00000000000a", "deep": "5e1f00000000000b",
            "sparse": "5e1f00000000000c", "zero": "5e1f00000000000d"}
-ACCT = ("JobID", "User", "State", "AllocCPUS", "ReqMem", "Comment")
-# Saves the profile file it is given into the caller's own folder of the site's store,
-# through the package, as a user's profiling job does.
-SAVE = ("import sys\n"
-        "from slurm_synergy.model.profile import profile_from_json\n"
-        "from slurm_synergy.profiles import ProfileStore\n"
-        "print(ProfileStore.default().save(profile_from_json(open(sys.argv[1]).read(), "
-        "sys.argv[1])))\n")
 # What a hostile user does by hand in their own folder, beside their profiles.
 PLANT = ("import os, sys\n"
          "d = sys.argv[1]\n"
@@ -44,54 +36,12 @@ PLANT = ("import os, sys\n"
          "os.symlink('/dev/zero', f'{d}/{sys.argv[5]}.json')\n")
 
 
-def _profile_file(tenants, name: str, one_core_rate: float, fp: str = FP) -> Path:
-    """make_profile's workload (2 cores at 100 samples/s), its one core at `one_core_rate`."""
-    p = make_profile(fp)
-    points = tuple(replace(pt, samples_per_s=one_core_rate,
-                           repeats=(one_core_rate,) * 3) if pt.cores == 1 and
-                   pt.measure == "train" else pt for pt in p.points)
-    path = tenants.shared / f"{name}-{fp}.json"
-    path.write_text(replace(p, points=points).to_json())
-    path.chmod(0o644)
-    return path
-
-
-def _save_as(tenants, who, site: Path, source: Path) -> Path:
-    ran = tenants.run(who, [TENANT_PYTHON, "-c", SAVE, str(source)],
-                      env={"SYNERGY_PROFILES": str(site)})
-    assert ran.returncode == 0, ran.stderr
-    return Path(ran.stdout.strip())
-
-
-def _sbatch(tenants, who, *options: str) -> str:
-    ran = tenants.run(who, ["sbatch", "--parsable", f"--output={tenants.shared}/%j.out",
-                            "--time=5", *options, "--wrap", "sleep 1"])
-    assert ran.returncode == 0, ran.stderr
-    return ran.stdout.strip()
-
-
-def _accounted(slurm, ids) -> dict[str, dict[str, str]]:
-    """sacct's records of ended jobs, once accounting has their sizes (once, a record read
-    right at the end showed ReqMem "16?")."""
-    deadline = time.monotonic() + 30
-    while True:
-        acct = {r["JobID"]: r for r in slurm.sacct(list(ids), ACCT)}
-        if all(re.fullmatch(r"\d+[MG]", acct.get(j, {}).get("ReqMem", "")) for j in ids) \
-                or time.monotonic() > deadline:
-            return acct
-        time.sleep(1)
-
-
-def _table(box) -> dict:
-    return read(box.etc / TABLE_NAME)[1]
-
-
 def test_a_hostile_users_files_size_nobody_elses_jobs_and_stall_nothing(box, slurm, tenants,
                                                                        site):
     alice, bob = tenants.alice, tenants.bob
     # bob's forgery of alice's workload (one core as fast as two), filed as his own ...
-    forged = _profile_file(tenants, "forged", 100.0)
-    assert _save_as(tenants, bob, site, forged) == site / str(bob.uid) / f"{FP}.json"
+    forged = profile_file(tenants, "forged", 100.0)
+    assert save_as(tenants, bob, site, forged) == site / str(bob.uid) / f"{FP}.json"
     # ... planted where alice's folder would be, before her first job ...
     squat = tenants.run(bob, ["sh", "-c", f'mkdir "$1" && cp "$2" "$1/{FP}.json"', "sh",
                               str(site / str(alice.uid)), str(forged)])
@@ -109,16 +59,16 @@ def test_a_hostile_users_files_size_nobody_elses_jobs_and_stall_nothing(box, slu
     for fp in HOSTILE.values():
         assert fp in ran.stdout, f"{fp} not named as left out:\n{ran.stdout}"
     assert str(site / str(alice.uid)) in ran.stdout, ran.stdout
-    entries = _table(box)
+    entries = decision_table(box)
     assert (bob.uid, FP) in entries and entries[(bob.uid, FP)].cpus == 1
     assert not [k for k in entries if k[0] == alice.uid], entries
 
     # Both submit the workload asking two cores: only bob's own job takes his decision;
     # alice's runs as she asked, neither refused nor held.
     asked = ("-c2", "--mem=2000", f"--comment=synergy:fp={FP}")
-    mine, his = _sbatch(tenants, alice, *asked), _sbatch(tenants, bob, *asked)
+    mine, his = sbatch_as(tenants, alice, *asked), sbatch_as(tenants, bob, *asked)
     finish(slurm, [mine, his], timeout=300)
-    acct = _accounted(slurm, [mine, his])
+    acct = accounted(slurm, [mine, his])
     assert (acct[mine]["User"], acct[mine]["State"], acct[mine]["AllocCPUS"]) == \
         (alice.name, "COMPLETED", "2"), acct[mine]
     assert "decision=" not in acct[mine]["Comment"], acct[mine]
@@ -131,10 +81,10 @@ def test_a_hostile_users_files_size_nobody_elses_jobs_and_stall_nothing(box, slu
 def test_a_decision_is_held_to_the_users_association_limits(box, slurm, tenants, site):
     alice = tenants.alice
     # alice's own profile: two cores clearly faster than one, so her decision is 2 cores.
-    _save_as(tenants, alice, site, _profile_file(tenants, "own", 50.0))
+    save_as(tenants, alice, site, profile_file(tenants, "own", 50.0))
     ran = synergy("plugin", "sync")
     assert ran.returncode == 0, ran.stderr
-    assert _table(box)[(alice.uid, FP)].cpus == 2
+    assert decision_table(box)[(alice.uid, FP)].cpus == 2
     slurm.add_user(alice.name, TENANT_ACCOUNT, {"MaxTRESPerJob": "cpu=1"})
     asks = ("-c1", "--mem=500", f"--comment=synergy:fp={FP}")
     job = ""
@@ -142,7 +92,7 @@ def test_a_decision_is_held_to_the_users_association_limits(box, slurm, tenants,
         # A table compiled before her limit: the shim raises her one core to the
         # decision's two, and Slurm, which checks limits after job_submit, holds the job
         # to her association's one.
-        job = _sbatch(tenants, alice, *asks)
+        job = sbatch_as(tenants, alice, *asks)
         deadline = time.monotonic() + 30
         while True:
             queued = {j.job_id: j for j in slurm.queue()}.get(job)
@@ -161,10 +111,10 @@ def test_a_decision_is_held_to_the_users_association_limits(box, slurm, tenants,
         ran = synergy("plugin", "sync")
         assert ran.returncode == 0, ran.stderr
         assert f"{FP}: 2 cores, over its user's per-job limit of 1" in ran.stdout, ran.stdout
-        assert (alice.uid, FP) not in _table(box)
-        job = _sbatch(tenants, alice, *asks)
+        assert (alice.uid, FP) not in decision_table(box)
+        job = sbatch_as(tenants, alice, *asks)
         finish(slurm, [job], timeout=300)
-        row = _accounted(slurm, [job])[job]
+        row = accounted(slurm, [job])[job]
         assert (row["State"], row["AllocCPUS"]) == ("COMPLETED", "1"), row
         assert "decision=" not in row["Comment"]
     finally:
@@ -196,7 +146,7 @@ def test_an_ordinary_user_measures_and_right_sizes_her_own_sweep(box, slurm, ten
     sub = tenants.synergy(alice, "submit", str(csv), "--out", str(out), env=env)
     ids = submitted_ids(sub)
     finish(slurm, ids.values(), timeout=1200)
-    acct = _accounted(slurm, ids.values())
+    acct = accounted(slurm, ids.values())
     first = ids[names[0]]
     assert all(acct[j]["User"] == alice.name and acct[j]["State"] == "COMPLETED"
                for j in ids.values()), acct
@@ -212,5 +162,175 @@ def test_an_ordinary_user_measures_and_right_sizes_her_own_sweep(box, slurm, ten
         assert f"by={first}" in acct[ids[n]]["Comment"], acct[ids[n]]
     ran = synergy("plugin", "sync")
     assert ran.returncode == 0, ran.stderr
-    d = _table(box)[(alice.uid, fp)]
+    d = decision_table(box)[(alice.uid, fp)]
     assert all(int(acct[ids[n]]["AllocCPUS"]) == d.cpus for n in names[1:])
+
+
+# What bob writes by hand into the site's store (argv: the store, alice's workload, his
+# forged profile, an oversized one, a heavy valid one, his uid, how many heavy ones):
+# folders whose names pass for uids (a superscript one, zero-padded ones, other scripts'
+# digits), each with a forgery of alice's workload and a profile of absurd values, and
+# in his own folder a flood of heavy but valid profiles.
+FLOOD = ("import os, sys\n"
+         "site, fp, forged, wild, heavy, uid, count = sys.argv[1:]\n"
+         "aliases = ['\\u00b9', '0' + uid, '00' + uid,\n"
+         "           ''.join(chr(0xff10 + int(c)) for c in uid), uid + '\\n']\n"
+         "for name in aliases:\n"
+         "    os.mkdir(os.path.join(site, name), 0o700)\n"
+         "    for fname, src in ((fp, forged), ('fedcba9876543210', wild)):\n"
+         "        open(os.path.join(site, name, fname + '.json'), 'w').write(open(src).read())\n"
+         "own = os.path.join(site, uid)\n"
+         "os.mkdir(own, 0o700)\n"
+         "text = open(heavy).read()\n"
+         "for n in range(int(count)):\n"
+         "    name = f'{n:016x}'\n"
+         "    open(os.path.join(own, name + '.json'), 'w').write(text.replace('HEAVYFINGERPRINT', name))\n"
+         "open(os.path.join(own, 'fedcba9876543210.json'), 'w').write(open(wild).read())\n"
+         "print(' '.join(ascii(a) for a in aliases))\n")
+HEAVY_PROFILES = 2000
+
+
+def _heavyprofile_file(tenants) -> Path:
+    """A valid profile of 256 points (what costs sync's time to read and decide), its
+    fingerprint HEAVYFINGERPRINT for bob's script to number."""
+    p = make_profile("00" * 8)
+    point = next(pt for pt in p.points if pt.cores == 2 and pt.measure == "train")
+    heavy = replace(p, points=tuple(replace(point, cores=1 + i % 2) for i in range(256)))
+    path = tenants.shared / "heavy.json"
+    path.write_text(json.dumps(json.loads(heavy.to_json())).replace(
+        '"fingerprint": "0000000000000000"', '"fingerprint": "HEAVYFINGERPRINT"'))
+    path.chmod(0o644)
+    return path
+
+
+def _wildprofile_file(tenants) -> Path:
+    """A profile whose values no node has: a 4,300-digit process count, a 1e308 W limit."""
+    data = json.loads(make_profile("fedcba9876543210").to_json())
+    data["allocation"]["procs"] = int("9" * 4299)
+    data["gpu"]["power_sweep"][0]["limit_w"] = 1e308
+    path = tenants.shared / "wild.json"
+    path.write_text(json.dumps(data))
+    path.chmod(0o644)
+    return path
+
+
+def test_no_name_or_value_in_the_store_stops_the_sync_or_crowds_anyone_out(box, slurm,
+                                                                          tenants, site):
+    alice, bob = tenants.alice, tenants.bob
+    # alice's own profile: two cores clearly faster than one.
+    save_as(tenants, alice, site, profile_file(tenants, "alices", 50.0))
+    forged = profile_file(tenants, "forged", 100.0)
+    made = tenants.run(bob, [TENANT_PYTHON, "-c", FLOOD, str(site), FP, str(forged),
+                             str(_wildprofile_file(tenants)), str(_heavyprofile_file(tenants)),
+                             str(bob.uid), str(HEAVY_PROFILES)], timeout=600)
+    assert made.returncode == 0, made.stderr
+    started = time.monotonic()
+    ran = synergy("plugin", "sync")
+    took = time.monotonic() - started
+    assert ran.returncode == 0, ran.stderr
+    print(f"sync with bob's {HEAVY_PROFILES} heavy profiles and alias folders: {took:.1f} s\n"
+          f"{ran.stdout[:3000]}")
+    # It stopped reading bob's folder at his own share (USER_BUDGET_S), and named each
+    # alias folder, escaped (no line of its output is bob's text).
+    for alias in made.stdout.split():
+        shown = alias.strip("'")
+        assert f"{site}/{shown}: not a user's folder" in ran.stdout, (alias, ran.stdout)
+    assert f"{site}/{bob.uid}: " in ran.stdout and "a user's profiles may take in one sync" \
+        in ran.stdout
+    assert ran.stdout.isascii()
+    entries = decision_table(box)
+    assert entries[(alice.uid, FP)].cpus == 2, entries.get((alice.uid, FP))
+    assert sum(uid == bob.uid for uid, _ in entries) < HEAVY_PROFILES
+    assert (bob.uid, "fedcba9876543210") not in entries
+    # alice's job takes her own decision, and runs.
+    job = sbatch_as(tenants, alice, "-c1", "--mem=500", f"--comment=synergy:fp={FP}")
+    finish(slurm, [job], timeout=300)
+    row = accounted(slurm, [job])[job]
+    assert (row["State"], row["AllocCPUS"]) == ("COMPLETED", "2"), row
+
+
+def test_an_argv_of_any_size_is_left_alone_within_the_shims_budget(box, slurm, tenants,
+                                                                  site, tmp_path):
+    """sbatch's own command line is capped at 1 MiB, a job's argv nowhere: a client of
+    libslurm may send 32 MiB. The shim hashes at most 64 KiB of script, arguments and
+    folder; past that the job passes unkeyed, with one log line, and no one waits."""
+    alice, bob = tenants.alice, tenants.bob
+    client = tenants.shared / "submit_argv"
+    built = subprocess.run(["gcc", "-O2", "-o", str(client),
+                            str(ROOT / "tests" / "clients" / "submit_argv.c"), "-lslurm"],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    client.chmod(0o755)
+    script = tenants.shared / "argv.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    script.chmod(0o755)
+    held = []
+    for size, parts in ((0, 0), (32 << 20, 1), (32 << 20, 256)):
+        ran = tenants.run(bob, [str(client), str(script), str(tenants.shared), "gpu",
+                                str(size), str(parts), "1"])
+        assert ran.returncode == 0, ran.stderr
+        job, seconds = ran.stdout.split()
+        held.append(job)
+        print(f"libslurm submit of {size} bytes of argv in {parts} argument(s): "
+              f"{float(seconds) * 1000:.1f} ms")
+    # Through sbatch: 960 KB of arguments (eight of 120 KB: Linux takes 128 KiB an
+    # argument), under its 1 MiB command line.
+    ran = tenants.run(bob, ["sbatch", "--parsable", "--hold", "--time=1", "-o", "/dev/null",
+                            str(script), *["a" * (120 << 10)] * 8])
+    assert ran.returncode == 0, ran.stderr
+    held.append(ran.stdout.strip())
+    try:
+        log = (box.state / "log" / "slurmctld.log").read_text(errors="replace")
+        for job in held[1:]:
+            comment = slurm.comment(job)
+            assert "synergy:fp=" not in comment, (job, comment)
+            rpc = re.search(rf"lua: slurm-synergy: job (\S+) \(uid {bob.uid}\): "
+                            rf"(?:folder and \d+ )?arguments over 65536 bytes: not keyed\n"
+                            rf"[^\n]*_slurm_rpc_submit_batch_job: JobId={job} ", log)
+            assert rpc, f"no 'not keyed' line for job {job}"
+        assert slurm.comment(held[0]).startswith("synergy:fp=")     # a plain job is keyed
+        # Meanwhile alice's job is neither refused nor held up.
+        job = sbatch_as(tenants, alice, "-c1", "--mem=500")
+        finish(slurm, [job], timeout=300)
+        assert accounted(slurm, [job])[job]["State"] == "COMPLETED"
+    finally:
+        slurm.cancel(held)
+
+
+LAB = "synergy-lab"
+
+
+def test_a_shared_decision_never_shrinks_a_colleagues_job(box, slurm, tenants, site):
+    """With share_group, a member's profile also sizes the other members' jobs: bob, a
+    member, files a forgery of alice's workload (one core as fast as two, the least
+    memory). It may grow her jobs, never shrink them, and her own run is measured."""
+    alice, bob = tenants.alice, tenants.bob
+    subprocess.run(["groupadd", "--force", LAB], check=True)
+    for who in (alice, bob):
+        subprocess.run(["gpasswd", "--add", who.name, LAB], check=True, capture_output=True)
+    policy = tenants.shared / "policy-lab.toml"
+    policy.write_text(site_policy_with(share_group=f'"{LAB}"'))
+    policy.chmod(0o644)
+    os.environ["SYNERGY_POLICY"] = str(policy)
+    try:
+        save_as(tenants, bob, site, profile_file(tenants, "forged", 100.0))
+        ran = synergy("plugin", "sync")
+        assert ran.returncode == 0, ran.stderr
+        entries = decision_table(box)
+        shared, his = entries[(alice.uid, FP)], entries[(bob.uid, FP)]
+        assert shared.shared and not his.shared and shared.cpus == his.cpus == 1
+        # She asks more than the forgery: left as asked, and measured as her own.
+        asked = sbatch_as(tenants, alice, "-c2", "--mem=2000", f"--comment=synergy:fp={FP}")
+        # She asks less memory than it: that grows, her one core stays.
+        less = sbatch_as(tenants, alice, "-c1", "--mem=200", f"--comment=synergy:fp={FP}")
+        finish(slurm, [asked, less], timeout=300)
+        acct = accounted(slurm, [asked, less])
+        assert (acct[asked]["State"], acct[asked]["AllocCPUS"], acct[asked]["ReqMem"]) == \
+            ("COMPLETED", "2", "2000M"), acct[asked]
+        assert acct[asked]["Comment"].endswith(" profile=1"), acct[asked]
+        assert (acct[less]["State"], acct[less]["AllocCPUS"]) == ("COMPLETED", "1")
+        assert acct[less]["ReqMem"] == f"{his.mem_mb}M" and \
+            f"decision=c1,m{his.mem_mb}," in acct[less]["Comment"], acct[less]
+    finally:
+        del os.environ["SYNERGY_POLICY"]
+        subprocess.run(["groupdel", LAB], check=False)

@@ -84,7 +84,8 @@ local function note(fmt, ...)
 	for i = 1, n do
 		args[i] = shown(args[i])
 	end
-	slurm.log_info(fmt, unpack(args, 1, n))
+	-- unpack is Lua 5.1's; later Luas, which newer Slurm packages link, have table.unpack.
+	slurm.log_info(fmt, (table.unpack or unpack)(args, 1, n))
 end
 
 local cache = nil    -- { id = file identity, racy, text, head, body = first entry, tail = last line }

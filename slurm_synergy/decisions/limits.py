@@ -13,6 +13,7 @@ ask for. Without AccountingStorageEnforce=limits (or safe) Slurm holds no job to
 
 from __future__ import annotations
 
+import functools
 from dataclasses import astuple, dataclass, field
 from typing import Mapping, Sequence
 
@@ -122,9 +123,21 @@ class Limits:
         root = next((r for r in self.assocs if r.account == "root" and not r.user), None)
         return root.default_qos if root is not None and root.default_qos else DEFAULT_QOS
 
+    @functools.cached_property
+    def _accounts(self) -> dict[str, Association]:
+        return {r.account: r for r in self.assocs if not r.user}
+
+    @functools.cached_property
+    def _by_user(self) -> dict[str, list[Association]]:
+        out: dict[str, list[Association]] = {}
+        for a in self.assocs:
+            if a.user:
+                out.setdefault(a.user, []).append(a)
+        return out
+
     def _groups_above(self, a: Association) -> Cap:
         """The GrpTRES of the association and every account above it."""
-        accounts = {r.account: r for r in self.assocs if not r.user}
+        accounts = self._accounts
         cap, seen, account = a.group, set(), a.account
         while account and account not in seen:
             seen.add(account)
@@ -142,7 +155,7 @@ class Limits:
         unknown, while limits are enforced."""
         if not self.enforced:
             return NONE
-        mine = [a for a in self.assocs if a.user == user]
+        mine = self._by_user.get(user, [])
         if not mine:
             return None
         cap = NONE

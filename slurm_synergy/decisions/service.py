@@ -98,6 +98,7 @@ class DecisionService:
         self._members = members
         self._shapes: dict[str, NodeShape] = {}
         self._limits: tuple[float, acct.Limits | SynergyError] | None = None
+        self._caps: dict[tuple[int, str], acct.Cap | None] = {}    # by (uid, QOS)
 
     @classmethod
     def for_site(cls, slurm: Slurm | None = None,
@@ -120,6 +121,7 @@ class DecisionService:
         now = self._clock()
         if self._limits is None or now - self._limits[0] > LIMITS_TTL_S:
             self._limits = (now, self._read_limits())
+            self._caps = {}
         got = self._limits[1]
         if isinstance(got, SynergyError):
             raise got
@@ -172,7 +174,9 @@ class DecisionService:
         if qos and not QOS_NAME.fullmatch(qos):
             return f"QOS {qos!r} is not one a decision can be checked against"
         name = user_name(uid)
-        cap = limits.for_user(name, qos)
+        if (uid, qos) not in self._caps:
+            self._caps[uid, qos] = limits.for_user(name, qos)
+        cap = self._caps[uid, qos]
         if cap is None:
             return (f"accounting has no association of {name}"
                     + (f" or no QOS {qos}" if qos else "") + " to check it against")

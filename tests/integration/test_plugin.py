@@ -172,18 +172,26 @@ def test_install_on_the_local_cluster_is_already_done(box):
 
 FP = "00000000000000aa"
 ME = os.getuid()        # the tests submit as this user
-HEAD = ("synergy-decisions 3 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
-        "max_mem_mb=20000 max_gpus=4 entries={n}\n")
-GOOD = HEAD.format(gen="a1", n=1) + f"{ME} {FP} 1 700 0 - 1 0 1\n"
+HEAD = ("synergy-decisions 4 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
+        "max_mem_mb=20000 max_gpus=4 entries=1\n")
+END = "end gen={gen} entries=1\n"
+
+
+def table(gen: str, line: str, end: bool = True) -> str:
+    """A table of one line, closed by its last line where `end`."""
+    return HEAD.format(gen=gen) + line + (END.format(gen=gen) if end else "")
+
+
+GOOD = table("a1", f"{ME} {FP} 1 700 0 - 1 0 1 0\n")
 FAULTS = {
     "missing": (None, "cannot open the decision table"),
-    "corrupt": ("}{ not a table\n", "is not a version 3 decision table"),
-    "negative cores": (HEAD.format(gen="b2", n=1) + f"{ME} {FP} -1 700 0 - 1 0 1\n", "bad line(s)"),
-    "10^12 MB": (HEAD.format(gen="c3", n=1) + f"{ME} {FP} 1 1000000000000 0 - 1 0 1\n", "bad line(s)"),
-    "gres injection": (HEAD.format(gen="d4", n=1) + f'{ME} {FP} 1 700 1 a";os.exit(1) 1 0 1\n',
-                       "bad line(s)"),
-    "cut short": (HEAD.format(gen="e5", n=3) + f"{ME} {FP} 1 700 0 - 1 0 1\n", "cut short"),
-    "huge": (HEAD.format(gen="f6", n=1) + "#" * (17 << 20), "over the limit"),
+    "corrupt": ("}{ not a table\n", "is not a version 4 decision table"),
+    "negative cores": (table("b2", f"{ME} {FP} -1 700 0 - 1 0 1 0\n"), "malformed line"),
+    "10^12 MB": (table("c3", f"{ME} {FP} 1 1000000000000 0 - 1 0 1 0\n"), "malformed line"),
+    "gres injection": (table("d4", f'{ME} {FP} 1 700 1 a";os.exit(1) 1 0 1 0\n'),
+                       "malformed line"),
+    "cut short": (table("e5", f"{ME} {FP} 1 700 0 - 1 0 1 0\n", end=False), "is not whole"),
+    "huge": (table("f6", "") + "#" * (17 << 20), "over the limit"),
     # Opened without O_NONBLOCK, a FIFO would hold every submission (plain ones too).
     "fifo": (os.mkfifo, "is not a regular file"),
     "directory": (Path.mkdir, "is not a regular file"),

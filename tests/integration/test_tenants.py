@@ -110,7 +110,8 @@ def test_a_decision_is_held_to_the_users_association_limits(box, slurm, tenants,
         # she asked instead of waiting for ever.
         ran = synergy("plugin", "sync")
         assert ran.returncode == 0, ran.stderr
-        assert f"{FP}: 2 cores, over its user's per-job limit of 1" in ran.stdout, ran.stdout
+        assert f"{FP} (uid {alice.uid}): 2 cores, over 1, the most one job of {alice.name} " \
+            "may have (association and default QOS limits)" in ran.stdout, ran.stdout
         assert (alice.uid, FP) not in decision_table(box)
         job = sbatch_as(tenants, alice, *asks)
         finish(slurm, [job], timeout=300)

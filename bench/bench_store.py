@@ -3,8 +3,8 @@ what the victim's decision becomes, whether sync ends, what it names, how long i
 and how big the table it writes is; this checkout and, with --against, another one (the
 release before), each through its own `synergy plugin sync` run as root, as cron runs it.
 
-Two real users (made here, with associations on the local cluster, the attacker's uid
-below the victim's) share a store of mode 1777; the victim has one profile. Each attack
+Two real users (made here, with associations on the local cluster, and removed after)
+share a store of mode 1777; the victim has one profile. Each attack
 is what the attacker can do by hand: a forgery of the victim's workload, folders whose
 names pass for uids, a FIFO, deep JSON, a sparse giant, a link to /dev/zero, 200,000
 files, profiles of absurd values (in folders of four more uids, enough to push a table
@@ -39,7 +39,7 @@ from slurm_synergy.model.profile import (Allocation, GpuReadings, Point,  # noqa
 from slurm_synergy.slurm import Slurm  # noqa: E402
 
 FP = "0123456789abcdef"
-USERS = ("synergy-bench-attacker", "synergy-bench-victim")    # made in this order
+USERS = ("synergy-bench-attacker", "synergy-bench-victim")
 ACCOUNT = "synergy-bench"
 GROUP = "synergy-bench-lab"
 SHIM_MAX_BYTES = 16 * 1024 * 1024
@@ -177,17 +177,27 @@ class Attacks:
         }
 
 
-def users(slurm: Slurm) -> None:
+def users(slurm: Slurm) -> list[str]:
+    """The two users, with associations and a group; those made here, to remove after."""
+    made = []
     for name in USERS:
         try:
             pwd.getpwnam(name)
         except KeyError:
             subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
                             "--shell", "/usr/sbin/nologin", name], check=True)
+            made.append(name)
         slurm.add_user(name, ACCOUNT)
     subprocess.run(["groupadd", "--force", GROUP], check=True)
     for name in USERS:
         subprocess.run(["gpasswd", "--add", name, GROUP], check=True, capture_output=True)
+    return made
+
+
+def remove(made: list[str]) -> None:
+    subprocess.run(["groupdel", GROUP], check=False)
+    for name in made:
+        subprocess.run(["userdel", name], check=False)
 
 
 def sync(tree: Path, site: Path, table: Path, policy: Path) -> dict:
@@ -256,7 +266,7 @@ def main() -> int:
     slurm = Slurm()
     if not slurm.ping():
         raise SystemExit("the local cluster is not up: make cluster")
-    users(slurm)
+    made = users(slurm)
     attacks = Attacks()
     chosen = {k: v for k, v in attacks.table().items()
               if not args.only or any(w in k for w in args.only)}
@@ -273,6 +283,7 @@ def main() -> int:
                     print(f"{name} [{label}]: {runs[name][label][-1]}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        remove(made)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "store.json").write_text(json.dumps(

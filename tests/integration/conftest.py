@@ -135,6 +135,10 @@ def tenants(slurm) -> Iterator[Tenants]:
             subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
                             "--shell", "/usr/sbin/nologin", name], check=True)
             made.append(name)
+            # An association kept from an earlier session names the user by a uid
+            # slurmctld resolved then (or could not): made again, it names this one.
+            if (TENANT_ACCOUNT, name) in slurm.associations():
+                slurm.run(["sacctmgr", "-i", "delete", "user", "where", f"name={name}"])
         slurm.add_user(name, TENANT_ACCOUNT)
     changed = _reachable_checkout()
     shared = Path(tempfile.mkdtemp(prefix="synergy-tenants-"))     # pytest's is 0700

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from slurm_synergy.model.profile import (Allocation, GpuReadings, Point,  # noqa: E402
                                          Profile, ThroughputModel)
 from slurm_synergy.slurm import Slurm  # noqa: E402
+from slurm_synergy.cluster.users import ensure_user  # noqa: E402
 
 FP = "0123456789abcdef"
 USERS = ("synergy-bench-attacker", "synergy-bench-victim")
@@ -179,15 +180,7 @@ class Attacks:
 
 def users(slurm: Slurm) -> list[str]:
     """The two users, with associations and a group; those made here, to remove after."""
-    made = []
-    for name in USERS:
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                            "--shell", "/usr/sbin/nologin", name], check=True)
-            made.append(name)
-        slurm.add_user(name, ACCOUNT)
+    made = [name for name in USERS if ensure_user(slurm, name, ACCOUNT)]
     subprocess.run(["groupadd", "--force", GROUP], check=True)
     for name in USERS:
         subprocess.run(["gpasswd", "--add", name, GROUP], check=True, capture_output=True)

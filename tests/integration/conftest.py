@@ -24,6 +24,7 @@ import pytest
 
 from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster
+from slurm_synergy.cluster.users import ensure_user
 from slurm_synergy.jobs import records, wait
 from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
@@ -127,19 +128,7 @@ def _reachable_checkout() -> list[tuple[Path, int]]:
 
 @pytest.fixture(scope="session")
 def tenants(slurm) -> Iterator[Tenants]:
-    made = []
-    for name in TENANTS:
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                            "--shell", "/usr/sbin/nologin", name], check=True)
-            made.append(name)
-            # An association kept from an earlier session names the user by a uid
-            # slurmctld resolved then (or could not): made again, it names this one.
-            if (TENANT_ACCOUNT, name) in slurm.associations():
-                slurm.run(["sacctmgr", "-i", "delete", "user", "where", f"name={name}"])
-        slurm.add_user(name, TENANT_ACCOUNT)
+    made = [name for name in TENANTS if ensure_user(slurm, name, TENANT_ACCOUNT)]
     changed = _reachable_checkout()
     shared = Path(tempfile.mkdtemp(prefix="synergy-tenants-"))     # pytest's is 0700
     shared.chmod(0o1777)

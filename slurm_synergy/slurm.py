@@ -484,6 +484,10 @@ class Slurm:
         self.run(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
                   *(f"{k}={v}" for k, v in limits.items())])
 
+    def remove_user(self, user: str) -> None:
+        """Every association of `user`."""
+        self.run(["sacctmgr", "-i", "delete", "user", "where", f"name={user}"])
+
     def remove_qos(self, name: str) -> None:
         self.run(["sacctmgr", "-i", "delete", "qos", "where", f"name={name}"])
 

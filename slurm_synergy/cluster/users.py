@@ -22,6 +22,6 @@ def ensure_user(slurm: Slurm, name: str, account: str) -> bool:
         # An association kept from an earlier run names the user by the uid slurmctld
         # resolved then (or could not): made again, it must name this one.
         if (account, name) in slurm.associations():
-            slurm.run(["sacctmgr", "-i", "delete", "user", "where", f"name={name}"])
+            slurm.remove_user(name)
     slurm.add_user(name, account)
     return made

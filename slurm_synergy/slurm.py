@@ -485,7 +485,7 @@ class Slurm:
                   *(f"{k}={v}" for k, v in limits.items())])
 
     def remove_user(self, user: str) -> None:
-        """Every association of `user`."""
+        """Removes every association of `user` from accounting."""
         self.run(["sacctmgr", "-i", "delete", "user", "where", f"name={user}"])
 
     def remove_qos(self, name: str) -> None:

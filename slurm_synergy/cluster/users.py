@@ -1,5 +1,5 @@
-"""Ordinary users of the local cluster: tests, benches and the demo submit as them,
-because what the product does depends on who submits."""
+"""Ordinary users of the local cluster: the integration tests and the store bench submit
+as them, because what the product does depends on who submits."""
 
 from __future__ import annotations
 

@@ -210,7 +210,7 @@ def main() -> int:
     p.add_argument("--decide-only", action="store_true",
                    help="decide again from the rounds' kept stores, measuring nothing")
     args = p.parse_args()
-    LocalCluster().up(log=lambda line: None)
+    LocalCluster(sync_every_s=0).up(log=lambda line: None)
     offline = offline_decisions(args.out)
     if not args.decide_only:
         # The shim would size a job the cluster's table decides: none of the suite may be.

@@ -95,7 +95,7 @@ def main() -> int:
                         help="throttle reads of the dataset's disk to this, in MB/s "
                         "(default %(default)s, a slow shared file system; 0: as it is)")
     args = parser.parse_args()
-    cluster = LocalCluster()
+    cluster = LocalCluster(sync_every_s=0)
     cluster.up(log=lambda line: print(line, file=sys.stderr))
     if "not confined" in "\n".join(cluster.status()[1]):
         print("jobs are not confined by cgroups here: a memory limit would not take the "

@@ -265,7 +265,7 @@ def main() -> int:
                         "profiling nothing")
     args = parser.parse_args()
     if not os.environ.get("SLURM_CONF"):
-        LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
+        LocalCluster(sync_every_s=0).up(log=lambda line: print(line, file=sys.stderr))
     shape = node_shape(Slurm())
     policy = load_policy(policy_path())
     catalog = site_catalog(policy_path())

@@ -125,7 +125,7 @@ def time_real(n: int, out: Path, rounds: int, against: list[Path]) -> dict[str, 
     """n report lines of every shape, run on the local cluster; then, interleaved, sacct
     alone, the report's sacct query (its lines read into Python) and the whole report (its
     own sacct query included)."""
-    box = LocalCluster()
+    box = LocalCluster(sync_every_s=0)
     box.up(log=lambda line: None)
     slurm = box.slurm
     ids = submit_mix(slurm, n, out)

@@ -75,7 +75,7 @@ def main() -> int:
                         default=ROOT / "bench" / "results" / "report_shapes.json")
     args = parser.parse_args()
     if not os.environ.get("SLURM_CONF"):
-        LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
+        LocalCluster(sync_every_s=0).up(log=lambda line: print(line, file=sys.stderr))
         # reportseff's sacct finds the local cluster as a user's shell would.
         os.environ["SLURM_CONF"] = str(paths.local_slurm_conf())
     slurm = Slurm()

@@ -359,7 +359,7 @@ def main() -> int:
             result["argv_shim_alone_s"] = argv_shim_seconds(trees, work, args.rounds)
         for n in range(args.rounds if {"rate", "argv"} & set(args.parts) else 0):
             for setting in ("without", "with"):
-                box = LocalCluster(job_submit=setting == "with")
+                box = LocalCluster(job_submit=setting == "with", sync_every_s=0)
                 box.up(log=quiet)
                 if "rate" in args.parts:
                     bench_table(box.etc / TABLE_NAME, args.entries)
@@ -376,12 +376,12 @@ def main() -> int:
                     else:
                         argv_through_slurmctld(box, trees, work, argv)
         if "hostile" in args.parts:
-            box = LocalCluster()
+            box = LocalCluster(sync_every_s=0)
             box.up(log=quiet)
             result.update(hostile_tables_slowest=hostile_tables(box, args.hostile_jobs, logs),
                           hostile_goal_s=1.0)
     finally:
-        box = LocalCluster()
+        box = LocalCluster(sync_every_s=0)
         box.up(log=quiet)
         install_shim(box, ROOT)
         print(sync(slurm=box.slurm, path=box.etc / TABLE_NAME), file=sys.stderr)

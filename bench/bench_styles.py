@@ -85,7 +85,7 @@ def main() -> int:
     p.add_argument("--styles", type=lambda v: [n for n in v.split(",") if n], default=[],
                    help="only these styles (comma-separated names, e.g. s-plain)")
     args = p.parse_args()
-    LocalCluster().up(log=lambda line: None)
+    LocalCluster(sync_every_s=0).up(log=lambda line: None)
     work = args.out / "styles-run"
     data = data_folder(work / "corpus-data")
     if not args.decide_only:

@@ -56,7 +56,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "submit.json")
     args = parser.parse_args()
     if not os.environ.get("SLURM_CONF"):
-        LocalCluster().up(log=lambda line: print(line, file=sys.stderr))
+        LocalCluster(sync_every_s=0).up(log=lambda line: print(line, file=sys.stderr))
     slurm = Slurm()
     with tempfile.TemporaryDirectory(prefix="synergy-bench-") as tmp:
         tmp_path = Path(tmp)

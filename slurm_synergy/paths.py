@@ -102,10 +102,23 @@ def gpu_stats_dir(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     if env.get("SYNERGY_GPU_STATS"):
         return Path(env["SYNERGY_GPU_STATS"])
-    conf = Path(env["SLURM_CONF"]) if env.get("SLURM_CONF") else slurm_conf()
-    if conf is not None and conf.resolve() == local_slurm_conf():
+    if on_local_cluster(env):
         return state_dir() / "gpustats"
     return Path("/var/lib/slurm-synergy/gpustats")
+
+
+def on_local_cluster(env: dict[str, str] | None = None) -> bool:
+    """Whether the slurm.conf in use (SLURM_CONF of `env`, else slurm_conf()) is the local
+    cluster's, whose shared folders live in its state folder."""
+    env = dict(os.environ) if env is None else env
+    conf = Path(env["SLURM_CONF"]) if env.get("SLURM_CONF") else slurm_conf()
+    return conf is not None and conf.resolve() == local_slurm_conf()
+
+
+def local_profile_store(state: Path | None = None) -> Path:
+    """The local cluster's shared profile store (mode 1777, made by `cluster up`), which
+    its sync timer compiles, as a site's cron compiles the site's."""
+    return (state or state_dir()) / "profiles"
 
 
 def policy_path() -> Path:

@@ -2,9 +2,10 @@
 
 Without a site store, that folder is profiles/ in the user's synergy home. A site shares
 one store by pointing SYNERGY_PROFILES at a folder every user may create a folder in
-(mode 1777, as /tmp); each user's profiles go to <store>/<uid>/, mode 0700, so that a
-profile belongs to the user who measured it: the table sync compiles a folder's profiles
-for that uid's jobs alone, and only from regular files that uid owns (docs/install.md).
+(mode 1777, as /tmp; the local cluster has one in its state folder); each user's
+profiles go to <store>/<uid>/, mode 0700, so that a profile belongs to the user who
+measured it: the table sync compiles a folder's profiles for that uid's jobs alone, and
+only from regular files that uid owns (docs/install.md).
 Profiles are read while profilers write new ones, so they are written whole (temporary
 file + rename), readable by their owner alone (they hold the user's command line).
 """
@@ -35,9 +36,15 @@ USER_FOLDER_MODE = 0o700
 
 
 def site_store_root() -> Path | None:
-    """The site's shared store (SYNERGY_PROFILES), or None when each user keeps their own."""
+    """The site's shared store, or None when each user keeps their own: SYNERGY_PROFILES
+    ("" for none), else, on the local cluster, the store its `cluster up` made."""
     env = os.environ.get("SYNERGY_PROFILES")
-    return Path(env).resolve() if env else None
+    if env is not None:
+        return Path(env).resolve() if env else None
+    if paths.on_local_cluster():
+        local = paths.local_profile_store()
+        return local if local.is_dir() else None
+    return None
 
 
 def store_dir() -> Path:

@@ -11,6 +11,7 @@ import sys
 import time
 
 from slurm_synergy import paths
+from slurm_synergy.argtypes import positive_float
 from slurm_synergy.columns import aligned
 from slurm_synergy.hooks.trust import untrusted
 from slurm_synergy.model.errors import SynergyError
@@ -26,7 +27,7 @@ from slurm_synergy.submission.resubmit import NothingToGain, resubmit
 from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
-from slurm_synergy.decisions.sync import sync
+from slurm_synergy.decisions.sync import keep_syncing, sync
 from slurm_synergy.decisions.table import entries_of, read, table_path
 from slurm_synergy.slurm import node_shape
 
@@ -37,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
     nothing (the job script then trains in place)."""
     if args.action in ("sync", "install"):
         root_may_run()
-    if args.action == "sync":
+    if args.action == "sync" and args.every:
+        keep_syncing(args.every, args.table, args.partition,
+                     log=lambda line: print(line, flush=True))
+    elif args.action == "sync":
         print(sync(path=args.table, partition=args.partition))
     elif args.action == "explain":
         print(explain(args.fingerprint, args.partition, args.qos))
@@ -188,6 +192,9 @@ def add_parser(sub) -> None:
     a.add_argument("--table", type=Path, help="where (default: beside slurm.conf)")
     a.add_argument("--partition", help="size decisions for this partition (default: the "
                    "default partition)")
+    a.add_argument("--every", type=positive_float, metavar="SECONDS",
+                   help="sync again every SECONDS, until stopped (a site's cron as one "
+                   "process; the local cluster's timer)")
     a = actions.add_parser("explain", help="a workload's decision and every reason for it")
     a.add_argument("fingerprint", help="16 hex digits, as in the job comment synergy:fp=...")
     a.add_argument("--partition", help="as for sync")

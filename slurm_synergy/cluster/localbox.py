@@ -4,6 +4,11 @@
 slurmctld and a slurmd per node (cluster/node.py) in that order, each only if it is not
 already healthy, so it is idempotent and restarts whatever died. A daemon that will not
 start gets the tail of its log in the error.
+
+It is run as a site runs its cluster: a shared profile store (state/profiles, mode 1777)
+that every user's jobs write to, and a timer, root's `synergy plugin sync --every`, that
+compiles it into the decision table, as a site's cron does, so a user's next job of a
+measured workload is right-sized at submission without anyone running sync by hand.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -25,12 +32,13 @@ from slurm_synergy.hooks.install import HOOK_FILES, HookPaths, needed_timeout_s,
 from slurm_synergy.plugin.install import install_shim
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.decisions.sync import sync
+from slurm_synergy.decisions.sync import TIMER_EVERY_S, TIMER_NAME, sync
 from slurm_synergy.decisions.table import TABLE_NAME
 from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.cluster import kept, node as nodemod
 
+TIMER = "sync-timer"
 PARTITION = "gpu"
 MULTI_PARTITION = "multi"     # every node: jobs over several nodes or GPU types
 PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
@@ -52,9 +60,12 @@ class Daemon:
 
 
 class LocalCluster:
-    def __init__(self, state: Path | None = None, job_submit: bool = True):
+    def __init__(self, state: Path | None = None, job_submit: bool = True,
+                 sync_every_s: float = TIMER_EVERY_S):
         self.state = state or paths.state_dir()
         self.job_submit = job_submit     # off only to measure the shim's cost (make bench)
+        # 0: no timer (the integration tests compile tables from stores of their own)
+        self.sync_every_s = sync_every_s
         self.etc = self.state / "etc"
         self.conf = self.etc / "slurm.conf"
         self.slurm = Slurm(self.conf, retry_s=0)
@@ -64,6 +75,7 @@ class LocalCluster:
             "mariadbd": Daemon("mariadbd", run / "mariadb.pid", log / "mariadb.log"),
             "slurmdbd": Daemon("slurmdbd", run / "slurmdbd.pid", log / "slurmdbd.log"),
             "slurmctld": Daemon("slurmctld", run / "slurmctld.pid", log / "slurmctld.log"),
+            TIMER: Daemon(TIMER, run / "sync-timer.pid", log / "sync.log", program=TIMER_NAME),
         }
         self._name_slurmds()
 
@@ -91,6 +103,7 @@ class LocalCluster:
         mode = nodemod.cgroup_mode()
         for sub in ("etc", "run", "log", "spool/ctld", "spool/d", "dev"):
             (self.state / sub).mkdir(parents=True, exist_ok=True)
+        _shared_store(paths.local_profile_store(self.state))
         for node in layout.nodes:
             (self.state / "spool" / "d" / node.name).mkdir(exist_ok=True)
             if not node.gpus_real:
@@ -163,6 +176,10 @@ class LocalCluster:
                         "stays so: jobs will not start on it until you resume it with "
                         f"`scontrol update nodename={n.name} state=resume`")
             log(sync(slurm=self.slurm, path=self.etc / TABLE_NAME))
+            if self.sync_every_s > 0:
+                self._ensure(TIMER, self.timer_running, self._start_timer, log)
+            elif self._stop(TIMER):
+                log("stopped the sync timer")
             log(f"cluster up, cgroup enforcement: {describe_mode(mode)}")
             for node in layout.nodes:
                 parts = [f"{PARTITION} (default)"] if node == layout.default else []
@@ -179,7 +196,8 @@ class LocalCluster:
                         log(f"cancelled {cancelled} job(s)")
                 except SynergyError as e:
                     log(f"jobs not cancelled: {e}")
-            for name in [*(d.name for d in self.slurmds), "slurmctld", "slurmdbd", "mariadbd", "munged"]:
+            for name in [TIMER, *(d.name for d in self.slurmds), "slurmctld", "slurmdbd",
+                         "mariadbd", "munged"]:
                 if self._stop(name):
                     log(f"stopped {name}")
 
@@ -189,6 +207,8 @@ class LocalCluster:
             "munged": self._munge_ok, "mariadbd": self._mariadb_ok,
             "slurmdbd": self._slurmdbd_ok, "slurmctld": self.slurm.ping}
         checks.update({d.name: partial(self._node_ok, d.node) for d in self.slurmds})
+        if self.sync_every_s > 0:
+            checks[TIMER] = self.timer_running
         for name, check in checks.items():
             ok = self.conf.exists() and check()
             healthy &= ok
@@ -309,6 +329,18 @@ class LocalCluster:
         env = dict(os.environ, SLURM_CONF=str(self.conf))
         _checked(["slurmdbd"], "slurmdbd", env=env)
 
+    def _start_timer(self) -> None:
+        """root's sync every sync_every_s, in the background, logging to log/sync.log;
+        it compiles the store this process's environment names (site_store_root)."""
+        daemon = self.daemons[TIMER]
+        with open(daemon.log, "a") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync",
+                 "--every", str(self.sync_every_s), "--table", str(self.etc / TABLE_NAME)],
+                stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=dict(os.environ, SLURM_CONF=str(self.conf)))
+        atomic_write_text(daemon.pidfile, f"{proc.pid}\n")
+
     def _start_slurmctld(self) -> None:
         _checked(["slurmctld", "-f", str(self.conf)], "slurmctld",
                  env=dict(os.environ, SLURM_CONF=str(self.conf)))
@@ -350,6 +382,10 @@ class LocalCluster:
         # comm is truncated to 15 characters; Debian's binaries are e.g. slurmctld-wlm.
         return pid if comm.startswith(self.daemons[name].comm[:15]) else None
 
+    def timer_running(self) -> bool:
+        """Whether the sync timer runs (a cluster brought up with one)."""
+        return self._alive(TIMER)
+
     def _alive(self, name: str) -> bool:
         return self._pid(name) is not None
 
@@ -365,6 +401,18 @@ class LocalCluster:
             os.kill(pid, signal.SIGKILL)
         self.daemons[name].pidfile.unlink(missing_ok=True)
         return True
+
+
+def _shared_store(folder: Path) -> None:
+    """`folder` as a site's shared profile store: root's, mode 1777 (docs/install.md);
+    SynergyError where something else has its name."""
+    folder.mkdir(exist_ok=True)
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+        raise SynergyError(f"{folder} is not a folder of root's: the local cluster's profile "
+                           "store must be (move it aside and run `synergy cluster up` again)")
+    if stat.S_IMODE(st.st_mode) != 0o1777:
+        folder.chmod(0o1777)
 
 
 def describe_mode(mode: str) -> str:

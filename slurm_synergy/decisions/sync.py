@@ -28,10 +28,16 @@ from slurm_synergy.decisions.table import (MAX_PER_USER, Owned, fit, owned_by_ot
 from slurm_synergy.fileio import locked, shown
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.profiles import (MAX_NAMES_LISTED, MAX_PROFILE_BYTES, ProfileStore,
-                                    stores_to_compile)
+                                    site_store_root, stores_to_compile)
 from slurm_synergy.slurm import Slurm, user_name
 
 SYNC_BUDGET_S = 120.0
+# What a timer's sync calls itself (/proc/PID/comm, at most 15 characters): the local
+# cluster finds its timer by it.
+TIMER_NAME = "synergy-sync"
+# How often the local cluster's timer syncs: a measured workload's next submission is
+# right-sized within this long of its measuring job's end (a site's cron: a minute).
+TIMER_EVERY_S = 15.0
 USER_BUDGET_S = 15.0         # one user's share of deciding, whatever their profiles weigh
 USER_BYTES = 64 << 20        # one user's profiles read in one sync (a profile is a few kB)
 SHOWN_SKIPPED = 20           # a flood of bad files is counted, not listed
@@ -165,8 +171,11 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
                 for uid, n in sorted(cut.items())]
     skipped += [f"skip_users {name!r}: no such user on this host, so no job is skipped for "
                 "that name" for name in service.policy.skip_users if not uids_of([name])]
-    where = str(stores[0].root) if len(stores) == 1 else \
-        f"{len(stores)} users' folders" + (f" of {stores[0].root.parent}" if stores else "")
+    site = site_store_root()
+    if site is not None and all(s.root.parent == site for s in stores):
+        where = f"{len(stores)} user folder(s) of the shared store {site}"
+    else:
+        where = str(stores[0].root) if len(stores) == 1 else f"{len(stores)} stores"
     line = f"decision table {path}: {len(kept)} decision(s) from {where}"
     if skipped:
         shown_lines = [shown(s, 400) for s in skipped[:SHOWN_SKIPPED]]
@@ -174,3 +183,23 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
             shown_lines.append(f"... and {len(skipped) - SHOWN_SKIPPED} more")
         line += f"; {len(skipped)} left out:\n  " + "\n  ".join(shown_lines)
     return line
+
+
+def keep_syncing(every_s: float, path: Path | None = None, partition: str | None = None,
+                 log: Callable[[str], None] = print) -> None:
+    """sync every `every_s` seconds, for ever (a site's cron as one process: the local
+    cluster's timer); logs a round's line when it differs from the last one's."""
+    try:
+        Path("/proc/self/comm").write_text(TIMER_NAME)
+    except OSError:
+        pass        # not Linux: only the name ps shows
+    last = ""
+    while True:
+        try:
+            line = sync(path=path, partition=partition)
+        except Exception as e:  # noqa: BLE001 - one failed round must not stop the timer
+            line = f"sync failed: {type(e).__name__}: {e}"
+        if line != last:
+            log(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
+            last = line
+        time.sleep(every_s)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from slurm_synergy import paths
-from slurm_synergy.fileio import atomic_write_text
+from slurm_synergy.fileio import atomic_write_text, read_untrusted_bytes
 from slurm_synergy.model.comment import FINGERPRINT, GRES_TYPE
 from slurm_synergy.model.engine import Decision, NodeShape
 from slurm_synergy.model.errors import SynergyError
@@ -240,15 +240,28 @@ def owned_by_other(path: Path) -> tuple[int, int] | None:
     return st.st_uid, st.st_gid
 
 
-def write(path: Path, text: str) -> None:
-    """Write the table whole; only its owner may replace it (root keeps the owner)."""
+def write(path: Path, text: str) -> bool:
+    """Write the table whole; only its owner may replace it (root keeps the owner).
+    False where it holds `text` already: left alone, as the shim reloads a table whose
+    file changed (a timer's sync every few seconds would otherwise reload it each time)."""
     if len(text.encode()) > MAX_BYTES:
         raise SynergyError(f"the decision table would be {len(text.encode())} bytes, past the "
                            f"shim's {MAX_BYTES}; not written")
     owner = owned_by_other(path)
+    if _holds(path, text):
+        return False
     try:
         atomic_write_text(path, text, 0o644)
         if owner:
             os.chown(path, *owner)
     except OSError as e:
         raise SynergyError(f"cannot write the decision table {path}: {e.strerror}") from None
+    return True
+
+
+def _holds(path: Path, text: str) -> bool:
+    """Whether the table's file holds `text` (a regular file, read up to the cap)."""
+    try:
+        return read_untrusted_bytes(path, MAX_BYTES) == text.encode()
+    except (OSError, SynergyError):
+        return False

@@ -190,7 +190,7 @@ def rounds(box, slurm, tenants) -> Iterator[Rounds]:
     try:
         synced = synergy("plugin", "sync")
     finally:
-        del os.environ["SYNERGY_PROFILES"]
+        os.environ["SYNERGY_PROFILES"] = ""
     assert synced.returncode == 0, synced.stderr
     table = read(box.etc / TABLE_NAME)[1]
     second = submit_all(tenants, alice, folder, scripts, env)
@@ -319,7 +319,7 @@ def edited(rounds, box, slurm, tenants) -> Edited:
     try:
         assert synergy("plugin", "sync").returncode == 0
     finally:
-        del os.environ["SYNERGY_PROFILES"]
+        os.environ["SYNERGY_PROFILES"] = ""
     table = read(box.etc / TABLE_NAME)[1]
     released = tenants.run(alice, ["scontrol", "release", fourth["configured"]])
     assert released.returncode == 0, released.stderr

@@ -99,6 +99,21 @@ def test_root_keeps_the_tables_owner(tmp_path):
     assert path.stat().st_uid == 4242 and path.read_text() == "new\n"
 
 
+def test_a_table_that_holds_the_text_already_is_left_alone(tmp_path):
+    # The shim reloads a table whose file changed: a timer's sync every few seconds must
+    # not make it reload an unchanged table each time.
+    path = tmp_path / "t.tbl"
+    assert write(path, "one\n")
+    before = path.stat()
+    assert not write(path, "one\n")
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert write(path, "two\n") and path.read_text() == "two\n"
+    path.unlink()
+    os.mkfifo(path)                      # not a table: replaced, never read (no block)
+    assert write(path, "one\n") and path.read_text() == "one\n"
+
+
 def test_the_shipped_policy_is_the_default_policy():
     assert load_policy(paths.ETC / "policy.toml") == Policy()
     # Its catalog is whole too: a knob written after the [gpu.*] tables would land in the

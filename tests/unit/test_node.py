@@ -1,5 +1,9 @@
 """Sizing the local cluster's node from the machine."""
 
+import stat
+
+import pytest
+
 from slurm_synergy.cluster.node import cgroup_mode, memory_mb
 
 
@@ -65,6 +69,9 @@ def test_the_rendered_configs_name_every_node_and_account_each_gpu_type(tmp_path
         assert f"Gres={n.gres} " in conf
     assert "PartitionName=gpu Nodes=node1 Default=YES" in conf
     assert "PartitionName=multi Nodes=node1,node2,node3 " in conf
+    # The shared profile store its timer compiles, made as a site makes one.
+    st = (tmp_path / "profiles").lstat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode), stat.S_ISDIR(st.st_mode)) == (0, 0o1777, True)
     # Every slurmd is known by name, so that `down` stops each one.
     assert list(configured_nodes(box.conf)) == ["node1", "node2", "node3"]
     slurmds = LocalCluster(state=tmp_path).slurmds
@@ -87,3 +94,14 @@ def test_the_node_names_resolve_through_one_marked_hosts_line(tmp_path):
                      f"127.0.0.1 node1 node2 node3 {HOSTS_MARK}"]
     add_hosts(["node1"], hosts)                          # a layout that changed
     assert hosts.read_text().splitlines()[2:] == [f"127.0.0.1 node1 {HOSTS_MARK}"]
+
+
+def test_a_profile_store_that_is_not_roots_folder_stops_the_cluster(tmp_path, monkeypatch):
+    from slurm_synergy.cluster import node
+    from slurm_synergy.cluster.localbox import LocalCluster
+    from slurm_synergy.model.errors import SynergyError
+    monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "profiles").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SynergyError, match="profiles is not a folder of root's"):
+        LocalCluster(state=tmp_path).render()

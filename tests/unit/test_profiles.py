@@ -116,3 +116,25 @@ def test_missing_profile_names_the_store(tmp_path):
     with pytest.raises(ProfileError, match=str(tmp_path)):
         ProfileStore(tmp_path).load(FP)
     assert not ProfileStore(tmp_path).has(FP)
+
+
+def test_the_shared_store_is_the_environments_else_the_local_clusters(tmp_path, monkeypatch):
+    from slurm_synergy import paths
+    from slurm_synergy.profiles import site_store_root
+    state = tmp_path / "state"
+    (state / "etc").mkdir(parents=True)
+    (state / "etc" / "slurm.conf").write_text("")
+    monkeypatch.setenv("SYNERGY_STATE", str(state))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.delenv("SYNERGY_PROFILES")
+    assert site_store_root() is None                 # the cluster has not made it yet
+    (state / "profiles").mkdir()
+    assert site_store_root() == paths.local_profile_store() == state / "profiles"
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "site.conf"))   # a site's cluster
+    assert site_store_root() is None
+    monkeypatch.setenv("SYNERGY_PROFILES", str(tmp_path / "shared"))
+    assert site_store_root() == tmp_path / "shared"
+    monkeypatch.setenv("SYNERGY_PROFILES", "")       # each user their own, anywhere
+    monkeypatch.delenv("SLURM_CONF")
+    assert site_store_root() is None
+    assert ProfileStore.default().root == paths.home_dir() / "profiles"

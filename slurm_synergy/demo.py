@@ -5,6 +5,10 @@ them (2 cores, 3 GB each). The first time, the shim marks them: the first job of
 workload is measured while it trains, to its end, and its decision right-sizes the
 workload's second job in place while that one waits in the queue. Every later
 submission is rewritten by the shim. The sacct table shows each kind of job.
+
+Then an ordinary user (demo_user.py) submits a batch script of their own with plain
+sbatch, twice: the first is measured while it trains, the cluster's sync timer compiles
+its profile, and the second is right-sized at submission.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster, tail
+from slurm_synergy.demo_user import DEMO_USER, plain_sbatch_twice
 from slurm_synergy.jobs import job_table, records, wait
 from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
@@ -23,7 +28,7 @@ from slurm_synergy.submission.submit import SubmitOptions, submit_csv
 EXAMPLE = paths.JOBS_CSV / "rightsize.csv"
 
 
-def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
+def run_demo(csv: Path = EXAMPLE, out: Path | None = None, user: str = DEMO_USER) -> int:
     out = out or paths.workspace() / "runs" / "demo"
     if os.environ.get("SLURM_CONF"):
         print(f"using the cluster of SLURM_CONF={os.environ['SLURM_CONF']}")
@@ -58,4 +63,7 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None) -> int:
         log = out / "logs" / f"{r.name}-{r.job_id}.out"
         print(f"\n{r.job_id} {r.name} ended {r.state}; last lines of {log}:\n{tail(log)}")
     print(f"\nscripts: {out / 'scripts'}\nlogs and training stats: {out}")
-    return 1 if failed else 0
+    print()
+    # Not under `out`: the demo's outputs are root's alone (0700).
+    user_ok = plain_sbatch_twice(slurm, user, paths.state_dir() / "users")
+    return 1 if failed or not user_ok else 0

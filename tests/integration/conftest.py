@@ -10,7 +10,6 @@ import os
 import pwd
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import pytest
 
 from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster
-from slurm_synergy.cluster.users import ensure_user
+from slurm_synergy.cluster.users import ensure_user, reachable
 from slurm_synergy.jobs import records, wait
 from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
@@ -47,8 +46,11 @@ def box(tmp_path_factory) -> Iterator[LocalCluster]:
     os.environ["SYNERGY_HOME"] = str(home)
     # One generated dataset for the whole session, shared by every training job.
     os.environ["SYNERGY_DATA"] = str(home / "data")
-    cluster = LocalCluster()
+    # No sync timer: tests compile the table from stores of their own (the demo's
+    # fixture turns it on while the demo runs).
+    cluster = LocalCluster(sync_every_s=0)
     was_up, _ = cluster.status()
+    timer_was_on = cluster.timer_running()
     # `up` also compiles the decision table from this session's (empty) profile store,
     # so no decision from an earlier run rewrites this session's jobs.
     cluster.up(log=lambda line: print(line, file=sys.stderr))
@@ -71,6 +73,8 @@ def box(tmp_path_factory) -> Iterator[LocalCluster]:
         # daemon behind); one that was up before stays up.
         if not was_up:
             cluster.down(log=lambda line: None)
+        elif timer_was_on:
+            LocalCluster().up(log=lambda line: None)
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +108,8 @@ class Tenants:
             timeout: float = 120) -> subprocess.CompletedProcess:
         """`args` run as `who`, in the shared folder, with Slurm's and our environment."""
         base = {"PATH": os.environ["PATH"], "SLURM_CONF": str(paths.local_slurm_conf()),
-                "SYNERGY_HOME": str(self.shared / who.name), "HOME": str(self.shared)}
+                "SYNERGY_HOME": str(self.shared / who.name), "HOME": str(self.shared),
+                "SYNERGY_PROFILES": ""}
         return subprocess.run(["runuser", "-u", who.name, "--", *args], capture_output=True,
                               text=True, env={**base, **(env or {})}, cwd=self.shared,
                               timeout=timeout)
@@ -113,36 +118,22 @@ class Tenants:
         return self.run(who, [str(ROOT / ".venv" / "bin" / "synergy"), *args], env)
 
 
-def _reachable_checkout() -> list[tuple[Path, int]]:
-    """o+x on each parent of the checkout that lacks it, o+r on the checkout (Python
-    lists it): a fresh clone lives in a 0700 folder. Returns what to put back."""
-    changed = []
-    for folder in [ROOT, *ROOT.parents]:
-        mode = folder.stat().st_mode
-        need = stat.S_IXOTH | (stat.S_IROTH if folder == ROOT else 0)
-        if mode & need != need:
-            folder.chmod(mode | need)
-            changed.append((folder, mode))
-    return changed
-
-
 @pytest.fixture(scope="session")
 def tenants(slurm) -> Iterator[Tenants]:
     made = [name for name in TENANTS if ensure_user(slurm, name, TENANT_ACCOUNT)]
-    changed = _reachable_checkout()
     shared = Path(tempfile.mkdtemp(prefix="synergy-tenants-"))     # pytest's is 0700
     shared.chmod(0o1777)
     try:
-        users = Tenants(*(Tenant(n, pwd.getpwnam(n).pw_uid) for n in TENANTS), shared)
-        can = users.run(users.alice, [TENANT_PYTHON, "-c", "import slurm_synergy, torch"])
-        assert can.returncode == 0, \
-            f"an ordinary user cannot run {TENANT_PYTHON} ({os.path.realpath(TENANT_PYTHON)}): " \
-            f"{can.stderr.strip()}; `make setup` makes the venv from Debian's python3"
-        yield users
+        with reachable(ROOT):
+            users = Tenants(*(Tenant(n, pwd.getpwnam(n).pw_uid) for n in TENANTS), shared)
+            can = users.run(users.alice, [TENANT_PYTHON, "-c", "import slurm_synergy, torch"])
+            assert can.returncode == 0, \
+                f"an ordinary user cannot run {TENANT_PYTHON} " \
+                f"({os.path.realpath(TENANT_PYTHON)}): {can.stderr.strip()}; `make setup` " \
+                "makes the venv from Debian's python3"
+            yield users
     finally:
         shutil.rmtree(shared, ignore_errors=True)
-        for folder, mode in changed:
-            folder.chmod(mode)
         for name in made:
             subprocess.run(["userdel", name], check=False)
 
@@ -159,8 +150,41 @@ def site(tenants) -> Iterator[Path]:
     try:
         yield site
     finally:
-        del os.environ["SYNERGY_PROFILES"]
+        os.environ["SYNERGY_PROFILES"] = ""
         assert synergy("plugin", "sync").returncode == 0
+
+
+DEMO_SUBMITTED = re.compile(r"^submitted \d+ jobs from .*: (.+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Demo:
+    stdout: str
+    job_ids: list[str]          # the CSV's jobs
+    store: Path                 # the shared profile store it ran on
+
+
+@pytest.fixture(scope="session")
+def demo(box, tenants) -> Iterator[Demo]:
+    """`synergy demo`, once for the session, as `make demo` runs it: the cluster's sync
+    timer on, on a shared profile store of its own (other tests profile the same
+    workloads), a tenant as its ordinary user; then the timer off and the session's
+    table back."""
+    store = Path(tempfile.mkdtemp(prefix="synergy-demo-profiles-"))
+    store.chmod(0o1777)
+    os.environ["SYNERGY_PROFILES"] = str(store)
+    try:
+        proc = synergy("demo", "--user", tenants.alice.name)
+    finally:
+        os.environ["SYNERGY_PROFILES"] = ""
+        box.up(log=lambda line: None)
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = DEMO_SUBMITTED.search(proc.stdout)
+        assert found, proc.stdout
+        yield Demo(proc.stdout, found.group(1).split(", "), store)
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
 
 
 @pytest.fixture

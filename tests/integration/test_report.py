@@ -25,28 +25,14 @@ from tests.shapes import SHAPES, lines_of, node_stats_done, submit, truths
 
 from .conftest import finish, synergy
 
-DEMO_SUBMITTED = re.compile(r"^submitted \d+ jobs from .*: (.+)$", re.MULTILINE)
-
-
 @pytest.fixture(scope="module")
-def demo_jobs(box, tmp_path_factory) -> Iterator[list[str]]:
-    """The demo's jobs, first run: on a profile store of its own (other tests profile the
-    same workloads), so each workload's first job is measured while it trains and its
-    second is right-sized in place, both left to report. The report
-    reads that store while this module runs; the cluster's table goes back to the
-    session's store right after the demo."""
-    store = str(tmp_path_factory.mktemp("report-profiles"))
-    os.environ["SYNERGY_PROFILES"] = store
-    try:
-        proc = synergy("demo")
-    finally:
-        del os.environ["SYNERGY_PROFILES"]
-        assert synergy("plugin", "sync").returncode == 0
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ids = DEMO_SUBMITTED.search(proc.stdout).group(1).split(", ")
-    os.environ["SYNERGY_PROFILES"] = store
-    yield ids
-    del os.environ["SYNERGY_PROFILES"]
+def demo_jobs(demo) -> Iterator[list[str]]:
+    """The demo's jobs (the session's one run, on a store of its own): each workload's
+    first job measured while it trained and its second right-sized in place, both left
+    to report. The report reads the demo's store while this module runs."""
+    os.environ["SYNERGY_PROFILES"] = str(demo.store)
+    yield demo.job_ids
+    os.environ["SYNERGY_PROFILES"] = ""
 
 
 def raw_sacct(slurm, ids):

@@ -6,6 +6,8 @@ from datetime import datetime
 
 import pytest
 
+from slurm_synergy.model.comment import decision
+from slurm_synergy.model.units import mem_mb
 from slurm_synergy.submission.csvjobs import load_jobs
 
 from .conftest import ROOT, executable, finish, job_names_in_queue, submitted_ids, synergy
@@ -150,18 +152,42 @@ def test_dry_run_writes_scripts_and_submits_nothing(slurm, tmp_path, tag):
     assert job_names_in_queue(slurm, [f"dry-{tag}"]) == []
 
 
-def test_demo_ends_with_every_job_completed_and_right_sized(box):
-    proc = synergy("demo")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
+def test_demo_ends_with_every_job_completed_and_right_sized(demo):
+    lines = demo.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("JobID"))
     rows = [line for line in lines[header + 2:] if line.strip() and line[0].isdigit()]
     specs = load_jobs(ROOT / "jobs_csv" / "rightsize.csv")
-    assert len(rows) == len(specs), proc.stdout      # nothing resubmitted: one job a row
-    assert all(" COMPLETED " in row for row in rows), proc.stdout
+    assert len(rows) == len(specs), demo.stdout      # nothing resubmitted: one job a row
+    assert all(" COMPLETED " in row for row in rows), demo.stdout
     # Each workload's second job ran with a decision, first time or not: right-sized in
     # place while it waited, or by the shim at submission.
     for fp in {s.fingerprint for s in specs}:
         second = [s.name for s in specs if s.fingerprint == fp][1]
         assert any(row.split()[1] == second and "decision c" in row for row in rows), \
-            proc.stdout
+            demo.stdout
+
+
+def test_an_ordinary_users_next_job_is_right_sized_with_nobody_running_sync(demo, slurm,
+                                                                           tenants):
+    """The demo's ordinary user (a tenant here) submits their own batch script with plain
+    sbatch, twice: the first is measured while it trains, the cluster's sync timer compiles
+    its profile, and the shim right-sizes the second as it is submitted."""
+    out = demo.stdout
+    assert f"{tenants.alice.name}, an ordinary user, submits" in out, out
+    assert "the cluster's sync timer had compiled its decision" in out, out
+    part = out.split("submits the same script again:")[1]
+    first, second = [line.split()[0] for line in part.splitlines() if line[:1].isdigit()][:2]
+    rows = {r["JobIDRaw"]: r for r in slurm.sacct(
+        [first, second], ["JobIDRaw", "User", "State", "AllocCPUS", "ReqMem", "Comment"])}
+    assert {r["User"] for r in rows.values()} == {tenants.alice.name}
+    assert {r["State"] for r in rows.values()} == {"COMPLETED"}
+    assert "profile=1" in rows[first]["Comment"] and "measured=run" in rows[first]["Comment"]
+    assert (rows[first]["AllocCPUS"], rows[first]["ReqMem"]) == ("2", "3G")
+    got = decision(rows[second]["Comment"])
+    assert got is not None, rows[second]
+    # Rewritten at submission by the shim (not in place by the measuring job: no by=).
+    assert "asked=c2,m3072,g1" in rows[second]["Comment"]
+    assert "by=" not in rows[second]["Comment"] and "profile=1" not in rows[second]["Comment"]
+    assert int(rows[second]["AllocCPUS"]) == got.cpus
+    assert mem_mb(rows[second]["ReqMem"]) == got.mem_mb
+    assert (got.cpus, got.mem_mb) != (2, 3072)

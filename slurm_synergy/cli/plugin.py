@@ -27,7 +27,7 @@ from slurm_synergy.submission.resubmit import NothingToGain, resubmit
 from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
-from slurm_synergy.decisions.sync import keep_syncing, sync
+from slurm_synergy.decisions.sync import keep_syncing, name_timer, sync
 from slurm_synergy.decisions.table import entries_of, read, table_path
 from slurm_synergy.slurm import node_shape
 
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action in ("sync", "install"):
         root_may_run()
     if args.action == "sync" and args.every:
+        name_timer()
         keep_syncing(args.every, args.table, args.partition,
                      log=lambda line: print(line, flush=True))
     elif args.action == "sync":

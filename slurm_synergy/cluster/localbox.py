@@ -207,13 +207,15 @@ class LocalCluster:
             "munged": self._munge_ok, "mariadbd": self._mariadb_ok,
             "slurmdbd": self._slurmdbd_ok, "slurmctld": self.slurm.ping}
         checks.update({d.name: partial(self._node_ok, d.node) for d in self.slurmds})
-        if self.sync_every_s > 0:
-            checks[TIMER] = self.timer_running
         for name, check in checks.items():
             ok = self.conf.exists() and check()
             healthy &= ok
             pid = self._pid(name)
             lines.append(f"{name:<13} {'up' if ok else 'DOWN':<5} pid {pid or '-'}")
+        # Not counted in health: a cluster may run without it (cluster up --sync-every 0).
+        timer = self._pid(TIMER)
+        lines.append(f"{TIMER:<13} {'up' if timer else 'off':<5} pid {timer or '-'} "
+                     f"(the decision table's sync; log {self.daemons[TIMER].log})")
         mode_file = self.state / "mode"
         mode = mode_file.read_text().strip() if mode_file.exists() else "unknown"
         lines.append(f"cgroup enforcement: {describe_mode(mode)}")

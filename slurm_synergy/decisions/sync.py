@@ -185,14 +185,18 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     return line
 
 
-def keep_syncing(every_s: float, path: Path | None = None, partition: str | None = None,
-                 log: Callable[[str], None] = print) -> None:
-    """sync every `every_s` seconds, for ever (a site's cron as one process: the local
-    cluster's timer); logs a round's line when it differs from the last one's."""
+def name_timer() -> None:
+    """This process is the timer: its name (comm) is TIMER_NAME, as ps shows it."""
     try:
         Path("/proc/self/comm").write_text(TIMER_NAME)
     except OSError:
         pass        # not Linux: only the name ps shows
+
+
+def keep_syncing(every_s: float, path: Path | None = None, partition: str | None = None,
+                 log: Callable[[str], None] = print) -> None:
+    """sync every `every_s` seconds, for ever (a site's cron as one process: the local
+    cluster's timer); logs a round's line when it differs from the last one's."""
     last = ""
     while True:
         try:

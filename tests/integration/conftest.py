@@ -199,6 +199,12 @@ def synergy(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           env=dict(os.environ))
 
 
+def cluster_up() -> subprocess.CompletedProcess:
+    """`synergy cluster up` as `make cluster` runs it, but without the sync timer: the
+    suite compiles tables from stores of its own."""
+    return synergy("cluster", "up", "--sync-every", "0")
+
+
 def executable(path: Path, text: str) -> Path:
     """A user's job script: written and made executable."""
     path.write_text(text)

@@ -7,7 +7,7 @@ import time
 from slurm_synergy import paths
 from slurm_synergy.model.units import gpu_count, gpu_types
 
-from .conftest import epilogs_done, executable, finish, submitted_ids, synergy
+from .conftest import cluster_up, epilogs_done, executable, finish, submitted_ids, synergy
 
 
 def test_status_reports_every_daemon_and_the_mode(box):
@@ -32,10 +32,28 @@ def test_node_is_sized_from_the_machine(slurm):
 
 def test_up_is_idempotent(box):
     pids = {name: box._pid(name) for name in box.daemons}
-    proc = synergy("cluster", "up")
+    proc = cluster_up()
     assert proc.returncode == 0, proc.stderr
     assert "starting" not in proc.stdout
     assert {name: box._pid(name) for name in box.daemons} == pids
+
+
+def test_up_starts_roots_sync_timer_and_up_without_it_stops_it(box):
+    try:
+        proc = synergy("cluster", "up")
+        assert proc.returncode == 0, proc.stderr
+        assert "starting sync-timer" in proc.stdout
+        pid = box._pid("sync-timer")
+        assert pid is not None and os.stat(f"/proc/{pid}").st_uid == 0
+        assert open(f"/proc/{pid}/cmdline").read().split("\0")[-6:-2] == [
+            "sync", "--every", "15.0", "--table"]
+        assert f"{'sync-timer':<13} up    pid {pid}" in synergy("cluster", "status").stdout
+    finally:
+        proc = cluster_up()
+    assert "stopped the sync timer" in proc.stdout
+    assert not box.timer_running()
+    status = synergy("cluster", "status")
+    assert status.returncode == 0 and f"{'sync-timer':<13} off" in status.stdout
 
 
 def test_up_restarts_a_dead_daemon(box, slurm):
@@ -45,7 +63,7 @@ def test_up_restarts_a_dead_daemon(box, slurm):
     os.kill(old, signal.SIGKILL)
     while os.path.exists(f"/proc/{old}"):
         time.sleep(0.1)
-    proc = synergy("cluster", "up")
+    proc = cluster_up()
     assert proc.returncode == 0, proc.stderr
     assert f"starting {name}" in proc.stdout and proc.stdout.count("starting") == 1
     assert box._pid(name) not in (None, old)
@@ -105,7 +123,7 @@ def test_submit_with_dead_controller_fails_clearly_and_queues_nothing(box, slurm
         assert "refuse" not in proc.stderr and "user mode" not in proc.stderr
         assert proc.stderr.count("\n") <= 3, proc.stderr  # one clear message, no traceback
     finally:
-        assert synergy("cluster", "up").returncode == 0
+        assert cluster_up().returncode == 0
     assert slurm.run(["squeue", "--noheader", "--name=deadctl-1", "--states=all"]).strip() == ""
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from slurm_synergy.submission.ledger import ledger_path
 
-from .conftest import SYNERGY, executable, synergy
+from .conftest import SYNERGY, cluster_up, executable, synergy
 
 ROWS = 300
 
@@ -44,7 +44,7 @@ def _kill_controller(box) -> None:
 
 
 def _restart(box) -> None:
-    up = synergy("cluster", "up")
+    up = cluster_up()
     assert up.returncode == 0, up.stderr + up.stdout
 
 

@@ -20,7 +20,7 @@ import pytest
 from slurm_synergy import paths
 from slurm_synergy.hooks.install import WRAPPERS, render_wrappers
 
-from .conftest import EXPECTED_DRAINS, ROOT, epilogs_done, executable, finish, synergy
+from .conftest import EXPECTED_DRAINS, ROOT, cluster_up, epilogs_done, executable, finish, synergy
 
 FAKE_NVML = ROOT / "tests" / "fakes" / "nvml"
 
@@ -191,7 +191,7 @@ def test_an_epilog_that_cannot_enforce_the_cap_drains_the_node(box, slurm, tmp_p
             (box.state / "log" / "hooks.log").read_text()
         # Drained on purpose: `cluster up` neither resumes it nor hides it, and status
         # tells slurmd (running) apart from the node (out of service, and why).
-        up = synergy("cluster", "up")
+        up = cluster_up()
         assert up.returncode == 0, up.stderr
         assert "stays so: jobs will not start on it until you resume it" in up.stdout
         assert "starting slurmd" not in up.stdout

@@ -23,7 +23,7 @@ from slurm_synergy.report import output
 from slurm_synergy.report.build import build
 from tests.shapes import SHAPES, lines_of, node_stats_done, submit, truths
 
-from .conftest import finish, synergy
+from .conftest import cluster_up, finish, synergy
 
 @pytest.fixture(scope="module")
 def demo_jobs(demo) -> Iterator[list[str]]:
@@ -231,7 +231,7 @@ def test_accounting_down_is_one_clear_error(box, slurm):
         assert proc.stderr.startswith("synergy: error: ") and "sacct" in proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") <= 3, proc.stderr
     finally:
-        assert synergy("cluster", "up").returncode == 0
+        assert cluster_up().returncode == 0
 
 
 def test_every_job_shape_reads_within_three_points_of_the_truth(box, slurm, tmp_path):

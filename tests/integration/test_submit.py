@@ -3,6 +3,7 @@
 import json
 import re
 from datetime import datetime
+from itertools import takewhile
 
 import pytest
 
@@ -155,7 +156,7 @@ def test_dry_run_writes_scripts_and_submits_nothing(slurm, tmp_path, tag):
 def test_demo_ends_with_every_job_completed_and_right_sized(demo):
     lines = demo.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("JobID"))
-    rows = [line for line in lines[header + 2:] if line.strip() and line[0].isdigit()]
+    rows = list(takewhile(lambda line: line[:1].isdigit(), lines[header + 2:]))
     specs = load_jobs(ROOT / "jobs_csv" / "rightsize.csv")
     assert len(rows) == len(specs), demo.stdout      # nothing resubmitted: one job a row
     assert all(" COMPLETED " in row for row in rows), demo.stdout

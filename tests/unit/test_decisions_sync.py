@@ -231,3 +231,34 @@ def test_sync_never_raises_on_what_users_wrote(folders, files):
         assert entries[VICTIM, FP].cpus > 0, line
         # Every name is shown escaped: no line of sync's output is a user's own text.
         assert line.isascii() and all(s.startswith("  ") for s in line.splitlines()[1:])
+
+
+def test_the_timer_logs_each_change_once_and_outlives_a_failed_round(monkeypatch):
+    from slurm_synergy.decisions import sync as syncmod
+    from slurm_synergy.model.errors import SynergyError
+    said = iter(["table: 0", "table: 0", SynergyError("slurmctld down"), "table: 1"])
+
+    def one_round(**_):
+        line = next(said)
+        if isinstance(line, Exception):
+            raise line
+        return line
+
+    class Done(Exception):
+        pass
+
+    rounds = []
+
+    def sleep(seconds):
+        rounds.append(seconds)
+        if len(rounds) == 4:
+            raise Done
+
+    monkeypatch.setattr(syncmod, "sync", one_round)
+    monkeypatch.setattr(syncmod.time, "sleep", sleep)
+    logged: list[str] = []
+    with pytest.raises(Done):
+        syncmod.keep_syncing(7.5, log=logged.append)
+    assert rounds == [7.5] * 4
+    assert [line.split(" ", 1)[1] for line in logged] == [
+        "table: 0", "sync failed: SynergyError: slurmctld down", "table: 1"]

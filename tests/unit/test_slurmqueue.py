@@ -1,0 +1,70 @@
+"""The Slurm queue model: priority order, the main scheduler's stop at a blocked job,
+backfill against time limits, and a workload right-sized once its first job is measured.
+Every expected figure is worked out by hand from the rules in slurmqueue.py."""
+
+import pytest
+
+from slurm_synergy.simulate.slurmqueue import (Node, QueueJob, Size, figures, run_queue)
+
+NODE = Node(cpus=2, mem_mb=20000, gpus=4)
+WIDE = Size(2, 3072, 100.0)        # a CPU-hungry job: 100 s on its 2 cores
+LIMIT = 1200.0                     # what users ask: 20 minutes
+
+
+def job(i, workload="w", submit=0.0, asked=WIDE, decided=None, limit=LIMIT, measuring=0.0):
+    return QueueJob(i, workload, submit, limit, asked, decided, measuring)
+
+
+def starts(ran):
+    return {r.job_id: (r.start_s, r.end_s) for r in ran}
+
+
+def test_jobs_asking_the_whole_node_run_one_after_another_in_submission_order():
+    ran = run_queue([job(2, submit=1.0), job(1)], NODE)
+    assert starts(ran) == {1: (0.0, 100.0), 2: (100.0, 200.0)}
+    f = figures(ran)
+    assert (f.makespan_s, f.mean_jct_s, f.mean_wait_s) == (200.0, (100 + 199) / 2, 99 / 2)
+
+
+def test_jobs_half_as_wide_share_the_node():
+    half = Size(1, 1024, 75.0)
+    ran = run_queue([job(i, asked=half) for i in range(1, 5)], NODE)
+    assert starts(ran) == {1: (0, 75), 2: (0, 75), 3: (75, 150), 4: (75, 150)}
+
+
+def test_a_blocked_job_stops_the_main_scheduler_and_a_long_limit_stops_backfill():
+    # 1 holds one core; 2 needs both and waits for 1; 3 needs one core, free now, but its
+    # 20-minute limit would delay 2's start (1's limit ends at 1200 s): it waits too.
+    one = Size(1, 1024, 300.0)
+    ran = run_queue([job(1, "a", asked=one), job(2, "b"), job(3, "c", asked=Size(1, 1024, 50))],
+                    NODE)
+    assert starts(ran) == {1: (0, 300), 2: (300, 400), 3: (400, 450)}
+
+
+def test_backfill_starts_a_job_whose_limit_ends_before_the_blocked_jobs_start():
+    # The same queue with job 3 limited to 2 minutes: backfill's first pass (30 s) starts
+    # it, as it ends (by its limit, rounded to bf_resolution) before 1's limit does.
+    one = Size(1, 1024, 300.0)
+    ran = run_queue([job(1, "a", asked=one), job(2, "b"),
+                     job(3, "c", asked=Size(1, 1024, 50), limit=120)], NODE)
+    assert starts(ran) == {1: (0, 300), 3: (30, 80), 2: (300, 400)}
+
+
+def test_a_workload_is_measured_by_its_first_job_then_right_sized_in_the_queue():
+    light = Size(1, 1024, 80.0)
+    jobs = [job(i, asked=Size(2, 3072, 60.0), decided=light, measuring=70.0)
+            for i in range(1, 4)]
+    ran = run_queue(jobs, NODE)
+    # 1 measures as asked (70 s); then 2 and 3 start right-sized, together.
+    assert starts(ran) == {1: (0, 70), 2: (70, 150), 3: (70, 150)}
+    assert [r.cpus for r in ran] == [2, 1, 1]
+
+
+def test_without_decisions_the_same_queue_runs_as_asked():
+    jobs = [job(i, asked=Size(2, 3072, 60.0)) for i in range(1, 4)]
+    assert starts(run_queue(jobs, NODE)) == {1: (0, 60), 2: (60, 120), 3: (120, 180)}
+
+
+def test_a_job_wider_than_the_node_is_refused():
+    with pytest.raises(ValueError, match="job 1 asks more than the node has"):
+        run_queue([job(1, asked=Size(4, 1024, 10.0))], NODE)

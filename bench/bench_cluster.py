@@ -1,0 +1,398 @@
+"""What right-sizing does to a queue on real Slurm: the local cluster, two ordinary users.
+
+A lab's queue as two users submit it: --jobs jobs (16) of two workloads each user wrote
+as a plain sbatch script, a CPU-hungry image model (ResNet on 512 px JPEGs) and a
+CPU-light language model (a Transformer), alternating, each asking what users ask
+(2 cores, 3G, a GPU, 20 minutes), all at once (or --interval seconds apart), to the gpu
+partition: node1 alone, its 2 real cores (the other nodes idle, so the figures are this
+machine's). Two flows, interleaved over --rounds (which goes first alternates), each
+from an empty profile store:
+
+  asked    the plugin off: every job opted out (--comment=synergy:off), as asked
+  synergy  the plugin on from the first job: each user's first job of a workload is
+           measured while it trains, its decision right-sizes that user's jobs of the
+           workload still queued (in place) and every later one (the shim, from the
+           table the cluster's sync timer compiles); nothing known in advance
+
+Per flow and round, from sacct: makespan, mean and median JCT, mean wait, core-seconds
+and MB-seconds allocated against used (TotalCPU and MaxRSS, from the jobs' cgroups),
+the most jobs that ran at once, failures (none allowed), the core-seconds right-sizing
+freed and how many of them another job used; and beside them the Slurm queue model's
+prediction (slurm_synergy/simulate/slurmqueue.py: priority order, the main scheduler and
+backfill as slurm.conf sets them), handed the queue as submitted, each workload's
+measured run times and the decisions. The in-run sweep's windows are 2 s (the policy's
+sweep_window_s; 5 s by default), as a site sets them for jobs this short. Needs root
+and the local cluster (make cluster); run it from a clone of its own with nothing else
+running. Writes DIR/cluster.json and DIR/cluster.md.
+
+    .venv/bin/python bench/bench_cluster.py [--rounds 3] [--jobs 16] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from slurm_synergy import paths  # noqa: E402
+from slurm_synergy.cluster.localbox import PARTITION, LocalCluster  # noqa: E402
+from slurm_synergy.cluster.users import ensure_user, reachable  # noqa: E402
+from slurm_synergy.jobs import wait  # noqa: E402
+from slurm_synergy.model.comment import OPT_OUT, decision, marks  # noqa: E402
+from slurm_synergy.model.units import duration_s, gpu_count, mem_mb  # noqa: E402
+from slurm_synergy.simulate.slurmqueue import (Node, QueueJob, Size, figures,  # noqa: E402
+                                               run_queue)
+from slurm_synergy.slurm import Slurm  # noqa: E402
+
+USERS = ("synergy-bench-a", "synergy-bench-b")
+ACCOUNT = "synergy-bench"
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+ASK = {"cpus": 2, "mem": "3G", "time_min": 20}
+# Each workload's script body: the built-in trainer, called as any script is.
+WORKLOADS = {
+    "image": "--arch resnet --depth 8 --batch 32 --workers 1 --max-iterations 160 "
+             "--image-size 512 --crop 32 --dataset-size 256 --data {data}/image",
+    "text": "--arch transformer --batch 32 --workers 1 --max-iterations 60 "
+            "--dataset-size 2048 --data {data}/text",
+}
+SCRIPT = """#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --cpus-per-task={cpus}
+#SBATCH --mem={mem}
+#SBATCH --gres=gpu:1
+#SBATCH --time={time_min}
+#SBATCH --partition={partition}
+#SBATCH --output={folder}/%x-%j.out
+{python} -m profiler.train {args}
+"""
+FIELDS = ("JobIDRaw", "User", "JobName", "State", "Submit", "Start", "End", "ElapsedRaw",
+          "AllocCPUS", "ReqMem", "TotalCPU", "Timelimit", "Comment")
+FLOWS = ("asked", "synergy")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a flow, read back from sacct."""
+
+    job_id: int
+    user: str
+    workload: str
+    state: str
+    submit_s: float
+    start_s: float
+    end_s: float
+    cpus: int
+    mem_mb: float
+    cpu_used_s: float
+    rss_mb: float
+    limit_s: float
+    asked_cpus: int
+    asked_mem_mb: float
+    measured: bool
+    decided: bool
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+def setup(work: Path) -> dict[str, Path]:
+    """The users' folders (theirs, 0700) with their two scripts; the datasets, shared."""
+    data = work / "data"
+    for args in WORKLOADS.values():
+        # Made once, by root, so that no job's time includes writing a dataset.
+        subprocess.run([PYTHON, "-m", "profiler.train", *args.format(data=data).split(),
+                        "--generate-data", "--max-iterations", "1", "--output",
+                        str(work / "gen")], check=True, capture_output=True)
+    for path in [data, *data.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    folders = {}
+    for user in USERS:
+        account = pwd.getpwnam(user)
+        folder = work / user
+        folder.mkdir()
+        for workload, args in WORKLOADS.items():
+            (folder / f"{workload}.sh").write_text(SCRIPT.format(
+                name=workload, folder=folder, python=PYTHON, partition=PARTITION,
+                args=args.format(data=data), **ASK))
+        for path in [folder, *folder.iterdir()]:
+            os.chown(path, account.pw_uid, account.pw_gid)
+        folder.chmod(0o700)
+        folders[user] = folder
+    return folders
+
+
+def bench_policy(work: Path) -> Path:
+    """The site's policy with 2 s sweep windows."""
+    text = (paths.ETC / "policy.toml").read_text()
+    text, n = re.subn(r"(?m)^sweep_window_s = .*$", "sweep_window_s = 2.0", text)
+    assert n == 1, "etc/policy.toml has no sweep_window_s line"
+    policy = work / "policy.toml"
+    policy.write_text(text)
+    policy.chmod(0o644)
+    return policy
+
+
+def fresh_cluster(store: Path, policy: Path) -> None:
+    """The cluster's timer restarted on an empty store (and the table compiled from it)."""
+    os.environ["SYNERGY_PROFILES"] = str(store)
+    os.environ["SYNERGY_POLICY"] = str(policy)
+    LocalCluster(sync_every_s=0).up(log=lambda line: None)
+    LocalCluster().up(log=lambda line: None)
+
+
+def submit(flow: str, n: int, interval_s: float, folders: dict[str, Path], store: Path,
+           policy: Path) -> dict[str, str]:
+    """n jobs, alternating workloads, two of each user in turn; job id -> workload."""
+    ids = {}
+    for i in range(n):
+        user = USERS[(i // 2) % len(USERS)]
+        workload = list(WORKLOADS)[i % len(WORKLOADS)]
+        folder = folders[user]
+        env = {"PATH": f"{Path(PYTHON).parent}:/usr/bin:/bin",
+               "SLURM_CONF": str(paths.local_slurm_conf()), "HOME": str(folder),
+               "SYNERGY_HOME": str(folder / ".slurm-synergy"),
+               "SYNERGY_PROFILES": str(store), "SYNERGY_POLICY": str(policy)}
+        extra = [f"--comment={OPT_OUT}"] if flow == "asked" else []
+        done = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", user,
+                               "--", "sbatch", "--parsable", *extra,
+                               str(folder / f"{workload}.sh")],
+                              capture_output=True, text=True, env=env, cwd=folder, check=True)
+        ids[done.stdout.strip().split(";")[0]] = workload
+        if interval_s and i < n - 1:
+            time.sleep(interval_s)
+    return ids
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def read_jobs(slurm: Slurm, ids: dict[str, str]) -> list[Job]:
+    """Every job of a flow with its batch step's peak memory, from sacct."""
+    rows = slurm.sacct(list(ids), FIELDS + ("MaxRSS",), allocations_only=False)
+    rss: dict[str, float] = {}
+    for row in rows:
+        job_id = row["JobIDRaw"].split(".")[0]
+        rss[job_id] = max(rss.get(job_id, 0.0), mem_mb(row["MaxRSS"]) or 0.0)
+    jobs = []
+    for row in rows:
+        jid = row["JobIDRaw"]
+        if jid not in ids:
+            continue
+        asked = marks(row["Comment"]).get("asked", "")
+        got = re.match(r"c(\d+),m(\d+)", asked)
+        mem = mem_mb(row["ReqMem"]) or 0.0
+        jobs.append(Job(
+            job_id=int(jid), user=row["User"], workload=ids[jid], state=row["State"],
+            submit_s=_epoch(row["Submit"]), start_s=_epoch(row["Start"]),
+            end_s=_epoch(row["End"]), cpus=int(row["AllocCPUS"]), mem_mb=mem,
+            cpu_used_s=duration_s(row["TotalCPU"]) or 0.0, rss_mb=rss.get(jid, 0.0),
+            limit_s=(duration_s(row["Timelimit"]) or 0.0),
+            asked_cpus=int(got.group(1)) if got else int(row["AllocCPUS"]),
+            asked_mem_mb=float(got.group(2)) if got else mem,
+            measured=marks(row["Comment"]).get("measured") == "run",
+            decided=decision(row["Comment"]) is not None))
+    return sorted(jobs, key=lambda j: j.job_id)
+
+
+def freed(jobs: list[Job], cores: int) -> tuple[float, float]:
+    """Core-seconds right-sizing freed (asked minus held, while a job ran) and how many of
+    them another job used: at each moment, the cores held beyond what the node could
+    have held had every running job held what it asked."""
+    edges = sorted({t for j in jobs for t in (j.start_s, j.end_s)})
+    total = used = 0.0
+    for a, b in zip(edges, edges[1:]):
+        on = [j for j in jobs if j.start_s <= a and j.end_s >= b]
+        free_now = sum(j.asked_cpus - j.cpus for j in on)
+        held = sum(j.cpus for j in on)
+        total += free_now * (b - a)
+        used += max(0, min(free_now, held + free_now - cores)) * (b - a)
+    return total, used
+
+
+def most_at_once(jobs: list[Job]) -> int:
+    return max((sum(1 for k in jobs if k.start_s <= j.start_s < k.end_s) for j in jobs),
+               default=0)
+
+
+def measured_figures(jobs: list[Job], cores: int) -> dict:
+    jct = [j.end_s - j.submit_s for j in jobs]
+    free_s, free_used_s = freed(jobs, cores)
+    return {
+        "jobs": len(jobs),
+        "failed": [f"{j.job_id} {j.state}" for j in jobs if j.state != "COMPLETED"],
+        "makespan_s": max(j.end_s for j in jobs) - min(j.submit_s for j in jobs),
+        "mean_jct_s": statistics.mean(jct), "median_jct_s": statistics.median(jct),
+        "mean_wait_s": statistics.mean(j.start_s - j.submit_s for j in jobs),
+        "core_s_allocated": sum(j.cpus * j.elapsed_s for j in jobs),
+        "core_s_used": sum(j.cpu_used_s for j in jobs),
+        "mb_s_allocated": sum(j.mem_mb * j.elapsed_s for j in jobs),
+        "mb_s_used": sum(j.rss_mb * j.elapsed_s for j in jobs),
+        "most_at_once": most_at_once(jobs),
+        "freed_core_s": free_s, "freed_core_s_used": free_used_s,
+        "measured": sum(j.measured for j in jobs), "right_sized": sum(j.decided for j in jobs),
+    }
+
+
+def _median(values: list[float], fallback: float) -> float:
+    return statistics.median(values) if values else fallback
+
+
+def predicted(jobs: list[Job], node: Node, asked_run_s: dict[str, float]) -> dict:
+    """The queue model's figures for the queue these jobs were: their submissions, limits
+    and decisions (each user's own), and each workload's measured run times: measuring,
+    as asked (this flow's, else the asked flow's) and at each decided size."""
+    first = min(j.submit_s for j in jobs)
+    queue = []
+    for j in jobs:
+        same = [k for k in jobs if k.workload == j.workload]
+        ask = Size(j.asked_cpus, int(j.asked_mem_mb),
+                   _median([k.elapsed_s for k in same if not k.measured and not k.decided],
+                           asked_run_s[j.workload]))
+        mine = [k for k in same if k.decided and k.user == j.user] or \
+            [k for k in same if k.decided]
+        decided = None
+        if mine:
+            cpus, mem = mine[0].cpus, int(mine[0].mem_mb)
+            decided = Size(cpus, mem, _median(
+                [k.elapsed_s for k in same if k.decided and k.cpus == cpus], 0.0))
+        measuring = _median([k.elapsed_s for k in same if k.measured], ask.run_s)
+        queue.append(QueueJob(j.job_id, f"{j.user}/{j.workload}", j.submit_s - first,
+                              j.limit_s, ask, decided, measuring))
+    f = figures(run_queue(queue, node))
+    return {"makespan_s": f.makespan_s, "mean_jct_s": f.mean_jct_s,
+            "mean_wait_s": f.mean_wait_s}
+
+
+def ratio_line(runs: list[dict], key: str, source: str = "") -> tuple[float, float, float]:
+    """asked over synergy per round: (median, min, max)."""
+    ratios = []
+    for r in runs:
+        a, s = r["asked"], r["synergy"]
+        if source:
+            a, s = a[source], s[source]
+        ratios.append(a[key] / s[key])
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=16)
+    p.add_argument("--interval", type=float, default=0.0,
+                   help="seconds between submissions (default: all at once)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench_cluster makes users and submits as them: run it as root")
+    LocalCluster(sync_every_s=0).up(log=lambda line: None)
+    slurm = Slurm()
+    (n1,) = slurm.nodes(PARTITION)
+    node = Node(cpus=n1.cpus, mem_mb=n1.memory_mb, gpus=gpu_count(n1.gres))
+    made = [u for u in USERS if ensure_user(slurm, u, ACCOUNT)]
+    work = Path(tempfile.mkdtemp(prefix="synergy-bench-cluster-", dir="/var/tmp"))
+    work.chmod(0o755)
+    saved = {k: os.environ.get(k) for k in ("SYNERGY_PROFILES", "SYNERGY_POLICY")}
+    runs: list[dict] = []
+    try:
+        with reachable(ROOT):
+            folders = setup(work)
+            policy = bench_policy(work)
+            for r in range(args.rounds):
+                order = FLOWS if r % 2 == 0 else FLOWS[::-1]
+                done: dict[str, list[Job]] = {}
+                for flow in order:
+                    store = work / f"store-{r}-{flow}"
+                    store.mkdir()
+                    store.chmod(0o1777)
+                    fresh_cluster(store, policy)
+                    ids = submit(flow, args.jobs, args.interval, folders, store, policy)
+                    wait(slurm, list(ids), timeout_s=7200)
+                    done[flow] = read_jobs(slurm, ids)
+                    print(f"round {r + 1} {flow}: jobs {min(ids)}-{max(ids)}", file=sys.stderr)
+                asked_run_s = {w: _median([j.elapsed_s for j in done["asked"]
+                                           if j.workload == w], 0.0) for w in WORKLOADS}
+                one = {"round": r + 1}
+                for flow, jobs in done.items():
+                    one[flow] = {**measured_figures(jobs, node.cpus),
+                                 "predicted": predicted(jobs, node, asked_run_s),
+                                 "per_job": [asdict(j) for j in jobs]}
+                runs.append(one)
+                print(json.dumps({f: {k: v for k, v in one[f].items() if k != "per_job"}
+                                  for f in FLOWS}), file=sys.stderr)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        LocalCluster().up(log=lambda line: None)        # the cluster's own timer back
+        shutil.rmtree(work, ignore_errors=True)
+        for user in made:
+            slurm.remove_user(user)
+            subprocess.run(["userdel", user], check=False)
+    write(args, runs)
+    return 1 if any(run[f]["failed"] for run in runs for f in FLOWS) else 0
+
+
+def write(args: argparse.Namespace, runs: list[dict]) -> None:
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = {key: dict(zip(("median", "min", "max"), ratio_line(runs, key)))
+               for key in ("mean_jct_s", "makespan_s", "mean_wait_s")}
+    summary.update({f"predicted_{key}": dict(zip(("median", "min", "max"),
+                                                 ratio_line(runs, key, "predicted")))
+                    for key in ("mean_jct_s", "makespan_s")})
+    (args.out / "cluster.json").write_text(json.dumps(
+        {"at": when, "jobs": args.jobs, "interval_s": args.interval, "ask": ASK,
+         "workloads": WORKLOADS, "rounds": runs, "asked_over_synergy": summary},
+        indent=1) + "\n")
+    cmd = f"bench/bench_cluster.py --rounds {args.rounds} --jobs {args.jobs}" + \
+        (f" --interval {args.interval:g}" if args.interval else "")
+    lines = [f"A queue of {args.jobs} jobs on the local cluster's node1 (2 cores), two users, "
+             f"{args.rounds} round(s), flows interleaved ({when}; `{cmd}`).", "",
+             "| round | flow | makespan s | mean JCT s | median JCT s | mean wait s | "
+             "core-s alloc/used | MB-s alloc/used | at once | freed core-s (used) | "
+             "predicted makespan / mean JCT s | failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        for flow in FLOWS:
+            f = run[flow]
+            lines.append(
+                f"| {run['round']} | {flow} | {f['makespan_s']:.0f} | {f['mean_jct_s']:.0f} | "
+                f"{f['median_jct_s']:.0f} | {f['mean_wait_s']:.0f} | "
+                f"{f['core_s_allocated']:.0f}/{f['core_s_used']:.0f} | "
+                f"{f['mb_s_allocated'] / 1e3:.0f}k/{f['mb_s_used'] / 1e3:.0f}k | "
+                f"{f['most_at_once']} | {f['freed_core_s']:.0f} ({f['freed_core_s_used']:.0f}) | "
+                f"{f['predicted']['makespan_s']:.0f} / {f['predicted']['mean_jct_s']:.0f} | "
+                f"{len(f['failed'])} |")
+    lines += ["", "As asked over with slurm-synergy (median of rounds, min-max):", ""]
+    for key, label in (("mean_jct_s", "mean JCT"), ("makespan_s", "makespan"),
+                       ("mean_wait_s", "mean wait")):
+        m = summary[key]
+        lines.append(f"- {label}: {m['median']:.2f}x ({m['min']:.2f}-{m['max']:.2f})"
+                     + (f"; predicted {summary['predicted_' + key]['median']:.2f}x "
+                        f"({summary['predicted_' + key]['min']:.2f}-"
+                        f"{summary['predicted_' + key]['max']:.2f})"
+                        if "predicted_" + key in summary else ""))
+    (args.out / "cluster.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

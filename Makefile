@@ -89,3 +89,4 @@ bench: setup
 	$(PY) bench/bench_report_shapes.py
 	$(PY) bench/bench_simulate.py
 	$(PY) bench/bench_hetero.py
+	$(PY) bench/bench_cluster.py --rounds 3

@@ -2,11 +2,12 @@
 
 A lab's queue as two users submit it: --jobs jobs (16) of two workloads each user wrote
 as a plain sbatch script, a CPU-hungry image model (ResNet on 512 px JPEGs) and a
-CPU-light language model (a Transformer), alternating, each asking what users ask
-(2 cores, 3G, a GPU, 20 minutes), all at once (or --interval seconds apart), to the gpu
-partition: node1 alone, its 2 real cores (the other nodes idle, so the figures are this
-machine's). Two flows, interleaved over --rounds (which goes first alternates), each
-from an empty profile store:
+CPU-light language model (a Transformer), in the order --order gives them (alternating,
+as a queue run by hand on 2026-11-29; or sweeps, each user's jobs of one workload
+together), each asking what users ask (2 cores, 3G, a GPU, 20 minutes), all at once (or
+--interval seconds apart), to the gpu partition: node1 alone, its 2 real cores (the
+other nodes idle, so the figures are this machine's). Two flows, interleaved over
+--rounds (which goes first alternates), each from an empty profile store:
 
   asked    the plugin off: every job opted out (--comment=synergy:off), as asked
   synergy  the plugin on from the first job: each user's first job of a workload is
@@ -25,7 +26,8 @@ sweep_window_s; 5 s by default), as a site sets them for jobs this short. Needs 
 and the local cluster (make cluster); run it from a clone of its own with nothing else
 running. Writes DIR/cluster.json and DIR/cluster.md.
 
-    .venv/bin/python bench/bench_cluster.py [--rounds 3] [--jobs 16] [--out DIR]
+    .venv/bin/python bench/bench_cluster.py [--rounds 3] [--jobs 16] [--order sweeps]
+                                            [--interval S] [--out DIR]
 """
 
 from __future__ import annotations
@@ -155,13 +157,24 @@ def fresh_cluster(store: Path, policy: Path) -> None:
     LocalCluster().up(log=lambda line: None)
 
 
-def submit(flow: str, n: int, interval_s: float, folders: dict[str, Path], store: Path,
-           policy: Path) -> dict[str, str]:
-    """n jobs, alternating workloads, two of each user in turn; job id -> workload."""
+def queue_order(order: str, n: int) -> list[tuple[str, str]]:
+    """(user, workload) of each job in submission order. alternating: the workloads take
+    turns, each user two jobs at a time (the issue's hand-run queue); sweeps: each user
+    submits a sweep of one workload at a time, in four blocks (a's images, b's texts,
+    a's texts, b's images)."""
+    names = list(WORKLOADS)
+    if order == "alternating":
+        return [(USERS[(i // 2) % 2], names[i % 2]) for i in range(n)]
+    blocks = [(USERS[0], names[0]), (USERS[1], names[1]), (USERS[0], names[1]),
+              (USERS[1], names[0])]
+    return [blocks[min(i * 4 // n, 3)] for i in range(n)]
+
+
+def submit(flow: str, plan: list[tuple[str, str]], interval_s: float,
+           folders: dict[str, Path], store: Path, policy: Path) -> dict[str, str]:
+    """The plan's jobs, in its order, as their users; job id -> workload."""
     ids = {}
-    for i in range(n):
-        user = USERS[(i // 2) % len(USERS)]
-        workload = list(WORKLOADS)[i % len(WORKLOADS)]
+    for i, (user, workload) in enumerate(plan):
         folder = folders[user]
         env = {"PATH": f"{Path(PYTHON).parent}:/usr/bin:/bin",
                "SLURM_CONF": str(paths.local_slurm_conf()), "HOME": str(folder),
@@ -173,7 +186,7 @@ def submit(flow: str, n: int, interval_s: float, folders: dict[str, Path], store
                                str(folder / f"{workload}.sh")],
                               capture_output=True, text=True, env=env, cwd=folder, check=True)
         ids[done.stdout.strip().split(";")[0]] = workload
-        if interval_s and i < n - 1:
+        if interval_s and i < len(plan) - 1:
             time.sleep(interval_s)
     return ids
 
@@ -294,6 +307,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--jobs", type=int, default=16)
+    p.add_argument("--order", choices=("alternating", "sweeps"), default="alternating",
+                   help="the queue's shape (see queue_order)")
     p.add_argument("--interval", type=float, default=0.0,
                    help="seconds between submissions (default: all at once)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -321,10 +336,12 @@ def main() -> int:
                     store.mkdir()
                     store.chmod(0o1777)
                     fresh_cluster(store, policy)
-                    ids = submit(flow, args.jobs, args.interval, folders, store, policy)
+                    ids = submit(flow, queue_order(args.order, args.jobs), args.interval,
+                                 folders, store, policy)
                     wait(slurm, list(ids), timeout_s=7200)
                     done[flow] = read_jobs(slurm, ids)
-                    print(f"round {r + 1} {flow}: jobs {min(ids)}-{max(ids)}", file=sys.stderr)
+                    print(f"round {r + 1} {flow}: jobs {min(ids, key=int)}-{max(ids, key=int)}",
+                          file=sys.stderr)
                 asked_run_s = {w: _median([j.elapsed_s for j in done["asked"]
                                            if j.workload == w], 0.0) for w in WORKLOADS}
                 one = {"round": r + 1}
@@ -359,12 +376,14 @@ def write(args: argparse.Namespace, runs: list[dict]) -> None:
                                                  ratio_line(runs, key, "predicted")))
                     for key in ("mean_jct_s", "makespan_s")})
     (args.out / "cluster.json").write_text(json.dumps(
-        {"at": when, "jobs": args.jobs, "interval_s": args.interval, "ask": ASK,
+        {"at": when, "jobs": args.jobs, "order": args.order, "interval_s": args.interval,
+         "ask": ASK,
          "workloads": WORKLOADS, "rounds": runs, "asked_over_synergy": summary},
         indent=1) + "\n")
-    cmd = f"bench/bench_cluster.py --rounds {args.rounds} --jobs {args.jobs}" + \
-        (f" --interval {args.interval:g}" if args.interval else "")
-    lines = [f"A queue of {args.jobs} jobs on the local cluster's node1 (2 cores), two users, "
+    cmd = f"bench/bench_cluster.py --rounds {args.rounds} --jobs {args.jobs} " \
+        f"--order {args.order}" + (f" --interval {args.interval:g}" if args.interval else "")
+    lines = [f"A queue of {args.jobs} jobs ({args.order}) on the local cluster's node1 "
+             "(2 cores), two users, "
              f"{args.rounds} round(s), flows interleaved ({when}; `{cmd}`).", "",
              "| round | flow | makespan s | mean JCT s | median JCT s | mean wait s | "
              "core-s alloc/used | MB-s alloc/used | at once | freed core-s (used) | "

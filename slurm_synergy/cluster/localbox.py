@@ -9,6 +9,10 @@ It is run as a site runs its cluster: a shared profile store (state/profiles, mo
 that every user's jobs write to, and a timer, root's `synergy plugin sync --every`, that
 compiles it into the decision table, as a site's cron does, so a user's next job of a
 measured workload is right-sized at submission without anyone running sync by hand.
+
+Long because one class starts, checks and stops every daemon of the cluster (each a few
+lines over the same state folder and pid files); the node sizing and what the state
+keeps are modules of their own.
 """
 
 from __future__ import annotations

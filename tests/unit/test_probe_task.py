@@ -83,6 +83,7 @@ def task(tmp_path: Path) -> dict[str, str]:
     policy = tmp_path / "policy.toml"
     policy.write_text(site_policy_with(sweep_window_s="0.5", sweep_repeats="1"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SYNERGY_"))}
+    env["SYNERGY_PROFILES"] = ""        # the user's own store, not the local cluster's
     env.update(PYTHONPATH=str(BOOT), SYNERGY_TASK_PYTHON=PYTHON, SYNERGY_FINGERPRINT=FP,
                SYNERGY_PLAIN=FP,
                SYNERGY_HOME=str(tmp_path / "home"), SYNERGY_POLICY=str(policy),

@@ -90,10 +90,7 @@ class _Queue:
         return job.asked
 
     def free(self) -> tuple[int, int, int]:
-        held = [r.size for r in self.running.values()]
-        return (self.node.cpus - sum(s.cpus for s in held),
-                self.node.mem_mb - sum(s.mem_mb for s in held),
-                self.node.gpus - sum(s.gpus for s in held))
+        return _left(self.node, [r.size for r in self.running.values()])
 
     def start(self, job: QueueJob, now: float) -> None:
         measures = job.decided is not None and job.workload not in self.decided \
@@ -156,9 +153,13 @@ def _earliest(node: Node, holds: Sequence[tuple[float, float, Size]], size: Size
 
 def _free_at(node: Node, holds: Sequence[tuple[float, float, Size]],
              t: float) -> tuple[int, int, int]:
-    over = [s for start, end, s in holds if start <= t < end]
-    return (node.cpus - sum(s.cpus for s in over), node.mem_mb - sum(s.mem_mb for s in over),
-            node.gpus - sum(s.gpus for s in over))
+    return _left(node, [s for start, end, s in holds if start <= t < end])
+
+
+def _left(node: Node, held: Sequence[Size]) -> tuple[int, int, int]:
+    """What the node has free (cpus, mem_mb, gpus) beside the sizes `held`."""
+    return (node.cpus - sum(s.cpus for s in held), node.mem_mb - sum(s.mem_mb for s in held),
+            node.gpus - sum(s.gpus for s in held))
 
 
 def run_queue(jobs: Sequence[QueueJob], node: Node,

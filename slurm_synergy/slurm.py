@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 from slurm_synergy import paths
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
 from slurm_synergy.model.engine import NodeShape, shape_of
-from slurm_synergy.model.units import gpu_count, mem_mb
+from slurm_synergy.model.units import duration_s, gpu_count, mem_mb
 
 SEP = "\x1f"
 
@@ -97,6 +97,32 @@ class QueuedJob:
     features: str         # --constraint, "" if none
     array: bool           # a task (or pending tasks) of a job array
     qos: str = ""         # the QOS Slurm gave it (its own --qos, else its default)
+
+
+@dataclass(frozen=True)
+class TimedJob:
+    """A pending or running job's time limit and time used, as squeue shows them."""
+
+    job_id: str
+    uid: int
+    state: str
+    limit_min: int | None     # its time limit, minutes; None where unset or unlimited
+    used_s: int
+    cpus: int                 # the cores it asks for (or has), all tasks
+    comment: str              # its comment's last line (see Slurm.timed_jobs)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A job that ended, as sacct shows it."""
+
+    job_id: int
+    uid: int
+    state: str                # the first word (CANCELLED by 1000 -> CANCELLED)
+    elapsed_s: int
+    cpus: int
+    comment: str              # its comment's last line
+    admin_comment: str
 
 
 def _mb(text: str) -> int:
@@ -369,6 +395,40 @@ class Slurm:
                 if line.count(SEP) >= 4]
         for row in rows:
             row["Comment"] = _comment(row["Comment"])
+        return rows
+
+    def timed_jobs(self) -> list[TimedJob]:
+        """Every pending and running job's limit and time used (array tasks left out).
+        The comment is asked for first: a user's comment may hold newlines and the
+        separator, so everything after it on a line is Slurm's own, and a line whose
+        fields do not add up is not a job's (a comment's first lines are dropped)."""
+        fields = ("%k", "%i", "%U", "%T", "%l", "%M", "%C")
+        out = self.run(["squeue", "--noheader", "--states=PENDING,RUNNING",
+                        "--format=" + SEP.join(fields)])
+        jobs = []
+        for line in out.splitlines():
+            v = line.split(SEP)
+            if len(v) != len(fields) or not all(v[i].isdigit() for i in (1, 2, 6)):
+                continue
+            limit, used = duration_s(v[4]), duration_s(v[5])
+            jobs.append(TimedJob(v[1], int(v[2]), v[3],
+                                 None if limit is None else int(limit) // 60,
+                                 int(used or 0), int(v[6]), _comment(v[0])))
+        return jobs
+
+    def ended(self, since: str, users: Sequence[str] = ()) -> list[Ended]:
+        """The jobs that ended since `since` (any time sacct takes) of `users` (every
+        user's where none), as sacct records them, in one call; the comment first, for
+        the reason timed_jobs gives."""
+        fields = ("Comment", "JobIDRaw", "UID", "State", "ElapsedRaw", "AllocCPUS",
+                  "AdminComment")
+        rows = []
+        for v in self.sacct_rows((), fields, since=since, users=users):
+            values = list(v.values())
+            if not all(values[i].isdigit() for i in (1, 2, 4, 5)):
+                continue
+            rows.append(Ended(int(values[1]), int(values[2]), values[3].split(" ")[0],
+                              int(values[4]), int(values[5]), values[0], values[6]))
         return rows
 
     def comment(self, job_id: str) -> str:

@@ -28,8 +28,9 @@ from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
 from slurm_synergy.decisions.sync import keep_syncing, name_timer, sync
-from slurm_synergy.decisions.table import entries_of, read, table_path
-from slurm_synergy.slurm import node_shape
+from slurm_synergy.decisions.table import Owned, entries_of, read, table_path
+from slurm_synergy.decisions.timelimits import explained
+from slurm_synergy.slurm import node_shape, user_name
 
 
 
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         keep_syncing(args.every, args.table, args.partition,
                      log=lambda line: print(line, flush=True))
     elif args.action == "sync":
-        print(sync(path=args.table, partition=args.partition))
+        print(sync(path=args.table, partition=args.partition,
+                   time_limits=args.time_limits))
     elif args.action == "explain":
         print(explain(args.fingerprint, args.partition, args.qos))
     elif args.action == "install":
@@ -125,6 +127,11 @@ def explain(fingerprint: str, partition: str | None = None, qos: str = "") -> st
                   if c.fingerprint == fingerprint
                   and c.profiled_job == profile.allocation.job_id), None)
     lines.append(f"cost: {measuring_cost(profile, again)}")
+    try:
+        lines.append(explained(service.slurm, Owned(os.geteuid(), d),
+                               service.policy.time_rule, user_name()))
+    except SynergyError as e:
+        lines.append(f"run time: not predicted: {e}")
     path = table_path()
     try:
         entries = entries_of(read(path)[1])
@@ -195,7 +202,11 @@ def add_parser(sub) -> None:
                    "default partition)")
     a.add_argument("--every", type=positive_float, metavar="SECONDS",
                    help="sync again every SECONDS, until stopped (a site's cron as one "
-                   "process; the local cluster's timer)")
+                   "process; the local cluster's timer), time limits too")
+    a.add_argument("--time-limits", action="store_true",
+                   help="also set pending jobs' --time-min from their workloads' completed "
+                   "jobs and put lowered limits back before they end a job (root or a "
+                   "Slurm operator; docs/time-limits.md)")
     a = actions.add_parser("explain", help="a workload's decision and every reason for it")
     a.add_argument("fingerprint", help="16 hex digits, as in the job comment synergy:fp=...")
     a.add_argument("--partition", help="as for sync")

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 from slurm_synergy.decisions.limits import Cap
 from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
+from slurm_synergy.decisions.timelimits import tick
 from slurm_synergy.decisions.table import (MAX_PER_USER, Owned, fit, owned_by_other, render,
                                            table_path, uids_of, write)
 from slurm_synergy.fileio import locked, shown
@@ -139,10 +140,12 @@ def _one(t: _Turns, service: DecisionService, partition: str, user_budget_s: flo
 
 def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = None,
          path: Path | None = None, partition: str | None = None,
-         service: DecisionService | None = None) -> str:
+         service: DecisionService | None = None, time_limits: bool = False) -> str:
     """Compile the table from the profile stores (every user's folder of the site's store,
     else the caller's own); returns a line saying what was written and what was left
-    out. SynergyError only for what is the site's (its policy, Slurm, the table's file)."""
+    out. SynergyError only for what is the site's (its policy, Slurm, the table's file).
+    `time_limits`: then set pending jobs' time_min and raise running ones' limits
+    (decisions/timelimits.py; root's timer, or an operator's)."""
     skipped: list[str] = []
     if stores is None:
         stores, skipped = stores_to_compile()
@@ -165,6 +168,12 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
         done = compile_decisions(stores, service, partition)
         kept, cut = fit(done.owned)
         write(path, render(kept, service.policy, shape, partition, qos))
+        timed = ""
+        if time_limits:
+            try:
+                timed = tick(service.slurm, kept, service.policy.time_rule, path)
+            except SynergyError as e:
+                timed = f"time limits not looked at: {e}"
     skipped += done.skipped
     skipped += [f"uid {uid} ({user_name(uid)}): {n} entr{'y' if n == 1 else 'ies'} cut: the "
                 "table was past the shim's limits, and this user had the most"
@@ -177,6 +186,8 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     else:
         where = str(stores[0].root) if len(stores) == 1 else f"{len(stores)} stores"
     line = f"decision table {path}: {len(kept)} decision(s) from {where}"
+    if timed:
+        line += f"; {timed}"
     if skipped:
         shown_lines = [shown(s, 400) for s in skipped[:SHOWN_SKIPPED]]
         if len(skipped) > SHOWN_SKIPPED:
@@ -200,7 +211,7 @@ def keep_syncing(every_s: float, path: Path | None = None, partition: str | None
     last = ""
     while True:
         try:
-            line = sync(path=path, partition=partition)
+            line = sync(path=path, partition=partition, time_limits=True)
         except Exception as e:  # noqa: BLE001 - one failed round must not stop the timer
             line = f"sync failed: {type(e).__name__}: {e}"
         if line != last:

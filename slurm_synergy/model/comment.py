@@ -3,7 +3,7 @@ etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sac
 
     synergy:fp=<16 hex> [req=cpus,mem,gpus] [profile=1] [asked=c2,m3072,g1[:TYPE]]
         [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [by=<job>] [measured=run]
-        [sub=<12 hex>] [tuned=c1,m1024]
+        [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2]
 
 A component of a job over two GPU types carries no fingerprint, so the shim leaves it
 alone; its decision= is the planner's (the prolog reads its power limit as any other):
@@ -19,7 +19,9 @@ workload's pending jobs, right-sized in place (pending.py), and drops asked=, de
 and by= again where a later run drops that decision (a plain script's job gains
 profile=1: its comment marks it for measuring as the shim's environment does); a
 resubmission after
-profiling writes from=; `synergy tune` writes tuned=. A mark written again replaces the earlier one; the
+profiling writes from=; `synergy tune` writes tuned=; root's sync timer writes tmin= where
+it set the job's --time-min (minutes), from a predicted run of p seconds resting on n
+completed jobs (decisions/timelimits.py). A mark written again replaces the earlier one; the
 rest of the comment is the user's and is kept. tests/unit/test_comment.py runs the same
 strings through the Lua shim, which spells asked= and decision= the same way.
 """
@@ -62,6 +64,9 @@ class Resources:
 HETERO = "synergy:hetero"
 # Anywhere in a job's comment: the shim leaves that plain batch job alone.
 OPT_OUT = "synergy:off"
+# Anywhere in a job's comment: its --time stays its only limit (no --time-min is set).
+TIME_AS_ASKED = "synergy:time-as-asked"
+_TIME = re.compile(r"^(\d+),p(\d+),n(\d+)$")
 
 
 def hetero_comment(component: int, batch: int, micro_batch: int, accumulation: int,
@@ -148,6 +153,17 @@ def asked(comment: str) -> Resources | None:
         return None
     cpus, mem, gpus, gtype = m.groups()
     return Resources(_count(cpus), _count(mem, 1 << 40), int(gpus), gpu_type=gtype or "")
+
+
+def time_text(time_min: int, predicted_s: float, jobs: int) -> str:
+    """tmin=...: the --time-min set (minutes), the predicted run (s), the jobs it rests on."""
+    return f"{time_min},p{predicted_s:.0f},n{jobs}"
+
+
+def time_min(comment: str) -> int | None:
+    """The --time-min (minutes) the comment's tmin= says was set; None where none."""
+    m = _TIME.match(marks(comment).get("tmin", ""))
+    return _count(m.group(1)) if m else None
 
 
 def tag(comment: str) -> str | None:

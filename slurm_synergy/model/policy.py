@@ -11,6 +11,7 @@ from typing import Any
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.gpus import Catalog, CatalogError, GpuType, parse_catalog
 from slurm_synergy.model.noise import NoiseRule
+from slurm_synergy.model.runtime import TimeRule
 
 CATALOG_KEY = "gpu"
 
@@ -42,6 +43,10 @@ _BOUNDS: dict[str, tuple[type, float, float]] = {
     "stats_keep_days": (int, 0, 36500),
     "sweep_window_s": (float, 0.5, 600.0),
     "sweep_repeats": (int, 1, 10),
+    "time_min": (bool, 0, 1),
+    "time_min_margin": (float, 0.0, 10.0),
+    "time_min_jobs": (int, 1, 100),
+    "time_min_floor_min": (int, 1, 10080),
 }
 # Knobs that name one of a few ways.
 ON_PROFILED = ("continue", "resubmit")
@@ -124,6 +129,19 @@ class Policy:
     skip_partitions: tuple[str, ...] = ()
     skip_accounts: tuple[str, ...] = ()
     skip_users: tuple[str, ...] = ()
+    # The sync timer sets a pending job's --time-min from its workload's completed jobs
+    # (model/runtime.py), so backfill may start it in a gap its --time would not fit, and
+    # raises a running job's limit back to its --time before it would end there.
+    time_min: bool = True
+    time_min_margin: float = 0.5      # added to the predicted run time (twice it for one job)
+    time_min_jobs: int = 1            # completed jobs of a workload before it gets one
+    time_min_floor_min: int = 2       # the least time_min set, minutes
+
+    @property
+    def time_rule(self) -> TimeRule:
+        """The knobs that set a job's time_min, for model.runtime."""
+        return TimeRule(self.time_min, self.time_min_margin, self.time_min_jobs,
+                        self.time_min_floor_min)
 
     @property
     def noise(self) -> NoiseRule:

@@ -6,19 +6,24 @@ CPU-light language model (a Transformer), in the order --order gives them (alter
 as a queue run by hand on 2026-11-29; or sweeps, each user's jobs of one workload
 together), each asking what users ask (2 cores, 3G, a GPU, 20 minutes), all at once (or
 --interval seconds apart), to the gpu partition: node1 alone, its 2 real cores (the
-other nodes idle, so the figures are this machine's). Two flows, interleaved over
---rounds (which goes first alternates), each from an empty profile store:
+other nodes idle, so the figures are this machine's). Three flows, interleaved over
+--rounds (each round in another order), each from an empty profile store and no history:
 
   asked    the plugin off: every job opted out (--comment=synergy:off), as asked
-  synergy  the plugin on from the first job: each user's first job of a workload is
-           measured while it trains, its decision right-sizes that user's jobs of the
-           workload still queued (in place) and every later one (the shim, from the
-           table the cluster's sync timer compiles); nothing known in advance
+  synergy  the plugin on from the first job, time limits off (policy time_min = false):
+           each user's first job of a workload is measured while it trains, its decision
+           right-sizes that user's jobs of the workload still queued (in place) and every
+           later one (the shim, from the table the cluster's sync timer compiles);
+           nothing known in advance
+  timemin  as synergy, with time limits on (the shipped policy): once a user's job of a
+           workload has completed, the timer sets --time-min on that user's pending jobs
+           of it, and puts a lowered limit back to --time before it would end a job
 
 Per flow and round, from sacct: makespan, mean and median JCT, mean wait, core-seconds
 and MB-seconds allocated against used (TotalCPU and MaxRSS, from the jobs' cgroups),
-the most jobs that ran at once, failures (none allowed), the core-seconds right-sizing
-freed and how many of them another job used; and beside them the Slurm queue model's
+the most jobs that ran at once, failures (none allowed: a TIMEOUT is one), the
+core-seconds right-sizing freed and how many of them another job used, the jobs given a
+time_min and those that ran past it; and beside them the Slurm queue model's
 prediction (slurm_synergy/simulate/slurmqueue.py: priority order, the main scheduler and
 backfill as slurm.conf sets them), handed the queue as submitted, each workload's
 measured run times and the decisions. The in-run sweep's windows are 2 s (the policy's
@@ -54,7 +59,7 @@ from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.cluster.localbox import PARTITION, LocalCluster  # noqa: E402
 from slurm_synergy.cluster.users import ensure_user, reachable  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
-from slurm_synergy.model.comment import OPT_OUT, decision, marks  # noqa: E402
+from slurm_synergy.model.comment import OPT_OUT, decision, marks, time_min  # noqa: E402
 from slurm_synergy.model.units import duration_s, gpu_count, mem_mb  # noqa: E402
 from slurm_synergy.simulate.slurmqueue import (Node, QueueJob, Size, figures,  # noqa: E402
                                                run_queue)
@@ -83,7 +88,7 @@ SCRIPT = """#!/bin/bash
 """
 FIELDS = ("JobIDRaw", "User", "JobName", "State", "Submit", "Start", "End", "ElapsedRaw",
           "AllocCPUS", "ReqMem", "TotalCPU", "Timelimit", "Comment")
-FLOWS = ("asked", "synergy")
+FLOWS = ("asked", "synergy", "timemin")
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Job:
     asked_mem_mb: float
     measured: bool
     decided: bool
+    time_min_s: float = 0.0      # the --time-min the timer set (0: none)
 
     @property
     def elapsed_s(self) -> float:
@@ -138,12 +144,14 @@ def setup(work: Path) -> dict[str, Path]:
     return folders
 
 
-def bench_policy(work: Path) -> Path:
-    """The site's policy with 2 s sweep windows."""
+def bench_policy(work: Path, flow: str) -> Path:
+    """The site's policy with 2 s sweep windows; time limits only in the timemin flow."""
     text = (paths.ETC / "policy.toml").read_text()
-    text, n = re.subn(r"(?m)^sweep_window_s = .*$", "sweep_window_s = 2.0", text)
-    assert n == 1, "etc/policy.toml has no sweep_window_s line"
-    policy = work / "policy.toml"
+    for knob, value in (("sweep_window_s", "2.0"),
+                        ("time_min", "true" if flow == "timemin" else "false")):
+        text, n = re.subn(rf"(?m)^{knob} = .*$", f"{knob} = {value}", text)
+        assert n == 1, f"etc/policy.toml has no {knob} line"
+    policy = work / f"policy-{flow}.toml"
     policy.write_text(text)
     policy.chmod(0o644)
     return policy
@@ -219,7 +227,8 @@ def read_jobs(slurm: Slurm, ids: dict[str, str]) -> list[Job]:
             asked_cpus=int(got.group(1)) if got else int(row["AllocCPUS"]),
             asked_mem_mb=float(got.group(2)) if got else mem,
             measured=marks(row["Comment"]).get("measured") == "run",
-            decided=decision(row["Comment"]) is not None))
+            decided=decision(row["Comment"]) is not None,
+            time_min_s=60.0 * (time_min(row["Comment"]) or 0)))
     return sorted(jobs, key=lambda j: j.job_id)
 
 
@@ -259,6 +268,8 @@ def measured_figures(jobs: list[Job], cores: int) -> dict:
         "most_at_once": most_at_once(jobs),
         "freed_core_s": free_s, "freed_core_s_used": free_used_s,
         "measured": sum(j.measured for j in jobs), "right_sized": sum(j.decided for j in jobs),
+        "time_min_set": sum(j.time_min_s > 0 for j in jobs),
+        "ran_past_time_min": sum(0 < j.time_min_s < j.elapsed_s for j in jobs),
     }
 
 
@@ -292,11 +303,12 @@ def predicted(jobs: list[Job], node: Node, asked_run_s: dict[str, float]) -> dic
             "mean_wait_s": f.mean_wait_s}
 
 
-def ratio_line(runs: list[dict], key: str, source: str = "") -> tuple[float, float, float]:
-    """asked over synergy per round: (median, min, max)."""
+def ratio_line(runs: list[dict], key: str, source: str = "",
+               flow: str = "synergy") -> tuple[float, float, float]:
+    """asked over `flow` per round: (median, min, max)."""
     ratios = []
     for r in runs:
-        a, s = r["asked"], r["synergy"]
+        a, s = r["asked"], r[flow]
         if source:
             a, s = a[source], s[source]
         ratios.append(a[key] / s[key])
@@ -327,17 +339,17 @@ def main() -> int:
     try:
         with reachable(ROOT):
             folders = setup(work)
-            policy = bench_policy(work)
+            policies = {flow: bench_policy(work, flow) for flow in FLOWS}
             for r in range(args.rounds):
-                order = FLOWS if r % 2 == 0 else FLOWS[::-1]
+                order = FLOWS[r % 3:] + FLOWS[:r % 3]
                 done: dict[str, list[Job]] = {}
                 for flow in order:
                     store = work / f"store-{r}-{flow}"
                     store.mkdir()
                     store.chmod(0o1777)
-                    fresh_cluster(store, policy)
+                    fresh_cluster(store, policies[flow])
                     ids = submit(flow, queue_order(args.order, args.jobs), args.interval,
-                                 folders, store, policy)
+                                 folders, store, policies[flow])
                     wait(slurm, list(ids), timeout_s=7200)
                     done[flow] = read_jobs(slurm, ids)
                     print(f"round {r + 1} {flow}: jobs {min(ids, key=int)}-{max(ids, key=int)}",
@@ -346,8 +358,10 @@ def main() -> int:
                                            if j.workload == w], 0.0) for w in WORKLOADS}
                 one = {"round": r + 1}
                 for flow, jobs in done.items():
+                    # The queue model has no time_min: the timemin flow is measured alone.
                     one[flow] = {**measured_figures(jobs, node.cpus),
-                                 "predicted": predicted(jobs, node, asked_run_s),
+                                 "predicted": None if flow == "timemin"
+                                 else predicted(jobs, node, asked_run_s),
                                  "per_job": [asdict(j) for j in jobs]}
                 runs.append(one)
                 print(json.dumps({f: {k: v for k, v in one[f].items() if k != "per_job"}
@@ -375,10 +389,14 @@ def write(args: argparse.Namespace, runs: list[dict]) -> None:
     summary.update({f"predicted_{key}": dict(zip(("median", "min", "max"),
                                                  ratio_line(runs, key, "predicted")))
                     for key in ("mean_jct_s", "makespan_s")})
+    with_time = {key: dict(zip(("median", "min", "max"),
+                               ratio_line(runs, key, flow="timemin")))
+                 for key in ("mean_jct_s", "makespan_s", "mean_wait_s")}
     (args.out / "cluster.json").write_text(json.dumps(
         {"at": when, "jobs": args.jobs, "order": args.order, "interval_s": args.interval,
          "ask": ASK,
-         "workloads": WORKLOADS, "rounds": runs, "asked_over_synergy": summary},
+         "workloads": WORKLOADS, "rounds": runs, "asked_over_synergy": summary,
+         "asked_over_timemin": with_time},
         indent=1) + "\n")
     cmd = f"bench/bench_cluster.py --rounds {args.rounds} --jobs {args.jobs} " \
         f"--order {args.order}" + (f" --interval {args.interval:g}" if args.interval else "")
@@ -387,8 +405,8 @@ def write(args: argparse.Namespace, runs: list[dict]) -> None:
              f"{args.rounds} round(s), flows interleaved ({when}; `{cmd}`).", "",
              "| round | flow | makespan s | mean JCT s | median JCT s | mean wait s | "
              "core-s alloc/used | MB-s alloc/used | at once | freed core-s (used) | "
-             "predicted makespan / mean JCT s | failed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted makespan / mean JCT s | time_min set (ran past) | failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         for flow in FLOWS:
             f = run[flow]
@@ -398,9 +416,10 @@ def write(args: argparse.Namespace, runs: list[dict]) -> None:
                 f"{f['core_s_allocated']:.0f}/{f['core_s_used']:.0f} | "
                 f"{f['mb_s_allocated'] / 1e3:.0f}k/{f['mb_s_used'] / 1e3:.0f}k | "
                 f"{f['most_at_once']} | {f['freed_core_s']:.0f} ({f['freed_core_s_used']:.0f}) | "
-                f"{f['predicted']['makespan_s']:.0f} / {f['predicted']['mean_jct_s']:.0f} | "
-                f"{len(f['failed'])} |")
-    lines += ["", "As asked over with slurm-synergy (median of rounds, min-max):", ""]
+                + (f"{f['predicted']['makespan_s']:.0f} / {f['predicted']['mean_jct_s']:.0f} | "
+                   if f["predicted"] else "- | ")
+                + f"{f['time_min_set']} ({f['ran_past_time_min']}) | {len(f['failed'])} |")
+    lines += ["", "As asked over right-sized alone (synergy; median of rounds, min-max):", ""]
     for key, label in (("mean_jct_s", "mean JCT"), ("makespan_s", "makespan"),
                        ("mean_wait_s", "mean wait")):
         m = summary[key]
@@ -409,6 +428,11 @@ def write(args: argparse.Namespace, runs: list[dict]) -> None:
                         f"({summary['predicted_' + key]['min']:.2f}-"
                         f"{summary['predicted_' + key]['max']:.2f})"
                         if "predicted_" + key in summary else ""))
+    lines += ["", "As asked over right-sized with time_min (timemin):", ""]
+    for key, label in (("mean_jct_s", "mean JCT"), ("makespan_s", "makespan"),
+                       ("mean_wait_s", "mean wait")):
+        m = with_time[key]
+        lines.append(f"- {label}: {m['median']:.2f}x ({m['min']:.2f}-{m['max']:.2f})")
     (args.out / "cluster.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -366,6 +366,7 @@ def main() -> int:
                 runs.append(one)
                 print(json.dumps({f: {k: v for k, v in one[f].items() if k != "per_job"}
                                   for f in FLOWS}), file=sys.stderr)
+                write(args, runs)        # each round's figures kept as it ends
     finally:
         for k, v in saved.items():
             if v is None:

@@ -112,6 +112,7 @@ class Job:
     measured: bool
     decided: bool
     time_min_s: float = 0.0      # the --time-min the timer set (0: none)
+    predicted_s: float = 0.0     # the run it was set from
 
     @property
     def elapsed_s(self) -> float:
@@ -228,7 +229,8 @@ def read_jobs(slurm: Slurm, ids: dict[str, str]) -> list[Job]:
             asked_mem_mb=float(got.group(2)) if got else mem,
             measured=marks(row["Comment"]).get("measured") == "run",
             decided=decision(row["Comment"]) is not None,
-            time_min_s=60.0 * (time_min(row["Comment"]) or 0)))
+            time_min_s=60.0 * (time_min(row["Comment"]) or (0, 0, 0))[0],
+            predicted_s=float((time_min(row["Comment"]) or (0, 0, 0))[1])))
     return sorted(jobs, key=lambda j: j.job_id)
 
 
@@ -270,6 +272,9 @@ def measured_figures(jobs: list[Job], cores: int) -> dict:
         "measured": sum(j.measured for j in jobs), "right_sized": sum(j.decided for j in jobs),
         "time_min_set": sum(j.time_min_s > 0 for j in jobs),
         "ran_past_time_min": sum(0 < j.time_min_s < j.elapsed_s for j in jobs),
+        # Predicted over actual run, for each job given a time_min.
+        "predicted_over_actual": [round(j.predicted_s / j.elapsed_s, 3) for j in jobs
+                                  if j.predicted_s and j.elapsed_s],
     }
 
 
@@ -277,10 +282,10 @@ def _median(values: list[float], fallback: float) -> float:
     return statistics.median(values) if values else fallback
 
 
-def predicted(jobs: list[Job], node: Node, asked_run_s: dict[str, float]) -> dict:
-    """The queue model's figures for the queue these jobs were: their submissions, limits
-    and decisions (each user's own), and each workload's measured run times: measuring,
-    as asked (this flow's, else the asked flow's) and at each decided size."""
+def queue_of(jobs: list[Job], asked_run_s: dict[str, float]) -> list[QueueJob]:
+    """These jobs as the queue model takes them: their submissions, limits and decisions
+    (each user's own), and each workload's measured run times: measuring, as asked (this
+    flow's, else the asked flow's) and at each decided size."""
     first = min(j.submit_s for j in jobs)
     queue = []
     for j in jobs:
@@ -297,8 +302,13 @@ def predicted(jobs: list[Job], node: Node, asked_run_s: dict[str, float]) -> dic
                 [k.elapsed_s for k in same if k.decided and k.cpus == cpus], 0.0))
         measuring = _median([k.elapsed_s for k in same if k.measured], ask.run_s)
         queue.append(QueueJob(j.job_id, f"{j.user}/{j.workload}", j.submit_s - first,
-                              j.limit_s, ask, decided, measuring))
-    f = figures(run_queue(queue, node))
+                              j.limit_s, ask, decided, measuring, j.user))
+    return queue
+
+
+def predicted(jobs: list[Job], node: Node, asked_run_s: dict[str, float]) -> dict:
+    """The queue model's figures for the queue these jobs were (queue_of)."""
+    f = figures(run_queue(queue_of(jobs, asked_run_s), node))
     return {"makespan_s": f.makespan_s, "mean_jct_s": f.mean_jct_s,
             "mean_wait_s": f.mean_wait_s}
 
@@ -429,6 +439,12 @@ def write(args: argparse.Namespace, runs: list[dict]) -> None:
                         f"({summary['predicted_' + key]['min']:.2f}-"
                         f"{summary['predicted_' + key]['max']:.2f})"
                         if "predicted_" + key in summary else ""))
+    ratios = sorted(x for run in runs for x in run["timemin"]["predicted_over_actual"])
+    if ratios:
+        lines += ["", f"Predicted over actual run of the {len(ratios)} jobs given a "
+                  f"time_min: median {statistics.median(ratios):.2f}, "
+                  f"min {ratios[0]:.2f}, max {ratios[-1]:.2f}; under 1 (ran longer "
+                  f"than predicted): {sum(x < 1 for x in ratios)}."]
     lines += ["", "As asked over right-sized with time_min (timemin):", ""]
     for key, label in (("mean_jct_s", "mean JCT"), ("makespan_s", "makespan"),
                        ("mean_wait_s", "mean wait")):

@@ -160,10 +160,13 @@ def time_text(time_min: int, predicted_s: float, jobs: int) -> str:
     return f"{time_min},p{predicted_s:.0f},n{jobs}"
 
 
-def time_min(comment: str) -> int | None:
-    """The --time-min (minutes) the comment's tmin= says was set; None where none."""
+def time_min(comment: str) -> tuple[int, int, int] | None:
+    """The comment's tmin=: the --time-min set (minutes), the run predicted (s) and the
+    completed jobs it rests on; None where none."""
     m = _TIME.match(marks(comment).get("tmin", ""))
-    return _count(m.group(1)) if m else None
+    if not m or _count(m.group(1)) is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 def tag(comment: str) -> str | None:

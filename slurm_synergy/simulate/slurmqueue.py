@@ -16,6 +16,15 @@ model, and what decides whether cores that right-sizing frees run anything.
   asked, for its measuring run time); when it ends its decision right-sizes the
   workload's jobs still pending and every later one (the in-place update and the shim).
   Jobs of the workload that start while it is measured run as asked.
+- Time limits (`limits`), which backfill plans with:
+    asked    every job's --time;
+    history  a user's jobs get the mean run of the user's last two ended jobs as their
+             --time (Tsafrir et al.'s predictor, as the kill time): a job whose run is
+             longer is killed at it (TIMEOUT; its JCT is then its kill time);
+    ours     root's timer (decisions/timelimits.py, the same rule: model/runtime.py) sets
+             --time-min from the workload's ended jobs; backfill plans a job with it and
+             starts it with its limit lowered to it, and the limit goes back to --time
+             RAISE_LEFT_S before it would end a job that still runs: none is killed.
 """
 
 from __future__ import annotations
@@ -24,8 +33,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from slurm_synergy.model.runtime import Finished, TimeRule, predict, time_min_minutes
+
 BF_INTERVAL_S = 30.0      # slurm.conf SchedulerParameters bf_interval, Slurm's default
 BF_RESOLUTION_S = 60.0    # bf_resolution: backfill's clock, Slurm's default
+LIMITS = ("asked", "history", "ours")
+RAISE_LEFT_S = 60.0       # decisions/timelimits.py's
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,7 @@ class QueueJob:
     asked: Size
     decided: Size | None = None     # None: never right-sized (the plugin off)
     measuring_s: float = 0.0        # run time of the run that measures it (0: asked's)
+    user: str = ""                  # whose job: a history-based --time follows the user
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,8 @@ class Ran:
     end_s: float
     cpus: int
     asked_cpus: int
+    killed: bool = False          # ended by a limit shorter than its run
+    past_time_min: bool = False   # ran past the time_min it started with
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,13 @@ class _Running:
     job: QueueJob
     size: Size
     measures: bool
+    lowered_s: float = 0.0        # the limit it started with where lower than --time
+
+    def limit_at(self, now: float) -> float:
+        """Its limit as slurmctld has it at `now`: a lowered one until it is put back."""
+        if self.lowered_s and now < self.ran.start_s + self.lowered_s - RAISE_LEFT_S:
+            return self.lowered_s
+        return self.job.limit_s
 
 
 @dataclass
@@ -82,6 +105,32 @@ class _Queue:
     decided: set[str] = field(default_factory=set)
     measuring: set[str] = field(default_factory=set)
     done: list[Ran] = field(default_factory=list)
+    limits: str = "asked"
+    rule: TimeRule = TimeRule()
+    ended: dict[str, list[Finished]] = field(default_factory=dict)
+    by_user: dict[str, list[float]] = field(default_factory=dict)
+
+    def planned_s(self, job: QueueJob) -> float:
+        """The limit backfill plans a pending job with."""
+        if self.limits == "history":
+            return self.history_s(job)
+        if self.limits == "ours":
+            return self.time_min_s(job) or job.limit_s
+        return job.limit_s
+
+    def history_s(self, job: QueueJob) -> float:
+        """A history-based --time: the mean of the user's last two ended runs."""
+        last = self.by_user.get(job.user or job.workload, [])[-2:]
+        return min(job.limit_s, sum(last) / len(last)) if last else job.limit_s
+
+    def time_min_s(self, job: QueueJob) -> float:
+        """The --time-min the timer would set now (0: none)."""
+        size = self.size(job)
+        slowdown = (max(1.0, size.run_s / job.asked.run_s)
+                    if job.decided is not None and size is job.decided else math.inf)
+        p = predict(self.ended.get(job.workload, []), size.cpus, slowdown, self.rule)
+        minutes = time_min_minutes(p, math.ceil(job.limit_s / 60), self.rule) if p else None
+        return 60.0 * minutes if minutes else 0.0
 
     def size(self, job: QueueJob) -> Size:
         """What a pending job asks for now: its decision once its workload has one."""
@@ -92,23 +141,32 @@ class _Queue:
     def free(self) -> tuple[int, int, int]:
         return _left(self.node, [r.size for r in self.running.values()])
 
-    def start(self, job: QueueJob, now: float) -> None:
+    def start(self, job: QueueJob, now: float, backfilled: bool = False) -> None:
         measures = job.decided is not None and job.workload not in self.decided \
             and job.workload not in self.measuring
         size = self.size(job)
         run_s = (job.measuring_s or job.asked.run_s) if measures else size.run_s
+        lowered = self.time_min_s(job) if self.limits == "ours" and backfilled else 0.0
+        killed = self.limits == "history" and run_s > self.history_s(job)
+        if killed:
+            run_s = self.history_s(job)
         if measures:
             self.measuring.add(job.workload)
         self.pending.remove(job)
         self.running[job.job_id] = _Running(
-            Ran(job.job_id, job.submit_s, now, now + run_s, size.cpus, job.asked.cpus),
-            job, size, measures)
+            Ran(job.job_id, job.submit_s, now, now + run_s, size.cpus, job.asked.cpus,
+                killed, 0 < lowered < run_s), job, size, measures, lowered)
 
     def end(self, job_id: int) -> None:
         r = self.running.pop(job_id)
         if r.measures:
             self.measuring.discard(r.job.workload)
             self.decided.add(r.job.workload)
+        self.by_user.setdefault(r.job.user or r.job.workload, []).append(
+            r.ran.end_s - r.ran.start_s)
+        self.ended.setdefault(r.job.workload, []).append(Finished(
+            r.ran.job_id, 0, "", "TIMEOUT" if r.ran.killed else "COMPLETED",
+            math.ceil(r.ran.end_s - r.ran.start_s), r.size.cpus))
         self.done.append(r.ran)
 
 
@@ -132,13 +190,13 @@ def _backfill(q: _Queue, now: float) -> None:
     those that can start now do."""
     # (start, end, size) of what holds the node in Slurm's view
     holds: list[tuple[float, float, Size]] = [
-        (now, max(r.ran.start_s + _limit(r.job.limit_s), now + 1e-9), r.size)
+        (now, max(r.ran.start_s + _limit(r.limit_at(now)), now + 1e-9), r.size)
         for r in q.running.values()]
     for job in sorted(q.pending, key=lambda j: (j.submit_s, j.job_id)):
-        size, span = q.size(job), _limit(job.limit_s)
+        size, span = q.size(job), _limit(q.planned_s(job))
         at = _earliest(q.node, holds, size, now, span)
         if at <= now:
-            q.start(job, now)
+            q.start(job, now, backfilled=True)
         holds.append((at, at + span, size))
 
 
@@ -163,9 +221,12 @@ def _left(node: Node, held: Sequence[Size]) -> tuple[int, int, int]:
 
 
 def run_queue(jobs: Sequence[QueueJob], node: Node,
-              bf_interval_s: float = BF_INTERVAL_S) -> list[Ran]:
-    """Every job's start and end, in job id order."""
-    q = _Queue(node)
+              bf_interval_s: float = BF_INTERVAL_S, limits: str = "asked",
+              rule: TimeRule = TimeRule()) -> list[Ran]:
+    """Every job's start and end, in job id order, with time limits as `limits` says."""
+    if limits not in LIMITS:
+        raise ValueError(f"limits must be one of {', '.join(LIMITS)}, not {limits!r}")
+    q = _Queue(node, limits=limits, rule=rule)
     arrivals = sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
     if not arrivals:
         return []
@@ -201,6 +262,8 @@ class QueueFigures:
     makespan_s: float
     mean_jct_s: float
     mean_wait_s: float
+    killed: int = 0
+    past_time_min: int = 0
 
 
 def figures(ran: Sequence[Ran]) -> QueueFigures:
@@ -210,5 +273,6 @@ def figures(ran: Sequence[Ran]) -> QueueFigures:
     return QueueFigures(
         makespan_s=max(r.end_s for r in ran) - min(r.submit_s for r in ran),
         mean_jct_s=sum(r.end_s - r.submit_s for r in ran) / len(ran),
-        mean_wait_s=sum(r.start_s - r.submit_s for r in ran) / len(ran))
+        mean_wait_s=sum(r.start_s - r.submit_s for r in ran) / len(ran),
+        killed=sum(r.killed for r in ran), past_time_min=sum(r.past_time_min for r in ran))
 

@@ -61,7 +61,7 @@ def test_backfill_starts_a_predicted_job_sooner_and_a_long_run_keeps_its_time(
         line = time_limits()
         assert f"time_min set on job(s) {nap}" in line, line
         comment = slurm.comment(nap)
-        assert comment_format.time_min(comment) == 2, comment     # 20 s x 2 -> the floor
+        assert comment_format.time_min(comment)[0] == 2, comment     # 20 s x 2 -> the floor
         assert squeue(slurm, nap, "%T") == "PENDING"
 
         # Backfill (every 30 s) starts the predicted job in the gap, its limit lowered;

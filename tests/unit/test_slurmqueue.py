@@ -68,3 +68,38 @@ def test_without_decisions_the_same_queue_runs_as_asked():
 def test_a_job_wider_than_the_node_is_refused():
     with pytest.raises(ValueError, match="job 1 asks more than the node has"):
         run_queue([job(1, asked=Size(4, 1024, 10.0))], NODE)
+
+
+def _gap_queue(short_run_s: float) -> list[QueueJob]:
+    """A's first job ends at 20 s; at 100 s B holds a core for 150 s (limit 3 min), C's
+    two-core job waits for it at the top, and A's next job (limit 20 min) waits behind."""
+    one = lambda run: Size(1, 100, run)           # noqa: E731
+    return [QueueJob(1, "A", 0.0, 1200.0, one(20.0)),
+            QueueJob(2, "B", 100.0, 180.0, one(150.0)),
+            QueueJob(3, "C", 100.0, 600.0, Size(2, 100, 1.0)),
+            QueueJob(4, "A", 100.0, 1200.0, one(short_run_s))]
+
+
+def test_time_min_lets_backfill_start_a_job_whose_time_does_not_fit_the_gap():
+    node = Node(2, 1000, 4)
+    asked = {r.job_id: r for r in run_queue(_gap_queue(30.0), node)}
+    # As asked: job 4 waits for B's end (250 s) and C's second (251 s).
+    assert asked[4].start_s == 251.0
+    ours = {r.job_id: r for r in run_queue(_gap_queue(30.0), node, limits="ours")}
+    # Its time_min (20 s x 2 -> the 2-minute floor) ends before C's start at 280 s
+    # (B's limit): the backfill pass at 120 s starts it; it runs its 30 s, never killed.
+    assert (ours[4].start_s, ours[4].end_s, ours[4].killed) == (120.0, 150.0, False)
+    assert ours[3].start_s == 250.0
+    # A history-based --time (the mean of the last two runs: 20 s) starts it as soon,
+    # and kills it at 20 s.
+    history = {r.job_id: r for r in run_queue(_gap_queue(30.0), node, limits="history")}
+    assert (history[4].start_s, history[4].end_s, history[4].killed) == (120.0, 140.0, True)
+    assert figures(list(history.values())).killed == 1
+
+
+def test_a_run_past_its_time_min_keeps_the_node_in_slurms_view_until_it_ends():
+    # Job 4 runs 200 s, past its 2-minute time_min: its limit goes back to 20 minutes
+    # 60 s before it would end it, and C (two cores) starts only once it ends.
+    ran = {r.job_id: r for r in run_queue(_gap_queue(200.0), Node(2, 1000, 4), limits="ours")}
+    assert ran[4].past_time_min and not ran[4].killed
+    assert ran[4].end_s == 320.0 and ran[3].start_s == 320.0

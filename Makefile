@@ -90,3 +90,4 @@ bench: setup
 	$(PY) bench/bench_simulate.py
 	$(PY) bench/bench_hetero.py
 	$(PY) bench/bench_cluster.py --rounds 3
+	$(PY) bench/bench_timelimits.py

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 from slurm_synergy.decisions.limits import Cap
 from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
-from slurm_synergy.decisions.timelimits import tick
+from slurm_synergy.decisions.timelimits import RAISE_LEFT_S, raise_left_s, tick
 from slurm_synergy.decisions.table import (MAX_PER_USER, Owned, fit, owned_by_other, render,
                                            table_path, uids_of, write)
 from slurm_synergy.fileio import locked, shown
@@ -140,12 +140,14 @@ def _one(t: _Turns, service: DecisionService, partition: str, user_budget_s: flo
 
 def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = None,
          path: Path | None = None, partition: str | None = None,
-         service: DecisionService | None = None, time_limits: bool = False) -> str:
+         service: DecisionService | None = None, time_limits: bool = False,
+         every_s: float = 0.0) -> str:
     """Compile the table from the profile stores (every user's folder of the site's store,
     else the caller's own); returns a line saying what was written and what was left
     out. SynergyError only for what is the site's (its policy, Slurm, the table's file).
     `time_limits`: then set pending jobs' time_min and raise running ones' limits
-    (decisions/timelimits.py; root's timer, or an operator's)."""
+    (decisions/timelimits.py; root's timer, or an operator's), as one syncing every
+    `every_s` must (0: a site's cron, every minute)."""
     skipped: list[str] = []
     if stores is None:
         stores, skipped = stores_to_compile()
@@ -171,7 +173,8 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
         timed = ""
         if time_limits:
             try:
-                timed = tick(service.slurm, kept, service.policy.time_rule, path)
+                timed = tick(service.slurm, kept, service.policy.time_rule, path,
+                             raise_left_s(every_s) if every_s else RAISE_LEFT_S)
             except SynergyError as e:
                 timed = f"time limits not looked at: {e}"
     skipped += done.skipped
@@ -211,7 +214,7 @@ def keep_syncing(every_s: float, path: Path | None = None, partition: str | None
     last = ""
     while True:
         try:
-            line = sync(path=path, partition=partition, time_limits=True)
+            line = sync(path=path, partition=partition, time_limits=True, every_s=every_s)
         except Exception as e:  # noqa: BLE001 - one failed round must not stop the timer
             line = f"sync failed: {type(e).__name__}: {e}"
         if line != last:

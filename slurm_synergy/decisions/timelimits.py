@@ -7,7 +7,7 @@ users ask for hours to be safe. Each round:
   decision where it has one: model/runtime.py) gets `--time-min` set to the prediction
   plus its margin, only below its own --time, which stays; its comment says so (tmin=);
 - a running job whose limit Slurm lowered towards that time_min, and which is still
-  running RAISE_LEFT_S before that limit, gets its limit put back to its own --time: a
+  running `raise_left_s` before that limit, gets its limit put back to its own --time: a
   wrong prediction costs the jobs behind it some wait, never the job its work.
 
 What each job asked is kept in root's own file beside the table (STATE_NAME), never read
@@ -34,9 +34,14 @@ from slurm_synergy.slurm import Ended, Slurm, TimedJob
 
 STATE_NAME = "synergy-time-limits.json"
 STATE_BYTES = 16 << 20
-# A lowered limit is put back this long before it would end the job: four of the local
-# timer's rounds, and more than slurmctld's 30 s between its checks of time limits.
-RAISE_LEFT_S = 60
+# A lowered limit is put back this long before it would end the job: two rounds of the
+# sync (a site's cron every minute) and slurmctld's 30 s between its checks of limits.
+RAISE_LEFT_S = 150.0
+
+
+def raise_left_s(every_s: float) -> float:
+    """How long before a lowered limit a timer syncing every `every_s` puts it back."""
+    return 2 * every_s + 30
 # The history a prediction may read: a workload's jobs of the last week.
 HISTORY_SINCE = "now-7days"
 
@@ -111,14 +116,15 @@ def _opted_out(comment: str) -> bool:
     return comment_format.OPT_OUT in comment or comment_format.TIME_AS_ASKED in comment
 
 
-def tick(slurm: Slurm, owned: Sequence[Owned], rule: TimeRule, table: Path) -> str:
-    """One round: raise what would end on a lowered limit, set time_min on what is
-    pending; returns a line saying what was done ("" where nothing)."""
+def tick(slurm: Slurm, owned: Sequence[Owned], rule: TimeRule, table: Path,
+         left_s: float = RAISE_LEFT_S) -> str:
+    """One round: raise what would end within `left_s` on a lowered limit, set time_min
+    on what is pending; returns a line saying what was done ("" where nothing)."""
     path = state_path(table)
     jobs = slurm.timed_jobs()
     queued = {j.job_id for j in jobs}
     state = {k: v for k, v in load_state(path).items() if k in queued}
-    raised = [j.job_id for j in jobs if _raise(slurm, j, state.get(j.job_id))]
+    raised = [j.job_id for j in jobs if _raise(slurm, j, state.get(j.job_id), left_s)]
     set_: list[str] = []
     refused: list[str] = []
     if rule.enabled:
@@ -169,14 +175,14 @@ def _set(slurm: Slurm, job: TimedJob, p: Prediction, rule: TimeRule,
     return ""
 
 
-def _raise(slurm: Slurm, job: TimedJob, lowered: Lowered | None) -> bool:
+def _raise(slurm: Slurm, job: TimedJob, lowered: Lowered | None, left_s: float) -> bool:
     """Put a running job's lowered limit back to its --time where it is still running
-    RAISE_LEFT_S before that limit. A limit under the time_min set is its user's own
+    `left_s` before that limit. A limit under the time_min set is its user's own
     lowering, and stays."""
     if (lowered is None or lowered.raised or job.state != "RUNNING"
             or job.limit_min is None or job.uid != lowered.uid
             or not lowered.time_min <= job.limit_min < lowered.asked_min
-            or job.limit_min * 60 - job.used_s > RAISE_LEFT_S):
+            or job.limit_min * 60 - job.used_s > left_s):
         return False
     try:
         slurm.update_job(job.job_id, {"TimeLimit": str(lowered.asked_min)})

@@ -22,7 +22,8 @@ from slurm_synergy.slurm import Slurm, tres
 FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "ExitCode",
           "Submit", "Start", "End", "ElapsedRaw", "AllocCPUS", "ReqCPUS", "ReqMem",
           "AllocTRES", "ReqTRES", "TotalCPU", "MaxRSS", "NodeList", "NNodes", "NTasks", "Comment",
-          "TRESUsageInTot", "TRESUsageInMax", "TRESUsageInMaxNode", "ConsumedEnergyRaw")
+          "TRESUsageInTot", "TRESUsageInMax", "TRESUsageInMaxNode", "ConsumedEnergyRaw",
+          "TimelimitRaw")
 
 
 def query(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
@@ -55,6 +56,9 @@ def _marks(comment: str) -> dict[str, Any]:
                            # while it trained, or a plain script's (never profiled apart).
                            "profiling": marks.get("profile") == "1"
                            and marks.get("measured") != "run" and marks.get("plain") != "1"}
+    timed = comment_format.time_min(comment)
+    if timed:
+        out.update(time_min_s=60.0 * timed[0], predicted_s=float(timed[1]))
     d = comment_format.decision(comment)
     if d:
         out.update(decided_cpus=d.cpus, decided_mem_mb=d.mem_mb, decided_gpus=d.gpus,
@@ -73,7 +77,8 @@ COLUMNS = ("job_id", "raw_id", "array_id", "name", "user", "partition", "state",
            "mem_note", "cpu_eff", "mem_eff", "slurm_energy_j", "asked_cpus",
            "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
-           "fingerprint", "from_job", "sized_by", "measured", "profiling", "nodes", "one_node",
+           "fingerprint", "from_job", "sized_by", "measured", "profiling", "limit_s",
+           "time_min_s", "predicted_s", "nodes", "one_node",
            "one_task",
            "comment")
 
@@ -217,6 +222,9 @@ def _job_record(r: dict[str, str]) -> dict[str, Any]:
         "asked_gpus": int(tres(r.get("ReqTRES", ""), "gres/gpu") or 0),
         "asked_gpu_type": gpu_type(r.get("ReqTRES", "")),
         "nodes": r["NodeList"], "comment": r["Comment"],
+        # --time as the job ended with it (a limit the timer put back is the asked one)
+        "limit_s": 60.0 * int(r["TimelimitRaw"]) if r.get("TimelimitRaw", "").isdigit()
+        else None,
     }
     rec.update(_marks(r["Comment"]))
     return rec

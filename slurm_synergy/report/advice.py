@@ -12,6 +12,11 @@ from slurm_synergy.report.accounting import row_dicts
 
 HEADROOM = 1.25          # the policy's default mem_headroom, for a job without a profile
 MIN_WASTE_MB = 1024      # below this, memory advice is noise
+# A workload's --time is advised down where it is this many times its longest completed
+# run, and at least this much longer, over at least TIME_JOBS completed jobs.
+TIME_SLACK = 4.0
+MIN_TIME_SLACK_S = 1800.0
+TIME_JOBS = 2
 
 
 def _mem_text(mb: float) -> str:
@@ -59,6 +64,10 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
     if asked is not None and decided is not None and asked != decided:
         out.append(f"the plugin gave it {decided} core(s) instead of the {asked} asked, "
                    f"from its profile")
+    if j["time_min_s"] and j["elapsed_s"] and j["elapsed_s"] > j["time_min_s"]:
+        out.append(f"ran {j['elapsed_s'] / 60:.1f} min, past its --time-min of "
+                   f"{j['time_min_s'] / 60:.0f} min (predicted {j['predicted_s']:.0f} s): "
+                   "its --time stood, and its workload's next prediction counts this run")
     if j["prop_elapsed_s"] and j["elapsed_s"] and j["prop_elapsed_s"] > 1.05 * j["elapsed_s"]:
         out.append(f"the GPU-proportional share ({j['prop_cpus']} core(s)) would have taken "
                    f"{j['prop_elapsed_s'] / j['elapsed_s']:.2f}x as long")
@@ -69,9 +78,33 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
 _READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resubmitted_as",
           "max_rss_mb", "node_mem_mb", "mem_estimated", "one_node", "peak_node", "alloc_cpus",
           "total_cpu_s", "elapsed_s", "one_task", "gpus", "gpu_util_pct", "gpu_sm_active_pct",
-          "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus")
+          "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus", "time_min_s",
+          "predicted_s", "limit_s", "fingerprint")
+
+
+def for_workloads(jobs: list[Mapping[Any, Any]]) -> list[dict[str, Any]]:
+    """A line for each workload whose --time is many times its runs, on its last job."""
+    groups: dict[str, list[Mapping[Any, Any]]] = {}
+    for j in jobs:
+        groups.setdefault(j["fingerprint"] or f"name:{j['name']}", []).append(j)
+    out = []
+    for group in groups.values():
+        done = [j for j in group if j["state"] == "COMPLETED" and j["elapsed_s"]
+                and j["limit_s"]]
+        if len(done) < TIME_JOBS:
+            continue
+        longest, asked = max(j["elapsed_s"] for j in done), max(j["limit_s"] for j in done)
+        if asked >= TIME_SLACK * longest and asked - longest >= MIN_TIME_SLACK_S:
+            last = done[-1]
+            out.append({"job_id": last["job_id"], "name": last["name"], "advice":
+                        f"its workload's {len(done)} completed jobs ran at most "
+                        f"{longest / 60:.1f} min of the {asked / 60:.0f} asked: "
+                        f"--time={math.ceil(2 * longest / 60)} is enough (meanwhile "
+                        "--time-min lets backfill start them sooner)"})
+    return out
 
 
 def lines(jobs: pd.DataFrame) -> list[dict[str, Any]]:
+    rows = row_dicts(jobs[list(_READS)])
     return [{"job_id": j["job_id"], "name": j["name"], "advice": text}
-            for j in row_dicts(jobs[list(_READS)]) for text in for_job(j)]
+            for j in rows for text in for_job(j)] + for_workloads(rows)

@@ -182,7 +182,7 @@ def _joined(rows: list[list[Cell]]) -> list[list[str]]:
 
 def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     head = ["Workload", "Jobs", "GPU-h", "core-h got", "core-h used", "JCT mean", "JCT p95",
-            "wait mean", "GPU kWh", "run time / proportional"]
+            "wait mean", "GPU kWh", "run time / proportional", "--time / run"]
     rows = []
     for _, w in report.workloads.iterrows():
         ratio = (w["run_s_with_profile"] / w["run_s_proportional"]
@@ -191,7 +191,8 @@ def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
                                              else "")),
                      str(w["jobs"]), _n(w["gpu_hours"], ".3f"), _n(w["core_hours_alloc"], ".3f"),
                      _n(w["core_hours_used"], ".3f"), _dur(w["jct_mean_s"]), _dur(w["jct_p95_s"]),
-                     _dur(w["wait_mean_s"]), _n(w["gpu_energy_kwh"], ".4f"), _n(ratio, ".2f")])
+                     _dur(w["wait_mean_s"]), _n(w["gpu_energy_kwh"], ".4f"), _n(ratio, ".2f"),
+                     _n(w["time_asked_over_used"], ".1f")])
     return head, rows
 
 

@@ -32,6 +32,8 @@ class _Columns:
     energy_j: np.ndarray
     prop_s: np.ndarray
     prop_cpus: np.ndarray
+    limit_s: np.ndarray
+    completed: np.ndarray    # bool
     ran: np.ndarray          # bool
     raw_id: list[Any]
     submit: list[Any]
@@ -49,7 +51,8 @@ class _Columns:
         # run time: it did not run.
         ran = ~((jobs["state"].to_numpy() == "CANCELLED") & (elapsed == 0))
         return cls(elapsed, num("gpus"), num("alloc_cpus"), num("total_cpu_s"), num("wait_s"),
-                   num("gpu_energy_j"), num("prop_elapsed_s"), num("prop_cpus"), ran,
+                   num("gpu_energy_j"), num("prop_elapsed_s"), num("prop_cpus"),
+                   num("limit_s"), jobs["state"].to_numpy() == "COMPLETED", ran,
                    *(jobs[c].tolist() for c in ("raw_id", "submit", "end", "resubmitted_as",
                                                 "profiled_as")))
 
@@ -76,6 +79,9 @@ def _figures(c: _Columns, rows: np.ndarray) -> dict[str, Any]:
     starts = [c.submit[i] for i in rows if c.submit[i] is not None]
     ends = [c.end[i] for i in rows if c.end[i] is not None]
     profiled = bool(has_prop.any())
+    # --time over the run, for the completed jobs that ran at least a second
+    done = rows[c.completed[rows] & (c.elapsed[rows] >= 1) & ~np.isnan(c.limit_s[rows])]
+    asked_over_used = c.limit_s[done] / c.elapsed[done]
     return {
         "jobs": len(rows),
         "gpu_hours": float(np.nansum(c.gpus[rows] * elapsed) / 3600),
@@ -87,6 +93,10 @@ def _figures(c: _Columns, rows: np.ndarray) -> dict[str, Any]:
         "jct_p95_s": float(np.percentile(jct, 95)) if jct else None,
         "wait_mean_s": float(wait.mean()) if len(wait) else None,
         "wait_p95_s": float(np.percentile(wait, 95)) if len(wait) else None,
+        "time_asked_over_used": float(np.median(asked_over_used)) if len(done) else None,
+        "time_asked_s": float(np.median(c.limit_s[done])) if len(done) else None,
+        "time_used_max_s": float(c.elapsed[done].max()) if len(done) else None,
+        "completed": int(len(done)),
         "gpu_energy_kwh": float(np.nansum(energy) / J_PER_KWH)
         if (~np.isnan(energy)).any() else None,
         "jobs_with_profile": int(has_prop.sum()),

@@ -38,7 +38,7 @@ from slurm_synergy.model.runtime import Finished, TimeRule, predict, time_min_mi
 BF_INTERVAL_S = 30.0      # slurm.conf SchedulerParameters bf_interval, Slurm's default
 BF_RESOLUTION_S = 60.0    # bf_resolution: backfill's clock, Slurm's default
 LIMITS = ("asked", "history", "ours")
-RAISE_LEFT_S = 60.0       # decisions/timelimits.py's
+RAISE_LEFT_S = 60.0       # the local cluster's timer's (decisions/timelimits.raise_left_s(15))
 
 
 @dataclass(frozen=True)

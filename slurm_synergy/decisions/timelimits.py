@@ -84,7 +84,8 @@ def history_of(ended: Sequence[Ended]) -> dict[tuple[int, str], list[Finished]]:
               or comment_format.fingerprint(e.comment))
         if fp:
             out.setdefault((e.uid, fp), []).append(
-                Finished(e.job_id, e.uid, fp, e.state, e.elapsed_s, e.cpus))
+                Finished(e.job_id, e.uid, fp, e.state, e.elapsed_s, e.cpus,
+                         comment_format.work(e.comment)))
     return out
 
 
@@ -104,12 +105,15 @@ def explained(slurm: Slurm, owned: Owned, rule: TimeRule, user: str) -> str:
     fp = owned.decision.fingerprint
     mine = history_of([e for e in slurm.ended(HISTORY_SINCE, [user]) if e.uid == owned.uid])
     history = mine.get((owned.uid, fp), [])
-    p = predict(history, owned.decision.cpus, slowdown(owned), rule)
+    last = max(history, key=lambda f: f.job_id, default=None)
+    p = predict(history, owned.decision.cpus, slowdown(owned), rule, last and last.work)
     if p is None:
         return (f"run time: not predicted: {len(history)} ended job(s) of it in the last "
                 f"week; {rule.min_jobs} completed, none out of time, needed")
-    return (f"run time: {p.basis()}: --time-min {time_min_minutes(p, 1 << 30, rule)} min "
-            "on its pending jobs whose --time is longer (root's sync timer)")
+    like = f" of {last.work[1]} {'iterations' if last.work[0] == 'i' else 'epochs'}" \
+        if last and last.work else ""
+    return (f"run time{like}: {p.basis()}: --time-min {time_min_minutes(p, 1 << 30, rule)} "
+            "min on its pending jobs whose --time is longer (root's sync timer)")
 
 
 def _opted_out(comment: str) -> bool:
@@ -138,7 +142,8 @@ def tick(slurm: Slurm, owned: Sequence[Owned], rule: TimeRule, table: Path,
                 o = decided.get((j.uid, fp))
                 # The decision bounds a longer run on fewer cores only at its own size.
                 bound = slowdown(o) if o and o.decision.cpus == j.cpus else float("inf")
-                p = predict(history.get((j.uid, fp), ()), j.cpus, bound, rule)
+                p = predict(history.get((j.uid, fp), ()), j.cpus, bound, rule,
+                            comment_format.work(j.comment))
                 why = _set(slurm, j, p, rule, state) if p else None
                 if why == "":
                     set_.append(j.job_id)

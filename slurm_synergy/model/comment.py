@@ -1,7 +1,7 @@
 """The job comment: the one wire format between `synergy submit`, the sbatch script,
 etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sacct keeps.
 
-    synergy:fp=<16 hex> [req=cpus,mem,gpus] [profile=1] [asked=c2,m3072,g1[:TYPE]]
+    synergy:fp=<16 hex> [req=cpus,mem,gpus] [work=i160] [profile=1] [asked=c2,m3072,g1[:TYPE]]
         [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [by=<job>] [measured=run]
         [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2]
 
@@ -11,8 +11,9 @@ alone; its decision= is the planner's (the prolog reads its power limit as any o
     synergy:hetero het=<component>,b<batch>,u<micro-batch>,a<accumulation>
         decision=c2,m1024,g1:TYPE,w1,p150 [sub=<12 hex>]
 
-Who writes what: submit writes the fingerprint, req= (what the row pinned) and sub= (its
-sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
+Who writes what: submit writes the fingerprint, req= (what the row pinned), work= (the
+built-in trainer's iterations, i<n>, or epochs, e<n>: what a run time scales with) and
+sub= (its sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
 profile=1 for a workload it has no decision for; a job measured while it trained writes
 measured=run in its own comment, and asked=, decision= and by=<itself> in those of its
 workload's pending jobs, right-sized in place (pending.py), and drops asked=, decision=
@@ -67,6 +68,7 @@ OPT_OUT = "synergy:off"
 # Anywhere in a job's comment: its --time stays its only limit (no --time-min is set).
 TIME_AS_ASKED = "synergy:time-as-asked"
 _TIME = re.compile(r"^(\d+),p(\d+),n(\d+)$")
+_WORK = re.compile(r"^([ie])(\d{1,9})$")
 
 
 def hetero_comment(component: int, batch: int, micro_batch: int, accumulation: int,
@@ -76,9 +78,16 @@ def hetero_comment(component: int, batch: int, micro_batch: int, accumulation: i
             f"decision={decision}")
 
 
-def job_comment(fingerprint: str, pinned: tuple[str, ...] = ()) -> str:
+def job_comment(fingerprint: str, pinned: tuple[str, ...] = (), work: str = "") -> str:
     """What `synergy submit` starts a job's comment with."""
-    return PREFIX + fingerprint + (f" req={','.join(pinned)}" if pinned else "")
+    return (PREFIX + fingerprint + (f" req={','.join(pinned)}" if pinned else "")
+            + (f" work={work}" if work else ""))
+
+
+def work(comment: str) -> tuple[str, int] | None:
+    """The comment's work=: ("i", iterations) or ("e", epochs); None where none."""
+    m = _WORK.match(marks(comment).get("work", ""))
+    return (m.group(1), int(m.group(2))) if m and int(m.group(2)) > 0 else None
 
 
 def fingerprint(comment: str) -> str | None:

@@ -203,9 +203,24 @@ class JobSpec:
 
     @property
     def comment(self) -> str:
-        """The job's Slurm comment: the fingerprint, and which resources the row set (the
-        site policy may let those win over a decision). Only [a-z0-9:=, ] appear."""
-        return job_comment(self.fingerprint, self.pinned)
+        """The job's Slurm comment: the fingerprint, which resources the row set (the
+        site policy may let those win over a decision) and its known work. Only
+        [a-z0-9:=, ] appear."""
+        return job_comment(self.fingerprint, self.pinned, self.work)
+
+    @property
+    def work(self) -> str:
+        """What the built-in trainer's run time scales with, as the comment's work= says
+        it: i<iterations> (which win) or e<epochs>, the pass-through args' where they set
+        them. "" for a user's script: its arguments are in its key already."""
+        if not self.builtin:
+            return ""
+        given = {k: int(v) for k, v in self.builtin_options(
+            ("--max-iterations", "--epochs")).items() if v.isdigit()}
+        iterations = given.get("--max-iterations") or self.iterations
+        if iterations:
+            return f"i{iterations}"
+        return f"e{given.get('--epochs') or self.epochs or 1}"
 
     def script_argv(self) -> list[str]:
         """The training script's options from the row's columns (shell-quoted later).

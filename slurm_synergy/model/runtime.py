@@ -4,7 +4,9 @@ lets Slurm's backfill start it sooner without making it the job's kill time.
 Slurm lowers a pending job's time limit to no less than its time_min where that starts it
 earlier; the user's --time stays the limit otherwise. The prediction is an upper bound
 more than a mean (Tsafrir et al.: the scheduler needs a limit a job rarely passes):
-- the longest of the key's last HISTORY completed jobs, each scaled to the job's size:
+- the longest of the key's last HISTORY completed jobs, each scaled to the job's work
+  (a job list's row carries its iterations or epochs: a run of a tenth of them counts
+  ten times longer, a longer one as long) and size:
   a job that ran on more cores than this one is counted `slowdown` times longer (the
   decision's best rate over its predicted one, at least the rate it ran at over the
   decided rate, since no size measured faster than the best; without a decision such
@@ -40,6 +42,7 @@ class Finished:
     state: str           # sacct's, first word: COMPLETED, TIMEOUT, FAILED, ...
     elapsed_s: int
     cpus: int            # the cores it ran with (AllocCPUS)
+    work: tuple[str, int] | None = None   # its known work (model/comment.work), if any
 
 
 @dataclass(frozen=True)
@@ -73,20 +76,24 @@ class TimeRule:
 
 
 def predict(history: Sequence[Finished], decided_cpus: int, slowdown: float,
-            rule: TimeRule) -> Prediction | None:
+            rule: TimeRule, work: tuple[str, int] | None = None) -> Prediction | None:
     """The next run's time on `decided_cpus` cores from one key's ended jobs (any order);
     None where they do not say enough. `slowdown` >= 1: how much longer a job that ran on
     more cores would have taken on `decided_cpus`, at most (inf: unknown, such runs are
-    left out)."""
+    left out). `work`: the job's known work; a run of less of the same work counts as
+    many times longer, one of more as long, one of other work or none is left out."""
     recent = sorted(history, key=lambda f: f.job_id, reverse=True)[:HISTORY]
     if any(f.state in RAN_OUT for f in recent):
         return None
     # A run on more cores than this job has says nothing of it without a bound.
     done = [f for f in recent if f.state == DONE and f.elapsed_s > 0
-            and (f.cpus <= decided_cpus or math.isfinite(slowdown))]
+            and (f.cpus <= decided_cpus or math.isfinite(slowdown))
+            and (f.work is None) == (work is None)
+            and (work is None or f.work is not None and f.work[0] == work[0])]
     if len(done) < max(1, rule.min_jobs):
         return None
     scaled = [f.elapsed_s * (max(1.0, slowdown) if f.cpus > decided_cpus else 1.0)
+              * (max(1.0, work[1] / f.work[1]) if work and f.work else 1.0)
               for f in done]
     spread = (max(scaled) - min(scaled)) / statistics.median(scaled) if len(scaled) > 1 else 0.0
     margin = max(rule.margin * (2 if len(done) == 1 else 1), 3 * spread)

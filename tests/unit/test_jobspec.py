@@ -77,5 +77,13 @@ def test_generated_datasets_get_a_folder_per_generation_setting():
 
 def test_the_comment_says_which_resources_the_row_pinned():
     s = spec(pinned=("cpus", "mem"))
-    assert s.comment == f"synergy:fp={s.fingerprint} req=cpus,mem"
+    assert s.comment == f"synergy:fp={s.fingerprint} req=cpus,mem work={s.work}"
     assert fingerprint_of_comment(s.comment) == s.fingerprint
+
+
+def test_the_comment_says_the_built_in_trainers_work_and_args_win():
+    assert spec(iterations=160).work == "i160"
+    assert spec(iterations=None, epochs=3).work == "e3"
+    assert spec(iterations=None, epochs=None).work == "e1"
+    assert spec(iterations=160, args=("--max-iterations", "40")).work == "i40"
+    assert spec(iterations=None, epochs=2, args=("--max-iterations=x",)).work == "e2"

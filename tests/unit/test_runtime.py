@@ -50,3 +50,15 @@ def test_time_min_is_at_least_the_floor_and_only_below_the_jobs_own_limit():
     long = predict([ended(1, 3600), ended(2, 3600)], 1, 1.0, RULE)
     assert time_min_minutes(long, 60, RULE) is None                  # 90 min > 60
     assert time_min_minutes(long, 120, RULE) == 90
+
+
+def test_known_work_scales_a_run_of_less_and_leaves_out_other_work():
+    jobs = [Finished(1, 1000, FP, "COMPLETED", 60, 1, ("i", 100)),
+            Finished(2, 1000, FP, "COMPLETED", 100, 1, ("i", 1000)),
+            Finished(3, 1000, FP, "COMPLETED", 900, 1, ("e", 3)),
+            Finished(4, 1000, FP, "COMPLETED", 900, 1)]
+    # 500 iterations: the 100-iteration run counts 5x (300 s), the longer one as it ran.
+    p = predict(jobs, 1, 1.0, RULE, ("i", 500))
+    assert (p.seconds, p.jobs) == (300, 2)
+    # A job of no known work rests on the run of none alone.
+    assert predict(jobs, 1, 1.0, RULE).jobs == 1

@@ -26,6 +26,9 @@ from slurm_synergy.model.engine import NodeShape, shape_of
 from slurm_synergy.model.units import duration_s, gpu_count, mem_mb
 
 SEP = "\x1f"
+# sacct's fields that hold what users wrote (sbatch options, a script's directives).
+FREE_TEXT = ("Comment", "AdminComment", "SystemComment", "JobName", "WorkDir", "SubmitLine",
+             "Constraints")
 
 # sacct fields of the jobs table; order is the column order.
 SACCT_FIELDS = (
@@ -418,17 +421,16 @@ class Slurm:
 
     def ended(self, since: str, users: Sequence[str] = ()) -> list[Ended]:
         """The jobs that ended since `since` (any time sacct takes) of `users` (every
-        user's where none), as sacct records them, in one call; the comment first, for
-        the reason timed_jobs gives."""
+        user's where none), as sacct records them, in one call."""
         fields = ("Comment", "JobIDRaw", "UID", "State", "ElapsedRaw", "AllocCPUS",
                   "AdminComment")
         rows = []
         for v in self.sacct_rows((), fields, since=since, users=users):
-            values = list(v.values())
-            if not all(values[i].isdigit() for i in (1, 2, 4, 5)):
+            if not all(v[f].isdigit() for f in ("JobIDRaw", "UID", "ElapsedRaw", "AllocCPUS")):
                 continue
-            rows.append(Ended(int(values[1]), int(values[2]), values[3].split(" ")[0],
-                              int(values[4]), int(values[5]), values[0], values[6]))
+            rows.append(Ended(int(v["JobIDRaw"]), int(v["UID"]), v["State"].split(" ")[0],
+                              int(v["ElapsedRaw"]), int(v["AllocCPUS"]), v["Comment"],
+                              v["AdminComment"]))
         return rows
 
     def comment(self, job_id: str) -> str:
@@ -577,6 +579,11 @@ class Slurm:
         if not job_ids and since is None:
             return
         # A unit separator, not "|": job names and comments may hold any printable text.
+        # A user's text may hold newlines and the separator too, so it is asked for
+        # first: a line's last fields are then always Slurm's own, and a line whose
+        # fields do not add up (a text's first lines) is no job's.
+        fields = [f for f in fields if f in FREE_TEXT] + [f for f in fields
+                                                          if f not in FREE_TEXT]
         args = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
                 "--format=" + ",".join(fields)]
         if job_ids:

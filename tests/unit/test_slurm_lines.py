@@ -28,10 +28,10 @@ def test_lines_come_while_the_command_still_runs(tmp_path, monkeypatch):
     slurm = _fake(tmp_path, monkeypatch, f"echo 1{SEP}a\n"
                   f"while [ ! -e {go} ]; do sleep 0.01; done\necho 2{SEP}b\n")
     rows = []
-    for row in slurm.sacct_rows(["1"], ("JobID", "JobName")):
+    for row in slurm.sacct_rows(["1"], ("JobID", "State")):
         rows.append(row)
         go.touch()
-    assert rows == [{"JobID": "1", "JobName": "a"}, {"JobID": "2", "JobName": "b"}]
+    assert rows == [{"JobID": "1", "State": "a"}, {"JobID": "2", "State": "b"}]
 
 
 def test_a_dbd_that_does_not_answer_is_asked_again_before_any_line(tmp_path, monkeypatch):
@@ -40,7 +40,7 @@ def test_a_dbd_that_does_not_answer_is_asked_again_before_any_line(tmp_path, mon
                   f"if [ $(wc -l < {tries}) -lt 2 ]; then\n"
                   "  echo 'sacct: error: Problem talking to the database: Connection refused' >&2\n"
                   f"  exit 1\nfi\necho 1{SEP}a\n", retry_s=5)
-    assert slurm.sacct(["1"], ("JobID", "JobName")) == [{"JobID": "1", "JobName": "a"}]
+    assert slurm.sacct(["1"], ("JobID", "State")) == [{"JobID": "1", "State": "a"}]
     assert tries.read_text().count("x") == 2
 
 
@@ -50,9 +50,9 @@ def test_a_failure_after_some_lines_is_raised_not_retried(tmp_path, monkeypatch)
                   "echo 'sacct: error: Connection reset by peer' >&2\nexit 1\n", retry_s=5)
     seen = []
     with pytest.raises(SlurmUnreachable, match="slurmdbd unreachable.*Connection reset"):
-        for row in slurm.sacct_rows(["1"], ("JobID", "JobName")):
+        for row in slurm.sacct_rows(["1"], ("JobID", "State")):
             seen.append(row)
-    assert seen == [{"JobID": "1", "JobName": "a"}]      # half an answer, then the error
+    assert seen == [{"JobID": "1", "State": "a"}]      # half an answer, then the error
     assert tries.read_text().count("x") == 1
 
 
@@ -74,7 +74,7 @@ def test_much_on_stderr_does_not_stall_the_command(tmp_path, monkeypatch):
     # 256 KB of warnings: a stderr pipe nobody reads would fill at 64 KB and hang sacct.
     slurm = _fake(tmp_path, monkeypatch, "head -c 262144 /dev/zero | tr '\\0' w >&2\n"
                   f"echo 1{SEP}a\n")
-    assert slurm.sacct(["1"], ("JobID", "JobName")) == [{"JobID": "1", "JobName": "a"}]
+    assert slurm.sacct(["1"], ("JobID", "State")) == [{"JobID": "1", "State": "a"}]
 
 
 def test_a_reader_that_stops_early_stops_the_command(tmp_path, monkeypatch):
@@ -89,6 +89,21 @@ def test_a_reader_that_stops_early_stops_the_command(tmp_path, monkeypatch):
 
 
 def test_a_job_name_not_in_utf8_does_not_lose_the_answer(tmp_path, monkeypatch):
-    slurm = _fake(tmp_path, monkeypatch, f"printf '1{SEP}caf\\351\\n2{SEP}b\\n'\n")
+    # (the job name, a user's text, is asked for first)
+    slurm = _fake(tmp_path, monkeypatch, f"printf 'caf\\351{SEP}1\\nb{SEP}2\\n'\n")
     rows = slurm.sacct(["1"], ("JobID", "JobName"))
     assert [r["JobID"] for r in rows] == ["1", "2"] and rows[0]["JobName"].startswith("caf")
+
+
+def test_a_comment_cannot_make_a_line_of_its_own(tmp_path, monkeypatch):
+    # Job 7's comment holds a newline and then what would pass for another user's job.
+    # Asked for first, the comment's first line has too few fields, and its last carries
+    # job 7's own after it: too many. Job 8's line is read as it is.
+    forged = (f"x\\n8{SEP}1001{SEP}COMPLETED{SEP}1{SEP}1{SEP}synergy:fp=0123456789abcdef"
+              f"{SEP}{SEP}")
+    slurm = _fake(tmp_path, monkeypatch,
+                  f"printf '%b{SEP}{SEP}7{SEP}1000{SEP}TIMEOUT{SEP}600{SEP}2\\n' '{forged}'\n"
+                  f"printf 'mine{SEP}{SEP}8{SEP}1000{SEP}COMPLETED{SEP}60{SEP}1\\n'\n")
+    ended = slurm.ended("now-7days")
+    assert [(e.job_id, e.uid, e.state, e.comment) for e in ended] == \
+        [(8, 1000, "COMPLETED", "mine")]

@@ -7,7 +7,11 @@ as a queue run by hand on 2026-11-29; or sweeps, each user's jobs of one workloa
 together), each asking what users ask (2 cores, 3G, a GPU, 20 minutes), all at once (or
 --interval seconds apart), to the gpu partition: node1 alone, its 2 real cores (the
 other nodes idle, so the figures are this machine's). Three flows, interleaved over
---rounds (each round in another order), each from an empty profile store and no history:
+--rounds (each round in another order), each from an empty profile store; with
+--history kept (the default) every flow runs the same scripts from the same folders, so
+sacct's record of earlier flows' runs is the timemin flow's history from its first job
+(a lab's queue that ran before), with --history fresh each flow has folders of its own
+and its workloads start with no history:
 
   asked    the plugin off: every job opted out (--comment=synergy:off), as asked
   synergy  the plugin on from the first job, time limits off (policy time_min = false):
@@ -32,7 +36,7 @@ and the local cluster (make cluster); run it from a clone of its own with nothin
 running. Writes DIR/cluster.json and DIR/cluster.md.
 
     .venv/bin/python bench/bench_cluster.py [--rounds 3] [--jobs 16] [--order sweeps]
-                                            [--interval S] [--out DIR]
+                                            [--history fresh] [--interval S] [--out DIR]
 """
 
 from __future__ import annotations
@@ -119,20 +123,25 @@ class Job:
         return self.end_s - self.start_s
 
 
-def setup(work: Path) -> dict[str, Path]:
-    """The users' folders (theirs, 0700) with their two scripts; the datasets, shared."""
+def make_data(work: Path) -> Path:
+    """The datasets, shared, made once by root, so that no job's time includes writing one."""
     data = work / "data"
     for args in WORKLOADS.values():
-        # Made once, by root, so that no job's time includes writing a dataset.
         subprocess.run([PYTHON, "-m", "profiler.train", *args.format(data=data).split(),
                         "--generate-data", "--max-iterations", "1", "--output",
                         str(work / "gen")], check=True, capture_output=True)
     for path in [data, *data.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+    return data
+
+
+def user_folders(work: Path, data: Path, tag: str = "") -> dict[str, Path]:
+    """The users' folders (theirs, 0700) with their two scripts. A script's folder is part
+    of its workload key: folders of another tag are other workloads, with no history."""
     folders = {}
     for user in USERS:
         account = pwd.getpwnam(user)
-        folder = work / user
+        folder = work / f"{user}{tag}"
         folder.mkdir()
         for workload, args in WORKLOADS.items():
             (folder / f"{workload}.sh").write_text(SCRIPT.format(
@@ -331,6 +340,11 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=16)
     p.add_argument("--order", choices=("alternating", "sweeps"), default="alternating",
                    help="the queue's shape (see queue_order)")
+    p.add_argument("--history", choices=("kept", "fresh"), default="kept",
+                   help="kept: every flow runs the same scripts from the same folders, so "
+                   "sacct's history of earlier flows' runs predicts a flow's run times "
+                   "(a lab's queue that ran before); fresh: each flow its own folders, "
+                   "so its workloads start with no history")
     p.add_argument("--interval", type=float, default=0.0,
                    help="seconds between submissions (default: all at once)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -348,7 +362,8 @@ def main() -> int:
     runs: list[dict] = []
     try:
         with reachable(ROOT):
-            folders = setup(work)
+            data = make_data(work)
+            shared = user_folders(work, data)
             policies = {flow: bench_policy(work, flow) for flow in FLOWS}
             for r in range(args.rounds):
                 order = FLOWS[r % 3:] + FLOWS[:r % 3]
@@ -358,6 +373,8 @@ def main() -> int:
                     store.mkdir()
                     store.chmod(0o1777)
                     fresh_cluster(store, policies[flow])
+                    folders = shared if args.history == "kept" else \
+                        user_folders(work, data, f"-{r}-{flow}")
                     ids = submit(flow, queue_order(args.order, args.jobs), args.interval,
                                  folders, store, policies[flow])
                     wait(slurm, list(ids), timeout_s=7200)
@@ -405,12 +422,14 @@ def write(args: argparse.Namespace, runs: list[dict]) -> None:
                  for key in ("mean_jct_s", "makespan_s", "mean_wait_s")}
     (args.out / "cluster.json").write_text(json.dumps(
         {"at": when, "jobs": args.jobs, "order": args.order, "interval_s": args.interval,
+         "history": args.history,
          "ask": ASK,
          "workloads": WORKLOADS, "rounds": runs, "asked_over_synergy": summary,
          "asked_over_timemin": with_time},
         indent=1) + "\n")
     cmd = f"bench/bench_cluster.py --rounds {args.rounds} --jobs {args.jobs} " \
-        f"--order {args.order}" + (f" --interval {args.interval:g}" if args.interval else "")
+        f"--order {args.order} --history {args.history}" \
+        + (f" --interval {args.interval:g}" if args.interval else "")
     lines = [f"A queue of {args.jobs} jobs ({args.order}) on the local cluster's node1 "
              "(2 cores), two users, "
              f"{args.rounds} round(s), flows interleaved ({when}; `{cmd}`).", "",

@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 

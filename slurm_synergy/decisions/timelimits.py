@@ -106,7 +106,8 @@ def explained(slurm: Slurm, owned: Owned, rule: TimeRule, user: str) -> str:
     mine = history_of([e for e in slurm.ended(HISTORY_SINCE, [user]) if e.uid == owned.uid])
     history = mine.get((owned.uid, fp), [])
     last = max(history, key=lambda f: f.job_id, default=None)
-    p = predict(history, owned.decision.cpus, slowdown(owned), rule, last and last.work)
+    p = predict(history, owned.decision.cpus, slowdown(owned), rule,
+                last.work if last else None)
     if p is None:
         return (f"run time: not predicted: {len(history)} ended job(s) of it in the last "
                 f"week; {rule.min_jobs} completed, none out of time, needed")

@@ -4,7 +4,7 @@ Princeton's jobstats ("asked 64 GB, used 3 GB: --mem=6G is enough")."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -82,7 +82,7 @@ _READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resub
           "predicted_s", "limit_s", "fingerprint")
 
 
-def for_workloads(jobs: list[Mapping[Any, Any]]) -> list[dict[str, Any]]:
+def for_workloads(jobs: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
     """A line for each workload whose --time is many times its runs, on its last job."""
     groups: dict[str, list[Mapping[Any, Any]]] = {}
     for j in jobs:

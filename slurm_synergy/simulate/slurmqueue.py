@@ -222,11 +222,12 @@ def _left(node: Node, held: Sequence[Size]) -> tuple[int, int, int]:
 
 def run_queue(jobs: Sequence[QueueJob], node: Node,
               bf_interval_s: float = BF_INTERVAL_S, limits: str = "asked",
-              rule: TimeRule = TimeRule()) -> list[Ran]:
-    """Every job's start and end, in job id order, with time limits as `limits` says."""
+              rule: TimeRule | None = None) -> list[Ran]:
+    """Every job's start and end, in job id order, with time limits as `limits` says
+    (`rule`: the time_min rule of "ours", the shipped policy's where None)."""
     if limits not in LIMITS:
         raise ValueError(f"limits must be one of {', '.join(LIMITS)}, not {limits!r}")
-    q = _Queue(node, limits=limits, rule=rule)
+    q = _Queue(node, limits=limits, rule=rule or TimeRule())
     arrivals = sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
     if not arrivals:
         return []

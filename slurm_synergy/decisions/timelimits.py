@@ -128,7 +128,8 @@ def tick(slurm: Slurm, owned: Sequence[Owned], rule: TimeRule, table: Path,
     path = state_path(table)
     jobs = slurm.timed_jobs()
     queued = {j.job_id for j in jobs}
-    state = {k: v for k, v in load_state(path).items() if k in queued}
+    loaded = load_state(path)
+    state = {k: Lowered(**asdict(v)) for k, v in loaded.items() if k in queued}
     raised = [j.job_id for j in jobs if _raise(slurm, j, state.get(j.job_id), left_s)]
     set_: list[str] = []
     refused: list[str] = []
@@ -150,7 +151,8 @@ def tick(slurm: Slurm, owned: Sequence[Owned], rule: TimeRule, table: Path,
                     set_.append(j.job_id)
                 elif why:
                     refused.append(f"{j.job_id} ({why})")
-    _save(path, state)
+    if state != loaded:         # a round that changed nothing writes nothing
+        _save(path, state)
     parts = []
     if set_:
         parts.append(f"time_min set on job(s) {', '.join(set_)}")

@@ -117,6 +117,27 @@ def explained(slurm: Slurm, owned: Owned, rule: TimeRule, user: str) -> str:
             "min on its pending jobs whose --time is longer (root's sync timer)")
 
 
+def predictions(jobs: Sequence[TimedJob], owned: Sequence[Owned],
+                history: dict[tuple[int, str], list[Finished]],
+                rule: TimeRule) -> dict[TimedJob, Prediction]:
+    """Each keyed job's predicted run at the size it asks, from its user's history of its
+    key (history_of) and that user's decision for it; jobs without one are left out."""
+    decided = {(o.uid, o.decision.fingerprint): o for o in owned if not o.shared}
+    out = {}
+    for j in jobs:
+        fp = comment_format.fingerprint(j.comment)
+        if not fp:
+            continue
+        o = decided.get((j.uid, fp))
+        # The decision bounds a longer run on fewer cores only at its own size.
+        bound = slowdown(o) if o and o.decision.cpus == j.cpus else float("inf")
+        p = predict(history.get((j.uid, fp), ()), j.cpus, bound, rule,
+                    comment_format.work(j.comment))
+        if p:
+            out[j] = p
+    return out
+
+
 def _opted_out(comment: str) -> bool:
     return comment_format.OPT_OUT in comment or comment_format.TIME_AS_ASKED in comment
 
@@ -134,19 +155,12 @@ def tick(slurm: Slurm, owned: Sequence[Owned], rule: TimeRule, table: Path,
     set_: list[str] = []
     refused: list[str] = []
     if rule.enabled:
-        decided = {(o.uid, o.decision.fingerprint): o for o in owned if not o.shared}
         waiting = [j for j in jobs if j.state == "PENDING" and j.job_id not in state
                    and j.limit_min and comment_format.fingerprint(j.comment)]
         if waiting:
             history = history_of(slurm.ended(HISTORY_SINCE))
-            for j in waiting:
-                fp = comment_format.fingerprint(j.comment) or ""
-                o = decided.get((j.uid, fp))
-                # The decision bounds a longer run on fewer cores only at its own size.
-                bound = slowdown(o) if o and o.decision.cpus == j.cpus else float("inf")
-                p = predict(history.get((j.uid, fp), ()), j.cpus, bound, rule,
-                            comment_format.work(j.comment))
-                why = _set(slurm, j, p, rule, state) if p else None
+            for j, p in predictions(waiting, owned, history, rule).items():
+                why = _set(slurm, j, p, rule, state)
                 if why == "":
                     set_.append(j.job_id)
                 elif why:

@@ -58,8 +58,9 @@ ACCOUNT = "synergy-bench"
 BATCHES = ("history", "same", "twice the work")
 
 
-def job_list(folder: Path, data: Path, factor: int) -> Path:
-    """The corpus's job list, its epochs and iterations times `factor`."""
+def job_list(folder: Path, data: Path, batch: int, factor: int) -> Path:
+    """Batch `batch`'s copy of the corpus's job list (a list and its --out folder are
+    submitted once), its epochs and iterations times `factor`."""
     images = ensure_image_dataset(data / "images", num_images=512, image_size=96)
     if not (data / "inet" / "train").exists():
         (data / "inet").mkdir()
@@ -78,7 +79,7 @@ def job_list(folder: Path, data: Path, factor: int) -> Path:
     writer = csv.DictWriter(out, fieldnames=list(table[0]))
     writer.writeheader()
     writer.writerows(table)
-    path = folder / f"jobs-x{factor}.csv"
+    path = folder / f"jobs-{batch}.csv"
     path.write_text(out.getvalue())
     return path
 
@@ -151,7 +152,7 @@ def main() -> int:
             data.mkdir()
             folder = work_dir / USER
             folder.mkdir()
-            lists = [job_list(folder, data, factor) for factor in (1, 1, 2)]
+            lists = [job_list(folder, data, b, factor) for b, factor in enumerate((1, 1, 2))]
             account = pwd.getpwnam(USER)
             for path in [data, *data.rglob("*")]:
                 path.chmod(0o755 if path.is_dir() else 0o644)

@@ -158,7 +158,10 @@ def tick(slurm: Slurm, owned: Sequence[Owned], rule: TimeRule, table: Path,
         waiting = [j for j in jobs if j.state == "PENDING" and j.job_id not in state
                    and j.limit_min and comment_format.fingerprint(j.comment)]
         if waiting:
-            history = history_of(slurm.ended(HISTORY_SINCE))
+            # Only the users waiting: a week of every user's jobs each round would load
+            # slurmdbd in proportion to the site, not to what is pending.
+            history = history_of(slurm.ended(HISTORY_SINCE,
+                                             sorted({str(j.uid) for j in waiting})))
             for j, p in predictions(waiting, owned, history, rule).items():
                 why = _set(slurm, j, p, rule, state)
                 if why == "":
@@ -207,7 +210,11 @@ def _raise(slurm: Slurm, job: TimedJob, lowered: Lowered | None, left_s: float) 
             or job.limit_min * 60 - job.used_s > left_s):
         return False
     try:
-        slurm.update_job(job.job_id, {"TimeLimit": str(lowered.asked_min)})
+        # The comment says so (tback=), for the job's report; the limit is from root's
+        # record alone.
+        text = comment_format.with_marks(slurm.comment(job.job_id),
+                                         tback=str(lowered.asked_min))
+        slurm.update_job(job.job_id, {"TimeLimit": str(lowered.asked_min), "Comment": text})
     except SynergyError:
         return False            # tried again next round, while it runs
     lowered.raised = True

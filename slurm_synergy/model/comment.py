@@ -3,7 +3,7 @@ etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sac
 
     synergy:fp=<16 hex> [req=cpus,mem,gpus] [work=i160] [profile=1] [asked=c2,m3072,g1[:TYPE]]
         [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [by=<job>] [measured=run]
-        [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2]
+        [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2] [tback=20]
 
 A component of a job over two GPU types carries no fingerprint, so the shim leaves it
 alone; its decision= is the planner's (the prolog reads its power limit as any other):
@@ -22,7 +22,8 @@ profile=1: its comment marks it for measuring as the shim's environment does); a
 resubmission after
 profiling writes from=; `synergy tune` writes tuned=; root's sync timer writes tmin= where
 it set the job's --time-min (minutes), from a predicted run of p seconds resting on n
-completed jobs (decisions/timelimits.py). A mark written again replaces the earlier one; the
+completed jobs (decisions/timelimits.py), and tback= where it put a running job's lowered
+limit back to its --time (minutes), the job having run past that prediction. A mark written again replaces the earlier one; the
 rest of the comment is the user's and is kept. tests/unit/test_comment.py runs the same
 strings through the Lua shim, which spells asked= and decision= the same way.
 """
@@ -176,6 +177,12 @@ def time_min(comment: str) -> tuple[int, int, int] | None:
     if not m or _count(m.group(1)) is None:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def time_back(comment: str) -> int | None:
+    """The comment's tback=: the --time (minutes) root's timer gave back to a running job
+    whose lowered limit it would have outrun; None where none."""
+    return _count(marks(comment).get("tback", ""))
 
 
 def tag(comment: str) -> str | None:

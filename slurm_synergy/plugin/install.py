@@ -60,8 +60,10 @@ def plan_text(conf: Path) -> str:
         f"#    {conf.parent / 'job_submit.lua'}  <- {SHIM}",
         f"#    {conf.parent / TABLE_NAME}  <- synergy plugin sync (mode 0644, written only "
         "by the account that runs it)",
-        "# 3. keep the table current: run `synergy plugin sync` from cron as that account",
-        "#    (a profiling job also syncs it when its user may write it)",
+        "# 3. keep the table current: run `synergy plugin sync --time-limits` from cron",
+        "#    every minute as that account (root, or a Slurm operator, for --time-min on",
+        "#    every user's pending jobs; a profiling job also syncs the table when its",
+        "#    user may write it)",
         "# 4. site policy: etc/policy.toml, or SYNERGY_POLICY=<file>",
         "# synergy plugin install --apply does 1-3 now.",
     ]

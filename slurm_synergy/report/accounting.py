@@ -58,7 +58,8 @@ def _marks(comment: str) -> dict[str, Any]:
                            and marks.get("measured") != "run" and marks.get("plain") != "1"}
     timed = comment_format.time_min(comment)
     if timed:
-        out.update(time_min_s=60.0 * timed[0], predicted_s=float(timed[1]))
+        out.update(time_min_s=60.0 * timed[0], predicted_s=float(timed[1]),
+                   time_back_s=60.0 * (comment_format.time_back(comment) or 0))
     d = comment_format.decision(comment)
     if d:
         out.update(decided_cpus=d.cpus, decided_mem_mb=d.mem_mb, decided_gpus=d.gpus,
@@ -78,7 +79,7 @@ COLUMNS = ("job_id", "raw_id", "array_id", "name", "user", "partition", "state",
            "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
            "fingerprint", "from_job", "sized_by", "measured", "profiling", "limit_s",
-           "time_min_s", "predicted_s", "nodes", "one_node",
+           "time_min_s", "predicted_s", "time_back_s", "nodes", "one_node",
            "one_task",
            "comment")
 

@@ -65,9 +65,12 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
         out.append(f"the plugin gave it {decided} core(s) instead of the {asked} asked, "
                    f"from its profile")
     if j["time_min_s"] and j["elapsed_s"] and j["elapsed_s"] > j["time_min_s"]:
+        stood = (f"root's timer gave its lowered limit back ({j['time_back_s'] / 60:.0f} "
+                 "min, its --time) before it ran out" if j["time_back_s"]
+                 else "its --time stood")
         out.append(f"ran {j['elapsed_s'] / 60:.1f} min, past its --time-min of "
                    f"{j['time_min_s'] / 60:.0f} min (predicted {j['predicted_s']:.0f} s): "
-                   "its --time stood, and its workload's next prediction counts this run")
+                   f"{stood}, and its workload's next prediction counts this run")
     if j["prop_elapsed_s"] and j["elapsed_s"] and j["prop_elapsed_s"] > 1.05 * j["elapsed_s"]:
         out.append(f"the GPU-proportional share ({j['prop_cpus']} core(s)) would have taken "
                    f"{j['prop_elapsed_s'] / j['elapsed_s']:.2f}x as long")
@@ -79,7 +82,7 @@ _READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resub
           "max_rss_mb", "node_mem_mb", "mem_estimated", "one_node", "peak_node", "alloc_cpus",
           "total_cpu_s", "elapsed_s", "one_task", "gpus", "gpu_util_pct", "gpu_sm_active_pct",
           "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus", "time_min_s",
-          "predicted_s", "limit_s", "fingerprint")
+          "predicted_s", "time_back_s", "limit_s", "fingerprint")
 
 
 def for_workloads(jobs: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:

@@ -101,7 +101,9 @@ def test_backfill_starts_a_predicted_job_sooner_and_a_long_run_keeps_its_time(
         assert f"limit put back to --time on job(s) {nap}" in raised, raised
         ended = finish(slurm, [nap])[nap]
         assert ended.state == "COMPLETED", ended
-        row = slurm.sacct([nap], ("JobID", "TimelimitRaw", "ElapsedRaw"))[0]
+        row = slurm.sacct([nap], ("JobID", "TimelimitRaw", "ElapsedRaw", "Comment"))[0]
         assert row["TimelimitRaw"] == "20" and int(row["ElapsedRaw"]) >= 200, row
+        # Its comment says so, for its report (tback=, its --time in minutes).
+        assert comment_format.time_back(row["Comment"]) == 20, row
     finally:
         slurm.cancel(ids)

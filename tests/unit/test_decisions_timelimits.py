@@ -32,7 +32,8 @@ class Queue:
     def timed_jobs(self):
         return self.jobs
 
-    def ended(self, since):
+    def ended(self, since, users=()):
+        self.asked_users = list(users)
         return self.ended_jobs
 
     def comment(self, job_id):
@@ -59,6 +60,8 @@ def test_a_pending_job_gets_a_time_min_from_its_users_completed_jobs(tmp_path):
     assert q.updates == [("12", {"TimeMin": "4", "Comment":
                                  f"synergy:fp={FP} plain=1 tmin=4,p100,n1"})]
     assert "time_min set on job(s) 12" in line
+    # sacct is asked for the waiting users' jobs alone (sacct takes uids as names).
+    assert q.asked_users == [str(ME), str(OTHER)]
     assert load_state(state_path(table))["12"].asked_min == 20
     # Set once: the next round leaves it.
     q.updates.clear()
@@ -92,7 +95,9 @@ def test_running_past_a_lowered_limit_gets_its_own_time_back_once(tmp_path):
     q.jobs = [TimedJob("12", ME, "RUNNING", 4, 210, 1, "")]
     q.updates.clear()
     assert "limit put back to --time on job(s) 12" in tick(q, [owned()], TimeRule(), table)
-    assert q.updates == [("12", {"TimeLimit": "20"})]
+    # The comment says so for the job's report; the rest of it is kept.
+    assert q.updates == [("12", {"TimeLimit": "20",
+                                 "Comment": f"synergy:fp={FP} plain=1 tback=20"})]
     q.jobs = [TimedJob("12", ME, "RUNNING", 20, 230, 1, "")]
     q.updates.clear()
     tick(q, [owned()], TimeRule(), table)

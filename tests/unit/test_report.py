@@ -316,7 +316,8 @@ def test_gpu_memory_asked_estimated_and_used_and_the_type_it_ran_on():
 
 def test_time_asked_predicted_and_used_per_job_and_workload():
     rows = [line("20", elapsed="600", comment=f"synergy:fp={FP} plain=1"),
-            line("21", elapsed="900", comment=f"synergy:fp={FP} plain=1 tmin=10,p600,n1"),
+            line("21", elapsed="900",
+                 comment=f"synergy:fp={FP} plain=1 tmin=10,p600,n1 tback=240"),
             line("22", elapsed="300", comment=f"synergy:fp={FP} plain=1 tmin=30,p900,n2")]
     for r in rows:
         r["TimelimitRaw"] = "240"
@@ -327,7 +328,8 @@ def test_time_asked_predicted_and_used_per_job_and_workload():
     assert w["time_asked_over_used"] == pytest.approx(14400 / 600)
     said = [a["advice"] for a in advice.lines(jobs)]
     # Job 21 ran 15 min past its 10-minute time_min; the workload asks 240 min for 15.
-    assert any(a.startswith("ran 15.0 min, past its --time-min of 10 min") for a in said)
+    assert any(a.startswith("ran 15.0 min, past its --time-min of 10 min") and
+               "gave its lowered limit back (240 min" in a for a in said)
     assert "its workload's 3 completed jobs ran at most 15.0 min of the 240 asked: " \
         "--time=30 is enough" in " ".join(said)
     # Fewer than two completed jobs, or a limit close to the runs: no line.

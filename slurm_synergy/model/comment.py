@@ -23,9 +23,10 @@ resubmission after
 profiling writes from=; `synergy tune` writes tuned=; root's sync timer writes tmin= where
 it set the job's --time-min (minutes), from a predicted run of p seconds resting on n
 completed jobs (decisions/timelimits.py), and tback= where it put a running job's lowered
-limit back to its --time (minutes), the job having run past that prediction. A mark written again replaces the earlier one; the
-rest of the comment is the user's and is kept. tests/unit/test_comment.py runs the same
-strings through the Lua shim, which spells asked= and decision= the same way.
+limit back to its --time (minutes), the job having run past that prediction. A mark
+written again replaces the earlier one; the rest of the comment is the user's and is kept.
+tests/unit/test_comment.py runs the same strings through the Lua shim, which spells asked=
+and decision= the same way.
 """
 
 from __future__ import annotations

@@ -90,4 +90,6 @@ bench: setup
 	$(PY) bench/bench_simulate.py
 	$(PY) bench/bench_hetero.py
 	$(PY) bench/bench_cluster.py --rounds 3
+	$(PY) bench/bench_backfill.py --rounds 3
+	$(PY) bench/bench_prediction.py
 	$(PY) bench/bench_timelimits.py

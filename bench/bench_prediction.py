@@ -91,7 +91,8 @@ def submit(folder: Path, jobs_csv: Path, store: Path, policy: Path) -> dict[str,
            "SYNERGY_HOME": str(folder / ".slurm-synergy"),
            "SYNERGY_PROFILES": str(store), "SYNERGY_POLICY": str(policy)}
     out = folder / f"out-{jobs_csv.stem}"
-    done = subprocess.run(["runuser", "-u", USER, "--", str(Path(PYTHON).parent / "synergy"),
+    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+    done = subprocess.run([runuser, "-u", USER, "--", str(Path(PYTHON).parent / "synergy"),
                            "submit", str(jobs_csv), "--out", str(out)],
                           capture_output=True, text=True, env=env, cwd=folder)
     if done.returncode:

@@ -56,11 +56,19 @@ from tests.integration.test_user_scripts import COLUMNS, corpus_rows  # noqa: E4
 USER = "synergy-bench-a"
 ACCOUNT = "synergy-bench"
 BATCHES = ("history", "same", "twice the work")
+# The test's rows run a few seconds, where a second of start-up is the error: their work
+# times SCALE. Rows without an epochs or iterations column take theirs as arguments,
+# the same in every batch (arguments are part of a workload's key), or as a column.
+SCALE = 15
+FIXED_WORK = {"u-plain": "40", "u-trainpy": " --max-iterations 150"}
+COLUMN_WORK = {"u-builtin": 150}
 
 
 def job_list(folder: Path, data: Path, batch: int, factor: int) -> Path:
     """Batch `batch`'s copy of the corpus's job list (a list and its --out folder are
-    submitted once), its epochs and iterations times `factor`."""
+    submitted once), sized to run tens of seconds rather than the test's few (its epochs
+    and iterations times SCALE, the rows without either given theirs), and then its
+    epochs and iterations times `factor`."""
     images = ensure_image_dataset(data / "images", num_images=512, image_size=96)
     if not (data / "inet" / "train").exists():
         (data / "inet").mkdir()
@@ -72,9 +80,13 @@ def job_list(folder: Path, data: Path, batch: int, factor: int) -> Path:
         for key, row in rows.items())
     table = list(csv.DictReader(io.StringIO(text)))
     for row in table:
+        row["args"] += FIXED_WORK.get(row["name"], "")
+        if row["name"] in COLUMN_WORK:
+            row["iterations"] = str(COLUMN_WORK[row["name"]])
         for column in ("epochs", "iterations"):
             if row[column]:
-                row[column] = str(int(row[column]) * factor)
+                scale = 1 if row["name"] in COLUMN_WORK else SCALE
+                row[column] = str(int(row[column]) * scale * factor)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(table[0]))
     writer.writeheader()

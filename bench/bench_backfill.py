@@ -34,11 +34,8 @@ import argparse
 import json
 import os
 import pwd
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,13 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_cluster import (ACCOUNT, PYTHON, USERS, WORKLOADS, Job, bench_policy,  # noqa: E402
-                           fresh_cluster, make_data, read_jobs, submit)
-from slurm_synergy.cluster.localbox import PARTITION, LocalCluster  # noqa: E402
-from slurm_synergy.cluster.users import ensure_user, reachable  # noqa: E402
+from bench_cluster import (PYTHON, USERS, WORKLOADS, Job, bench_cluster,  # noqa: E402
+                           bench_policy, fresh_cluster, make_data, read_jobs, submit)
+from slurm_synergy.cluster.localbox import PARTITION  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.comment import OPT_OUT  # noqa: E402
-from slurm_synergy.slurm import Slurm  # noqa: E402
 
 FLOWS = ("time-asked", "timemin")
 SCRIPT = """#!/bin/bash
@@ -127,50 +122,30 @@ def main() -> int:
                    help="the long job's iterations (500: about 150 s on one core here)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("bench_backfill makes users and submits as them: run it as root")
-    LocalCluster(sync_every_s=0).up(log=lambda line: None)
-    slurm = Slurm()
-    made = [u for u in USERS if ensure_user(slurm, u, ACCOUNT)]
-    work = Path(tempfile.mkdtemp(prefix="synergy-bench-backfill-", dir="/var/tmp"))
-    work.chmod(0o755)
-    saved = {k: os.environ.get(k) for k in ("SYNERGY_PROFILES", "SYNERGY_POLICY")}
     runs: list[dict] = []
-    try:
-        with reachable(ROOT):
-            folders = scripts(work, make_data(work), args.long_iterations)
-            policies = {"time-asked": bench_policy(work, "synergy"),
-                        "timemin": bench_policy(work, "timemin")}
-            store = work / "store"
-            store.mkdir()
-            store.chmod(0o1777)
-            # The warm-up: each user's short job measured and decided, and in sacct.
-            fresh_cluster(store, policies["time-asked"])
-            ids = submit("warm-up", [(u, "short") for u in USERS], 0, folders, store,
-                         policies["time-asked"])
-            wait(slurm, list(ids), timeout_s=1800)
-            for r in range(args.rounds):
-                one: dict = {"round": r + 1}
-                for flow in FLOWS if r % 2 == 0 else FLOWS[::-1]:
-                    fresh_cluster(store, policies[flow])
-                    ids = submit(flow, plan(args.short), 0, folders, store, policies[flow])
-                    wait(slurm, list(ids), timeout_s=3600)
-                    one[flow] = figures(read_jobs(slurm, ids))
-                    print(f"round {r + 1} {flow}: jobs {min(ids, key=int)}-"
-                          f"{max(ids, key=int)}", file=sys.stderr)
-                runs.append(one)
-                write(args, runs)        # each round's figures kept as it ends
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        LocalCluster().up(log=lambda line: None)        # the cluster's own timer back
-        shutil.rmtree(work, ignore_errors=True)
-        for user in made:
-            slurm.remove_user(user)
-            subprocess.run(["userdel", user], check=False)
+    with bench_cluster(USERS, "bench-backfill") as (slurm, work):
+        folders = scripts(work, make_data(work), args.long_iterations)
+        policies = {"time-asked": bench_policy(work, "synergy"),
+                    "timemin": bench_policy(work, "timemin")}
+        store = work / "store"
+        store.mkdir()
+        store.chmod(0o1777)
+        # The warm-up: each user's short job measured and decided, and in sacct.
+        fresh_cluster(store, policies["time-asked"])
+        ids = submit("warm-up", [(u, "short") for u in USERS], 0, folders, store,
+                     policies["time-asked"])
+        wait(slurm, list(ids), timeout_s=1800)
+        for r in range(args.rounds):
+            one: dict = {"round": r + 1}
+            for flow in FLOWS if r % 2 == 0 else FLOWS[::-1]:
+                fresh_cluster(store, policies[flow])
+                ids = submit(flow, plan(args.short), 0, folders, store, policies[flow])
+                wait(slurm, list(ids), timeout_s=3600)
+                one[flow] = figures(read_jobs(slurm, ids))
+                print(f"round {r + 1} {flow}: jobs {min(ids, key=int)}-"
+                      f"{max(ids, key=int)}", file=sys.stderr)
+            runs.append(one)
+            write(args, runs)        # each round's figures kept as it ends
     return 1 if any(run[f]["failed"] for run in runs for f in FLOWS) else 0
 
 

@@ -52,9 +52,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -334,6 +336,36 @@ def ratio_line(runs: list[dict], key: str, source: str = "",
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
+@contextmanager
+def bench_cluster(users: Sequence[str], name: str) -> Iterator[tuple[Slurm, Path]]:
+    """The local cluster with its timer stopped (a bench restarts it per flow), these
+    ordinary users (made where missing) and a work folder under /var/tmp, the checkout
+    reachable by them; afterwards the cluster's own timer back and the environment as it
+    was, the folder and the users made removed."""
+    if os.geteuid() != 0:
+        raise SystemExit(f"{name} makes users and submits as them: run it as root")
+    LocalCluster(sync_every_s=0).up(log=lambda line: None)
+    slurm = Slurm()
+    made = [u for u in users if ensure_user(slurm, u, ACCOUNT)]
+    work = Path(tempfile.mkdtemp(prefix=f"synergy-{name}-", dir="/var/tmp"))
+    work.chmod(0o755)
+    saved = {k: os.environ.get(k) for k in ("SYNERGY_PROFILES", "SYNERGY_POLICY")}
+    try:
+        with reachable(ROOT):
+            yield slurm, work
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        LocalCluster().up(log=lambda line: None)        # the cluster's own timer back
+        shutil.rmtree(work, ignore_errors=True)
+        for user in made:
+            slurm.remove_user(user)
+            subprocess.run(["userdel", user], check=False)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -349,62 +381,42 @@ def main() -> int:
                    help="seconds between submissions (default: all at once)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("bench_cluster makes users and submits as them: run it as root")
-    LocalCluster(sync_every_s=0).up(log=lambda line: None)
-    slurm = Slurm()
-    (n1,) = slurm.nodes(PARTITION)
-    node = Node(cpus=n1.cpus, mem_mb=n1.memory_mb, gpus=gpu_count(n1.gres))
-    made = [u for u in USERS if ensure_user(slurm, u, ACCOUNT)]
-    work = Path(tempfile.mkdtemp(prefix="synergy-bench-cluster-", dir="/var/tmp"))
-    work.chmod(0o755)
-    saved = {k: os.environ.get(k) for k in ("SYNERGY_PROFILES", "SYNERGY_POLICY")}
     runs: list[dict] = []
-    try:
-        with reachable(ROOT):
-            data = make_data(work)
-            shared = user_folders(work, data)
-            policies = {flow: bench_policy(work, flow) for flow in FLOWS}
-            for r in range(args.rounds):
-                order = FLOWS[r % 3:] + FLOWS[:r % 3]
-                done: dict[str, list[Job]] = {}
-                for flow in order:
-                    store = work / f"store-{r}-{flow}"
-                    store.mkdir()
-                    store.chmod(0o1777)
-                    fresh_cluster(store, policies[flow])
-                    folders = shared if args.history == "kept" else \
-                        user_folders(work, data, f"-{r}-{flow}")
-                    ids = submit(flow, queue_order(args.order, args.jobs), args.interval,
-                                 folders, store, policies[flow])
-                    wait(slurm, list(ids), timeout_s=7200)
-                    done[flow] = read_jobs(slurm, ids)
-                    print(f"round {r + 1} {flow}: jobs {min(ids, key=int)}-{max(ids, key=int)}",
-                          file=sys.stderr)
-                asked_run_s = {w: _median([j.elapsed_s for j in done["asked"]
-                                           if j.workload == w], 0.0) for w in WORKLOADS}
-                one = {"round": r + 1}
-                for flow, jobs in done.items():
-                    # The queue model has no time_min: the timemin flow is measured alone.
-                    one[flow] = {**measured_figures(jobs, node.cpus),
-                                 "predicted": None if flow == "timemin"
-                                 else predicted(jobs, node, asked_run_s),
-                                 "per_job": [asdict(j) for j in jobs]}
-                runs.append(one)
-                print(json.dumps({f: {k: v for k, v in one[f].items() if k != "per_job"}
-                                  for f in FLOWS}), file=sys.stderr)
-                write(args, runs)        # each round's figures kept as it ends
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        LocalCluster().up(log=lambda line: None)        # the cluster's own timer back
-        shutil.rmtree(work, ignore_errors=True)
-        for user in made:
-            slurm.remove_user(user)
-            subprocess.run(["userdel", user], check=False)
+    with bench_cluster(USERS, "bench-cluster") as (slurm, work):
+        (n1,) = slurm.nodes(PARTITION)
+        node = Node(cpus=n1.cpus, mem_mb=n1.memory_mb, gpus=gpu_count(n1.gres))
+        data = make_data(work)
+        shared = user_folders(work, data)
+        policies = {flow: bench_policy(work, flow) for flow in FLOWS}
+        for r in range(args.rounds):
+            order = FLOWS[r % 3:] + FLOWS[:r % 3]
+            done: dict[str, list[Job]] = {}
+            for flow in order:
+                store = work / f"store-{r}-{flow}"
+                store.mkdir()
+                store.chmod(0o1777)
+                fresh_cluster(store, policies[flow])
+                folders = shared if args.history == "kept" else \
+                    user_folders(work, data, f"-{r}-{flow}")
+                ids = submit(flow, queue_order(args.order, args.jobs), args.interval,
+                             folders, store, policies[flow])
+                wait(slurm, list(ids), timeout_s=7200)
+                done[flow] = read_jobs(slurm, ids)
+                print(f"round {r + 1} {flow}: jobs {min(ids, key=int)}-{max(ids, key=int)}",
+                      file=sys.stderr)
+            asked_run_s = {w: _median([j.elapsed_s for j in done["asked"]
+                                       if j.workload == w], 0.0) for w in WORKLOADS}
+            one: dict = {"round": r + 1}
+            for flow, jobs in done.items():
+                # The queue model has no time_min: the timemin flow is measured alone.
+                one[flow] = {**measured_figures(jobs, node.cpus),
+                             "predicted": None if flow == "timemin"
+                             else predicted(jobs, node, asked_run_s),
+                             "per_job": [asdict(j) for j in jobs]}
+            runs.append(one)
+            print(json.dumps({f: {k: v for k, v in one[f].items() if k != "per_job"}
+                              for f in FLOWS}), file=sys.stderr)
+            write(args, runs)        # each round's figures kept as it ends
     write(args, runs)
     return 1 if any(run[f]["failed"] for run in runs for f in FLOWS) else 0
 

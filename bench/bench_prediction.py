@@ -30,7 +30,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -38,11 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_cluster import PYTHON, bench_policy, fresh_cluster  # noqa: E402
+from bench_cluster import USERS, PYTHON, bench_cluster, bench_policy, fresh_cluster  # noqa: E402
 from profiler.datagen import ensure_image_dataset  # noqa: E402
 from slurm_synergy import paths  # noqa: E402
-from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
-from slurm_synergy.cluster.users import ensure_user, reachable  # noqa: E402
 from slurm_synergy.decisions.sync import compile_decisions  # noqa: E402
 from slurm_synergy.decisions.service import DecisionService  # noqa: E402
 from slurm_synergy.decisions.timelimits import HISTORY_SINCE, history_of, predictions  # noqa: E402
@@ -53,8 +50,7 @@ from slurm_synergy.model.runtime import time_min_minutes  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 from tests.integration.test_user_scripts import COLUMNS, corpus_rows  # noqa: E402
 
-USER = "synergy-bench-a"
-ACCOUNT = "synergy-bench"
+USER = USERS[0]
 BATCHES = ("history", "same", "twice the work")
 # The test's rows run a few seconds, where a second of start-up is the error: their work
 # times SCALE. Rows without an epochs or iterations column take theirs as arguments,
@@ -150,51 +146,31 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("bench_prediction submits as an ordinary user: run it as root")
-    LocalCluster(sync_every_s=0).up(log=lambda line: None)
-    slurm = Slurm()
-    made = ensure_user(slurm, USER, ACCOUNT)
-    work_dir = Path(tempfile.mkdtemp(prefix="synergy-bench-prediction-", dir="/var/tmp"))
-    work_dir.chmod(0o755)
-    saved = {k: os.environ.get(k) for k in ("SYNERGY_PROFILES", "SYNERGY_POLICY")}
     jobs: list[dict] = []
-    try:
-        with reachable(ROOT):
-            data = work_dir / "data"
-            data.mkdir()
-            folder = work_dir / USER
-            folder.mkdir()
-            lists = [job_list(folder, data, b, factor) for b, factor in enumerate((1, 1, 2))]
-            account = pwd.getpwnam(USER)
-            for path in [data, *data.rglob("*")]:
-                path.chmod(0o755 if path.is_dir() else 0o644)
-            for path in [folder, *folder.rglob("*")]:
-                os.chown(path, account.pw_uid, account.pw_gid)
-            folder.chmod(0o700)
-            store = work_dir / "store"
-            store.mkdir()
-            store.chmod(0o1777)
-            policy = bench_policy(work_dir, "timemin")
-            fresh_cluster(store, policy)
-            for batch, jobs_csv in zip(BATCHES, lists):
-                ids = submit(folder, jobs_csv, store, policy)
-                guess = predicted_now(slurm, ids)
-                wait(slurm, list(ids), timeout_s=3600)
-                jobs += ended(slurm, ids, batch, guess)
-                print(f"{batch}: jobs {min(ids, key=int)}-{max(ids, key=int)}",
-                      file=sys.stderr)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        LocalCluster().up(log=lambda line: None)        # the cluster's own timer back
-        shutil.rmtree(work_dir, ignore_errors=True)
-        if made:
-            slurm.remove_user(USER)
-            subprocess.run(["userdel", USER], check=False)
+    with bench_cluster([USER], "bench-prediction") as (slurm, work_dir):
+        data = work_dir / "data"
+        data.mkdir()
+        folder = work_dir / USER
+        folder.mkdir()
+        lists = [job_list(folder, data, b, factor) for b, factor in enumerate((1, 1, 2))]
+        account = pwd.getpwnam(USER)
+        for path in [data, *data.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        for path in [folder, *folder.rglob("*")]:
+            os.chown(path, account.pw_uid, account.pw_gid)
+        folder.chmod(0o700)
+        store = work_dir / "store"
+        store.mkdir()
+        store.chmod(0o1777)
+        policy = bench_policy(work_dir, "timemin")
+        fresh_cluster(store, policy)
+        for batch, jobs_csv in zip(BATCHES, lists):
+            ids = submit(folder, jobs_csv, store, policy)
+            guess = predicted_now(slurm, ids)
+            wait(slurm, list(ids), timeout_s=3600)
+            jobs += ended(slurm, ids, batch, guess)
+            print(f"{batch}: jobs {min(ids, key=int)}-{max(ids, key=int)}",
+                  file=sys.stderr)
     write(args.out, jobs)
     return 1 if any(j["state"] != "COMPLETED" for j in jobs) else 0
 

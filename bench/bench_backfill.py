@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import pwd
 import statistics
 import sys
 from dataclasses import asdict
@@ -45,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_cluster import (PYTHON, USERS, WORKLOADS, Job, bench_cluster,  # noqa: E402
-                           bench_policy, fresh_cluster, make_data, read_jobs, submit)
+                           bench_policy, fresh_cluster, give, make_data, read_jobs, submit)
 from slurm_synergy.cluster.localbox import PARTITION  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model.comment import OPT_OUT  # noqa: E402
@@ -76,15 +74,12 @@ def scripts(work: Path, data: Path, long_iterations: int) -> dict[str, Path]:
     }
     folders = {}
     for user in USERS:
-        account = pwd.getpwnam(user)
         folder = work / user
         folder.mkdir()
         for name, shape in shapes.items():
             (folder / f"{name}.sh").write_text(SCRIPT.format(
                 name=name, folder=folder, python=PYTHON, partition=PARTITION, **shape))
-        for path in [folder, *folder.iterdir()]:
-            os.chown(path, account.pw_uid, account.pw_gid)
-        folder.chmod(0o700)
+        give(user, folder)
         folders[user] = folder
     return folders
 

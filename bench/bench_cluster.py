@@ -142,18 +142,34 @@ def user_folders(work: Path, data: Path, tag: str = "") -> dict[str, Path]:
     of its workload key: folders of another tag are other workloads, with no history."""
     folders = {}
     for user in USERS:
-        account = pwd.getpwnam(user)
         folder = work / f"{user}{tag}"
         folder.mkdir()
         for workload, args in WORKLOADS.items():
             (folder / f"{workload}.sh").write_text(SCRIPT.format(
                 name=workload, folder=folder, python=PYTHON, partition=PARTITION,
                 args=args.format(data=data), **ASK))
-        for path in [folder, *folder.iterdir()]:
-            os.chown(path, account.pw_uid, account.pw_gid)
-        folder.chmod(0o700)
+        give(user, folder)
         folders[user] = folder
     return folders
+
+
+def give(user: str, folder: Path) -> None:
+    """The folder and everything in it made the user's, the folder theirs alone (0700)."""
+    account = pwd.getpwnam(user)
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, account.pw_uid, account.pw_gid)
+    folder.chmod(0o700)
+
+
+def as_user(user: str, argv: list[str], folder: Path, store: Path,
+            policy: Path) -> subprocess.CompletedProcess:
+    """One command run as the user from their folder, with the bench's store and policy."""
+    env = {"PATH": f"{Path(PYTHON).parent}:/usr/bin:/bin",
+           "SLURM_CONF": str(paths.local_slurm_conf()), "HOME": str(folder),
+           "SYNERGY_HOME": str(folder / ".slurm-synergy"),
+           "SYNERGY_PROFILES": str(store), "SYNERGY_POLICY": str(policy)}
+    return subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", user, "--",
+                           *argv], capture_output=True, text=True, env=env, cwd=folder)
 
 
 def bench_policy(work: Path, flow: str) -> Path:
@@ -196,15 +212,10 @@ def submit(flow: str, plan: list[tuple[str, str]], interval_s: float,
     ids = {}
     for i, (user, workload) in enumerate(plan):
         folder = folders[user]
-        env = {"PATH": f"{Path(PYTHON).parent}:/usr/bin:/bin",
-               "SLURM_CONF": str(paths.local_slurm_conf()), "HOME": str(folder),
-               "SYNERGY_HOME": str(folder / ".slurm-synergy"),
-               "SYNERGY_PROFILES": str(store), "SYNERGY_POLICY": str(policy)}
         extra = [f"--comment={OPT_OUT}"] if flow == "asked" else []
-        done = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", user,
-                               "--", "sbatch", "--parsable", *extra,
-                               str(folder / f"{workload}.sh")],
-                              capture_output=True, text=True, env=env, cwd=folder, check=True)
+        done = as_user(user, ["sbatch", "--parsable", *extra, str(folder / f"{workload}.sh")],
+                       folder, store, policy)
+        done.check_returncode()
         ids[done.stdout.strip().split(";")[0]] = workload
         if interval_s and i < len(plan) - 1:
             time.sleep(interval_s)

@@ -24,11 +24,7 @@ import argparse
 import csv
 import io
 import json
-import os
-import pwd
-import shutil
 import statistics
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,16 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_cluster import USERS, PYTHON, bench_cluster, bench_policy, fresh_cluster  # noqa: E402
+from bench_cluster import (PYTHON, USERS, as_user, bench_cluster, bench_policy,  # noqa: E402
+                           fresh_cluster, give)
 from profiler.datagen import ensure_image_dataset  # noqa: E402
-from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.decisions.sync import compile_decisions  # noqa: E402
 from slurm_synergy.decisions.service import DecisionService  # noqa: E402
 from slurm_synergy.decisions.timelimits import HISTORY_SINCE, history_of, predictions  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.profiles import stores_to_compile  # noqa: E402
 from slurm_synergy.model.comment import time_min, work  # noqa: E402
-from slurm_synergy.model.runtime import time_min_minutes  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 from tests.integration.test_user_scripts import COLUMNS, corpus_rows  # noqa: E402
 
@@ -94,15 +89,9 @@ def job_list(folder: Path, data: Path, batch: int, factor: int) -> Path:
 
 def submit(folder: Path, jobs_csv: Path, store: Path, policy: Path) -> dict[str, str]:
     """The job list submitted as the user; job id -> row name."""
-    env = {"PATH": f"{Path(PYTHON).parent}:/usr/bin:/bin",
-           "SLURM_CONF": str(paths.local_slurm_conf()), "HOME": str(folder),
-           "SYNERGY_HOME": str(folder / ".slurm-synergy"),
-           "SYNERGY_PROFILES": str(store), "SYNERGY_POLICY": str(policy)}
     out = folder / f"out-{jobs_csv.stem}"
-    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
-    done = subprocess.run([runuser, "-u", USER, "--", str(Path(PYTHON).parent / "synergy"),
-                           "submit", str(jobs_csv), "--out", str(out)],
-                          capture_output=True, text=True, env=env, cwd=folder)
+    done = as_user(USER, [str(Path(PYTHON).parent / "synergy"), "submit", str(jobs_csv),
+                          "--out", str(out)], folder, store, policy)
     if done.returncode:
         raise SystemExit(f"synergy submit {jobs_csv} failed: {done.stderr.strip()}")
     return {job: name for job, name in (line.split("\t") for line in done.stdout.splitlines())}
@@ -116,8 +105,7 @@ def predicted_now(slurm: Slurm, ids: dict[str, str]) -> dict[str, float]:
     history = history_of(slurm.ended(HISTORY_SINCE, [USER]))
     mine = [j for j in slurm.timed_jobs() if j.job_id in ids]
     rule = service.policy.time_rule
-    return {j.job_id: p.seconds for j, p in predictions(mine, owned, history, rule).items()
-            if time_min_minutes(p, 1 << 30, rule)}
+    return {j.job_id: p.seconds for j, p in predictions(mine, owned, history, rule).items()}
 
 
 def ended(slurm: Slurm, ids: dict[str, str], batch: str,
@@ -153,12 +141,9 @@ def main() -> int:
         folder = work_dir / USER
         folder.mkdir()
         lists = [job_list(folder, data, b, factor) for b, factor in enumerate((1, 1, 2))]
-        account = pwd.getpwnam(USER)
         for path in [data, *data.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
-        for path in [folder, *folder.rglob("*")]:
-            os.chown(path, account.pw_uid, account.pw_gid)
-        folder.chmod(0o700)
+        give(USER, folder)
         store = work_dir / "store"
         store.mkdir()
         store.chmod(0o1777)

@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 
 from slurm_synergy import paths
-from slurm_synergy.cluster.localbox import LocalCluster, tail
+from slurm_synergy.cluster.commands import tail
+from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.demo_user import DEMO_USER, plain_sbatch_twice
 from slurm_synergy.jobs import job_table, records, wait
 from slurm_synergy.chains import read_chains
@@ -29,6 +30,9 @@ EXAMPLE = paths.JOBS_CSV / "rightsize.csv"
 
 
 def run_demo(csv: Path = EXAMPLE, out: Path | None = None, user: str = DEMO_USER) -> int:
+    """Run the demo on the local cluster (or SLURM_CONF's) and print what each job got;
+    returns the exit status: 1 where a job failed (the ordinary user's too) or that user's
+    second job was not right-sized."""
     out = out or paths.workspace() / "runs" / "demo"
     if os.environ.get("SLURM_CONF"):
         print(f"using the cluster of SLURM_CONF={os.environ['SLURM_CONF']}")

@@ -22,7 +22,8 @@ from slurm_synergy import paths
 from slurm_synergy.fileio import (UntrustedFile, atomic_write_text, private_folder,
                                   read_untrusted, shown)
 from slurm_synergy.model.comment import FINGERPRINT_RE
-from slurm_synergy.model.profile import Profile, ProfileError, profile_from_json
+from slurm_synergy.model.profile import Profile, ProfileError
+from slurm_synergy.model.profile_read import profile_from_json
 
 MAX_PROFILE_BYTES = 1 << 20      # a profile is a few kB
 # A user's folder is listed up to this many names: listing a folder of millions would
@@ -68,6 +69,7 @@ class ProfileStore:
 
     @classmethod
     def default(cls) -> "ProfileStore":
+        """This user's own store (store_dir)."""
         return cls(store_dir())
 
     @classmethod
@@ -81,18 +83,22 @@ class ProfileStore:
             return cls(folder)
 
     def path(self, fingerprint: str) -> Path:
+        """The profile file of `fingerprint`; ProfileError when it is not a fingerprint."""
         if not FINGERPRINT_RE.match(fingerprint):
             raise ProfileError(f"{fingerprint!r} is not a workload fingerprint "
                                "(16 hex digits, as in the job comment synergy:fp=...)")
         return self.root / f"{fingerprint}.json"
 
     def has(self, fingerprint: str) -> bool:
+        """Whether a profile of `fingerprint` is there, as a regular file (a link is not)."""
         try:
             return stat.S_ISREG(self.path(fingerprint).lstat().st_mode)
         except FileNotFoundError:
             return False
 
     def load(self, fingerprint: str) -> Profile:
+        """The profile of `fingerprint`; ProfileError where it is missing, not the owner's, or
+        holds another fingerprint."""
         path = self.path(fingerprint)
         try:
             text = read_untrusted(path, MAX_PROFILE_BYTES, self.owner)
@@ -107,6 +113,7 @@ class ProfileStore:
         return profile
 
     def save(self, profile: Profile) -> Path:
+        """Write the profile (0600) into the store, made first where needed; returns its path."""
         self.claim()
         path = self.path(profile.fingerprint)
         atomic_write_text(path, profile.to_json(), PROFILE_MODE)

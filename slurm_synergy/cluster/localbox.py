@@ -10,9 +10,9 @@ that every user's jobs write to, and a timer, root's `synergy plugin sync --ever
 compiles it into the decision table, as a site's cron does, so a user's next job of a
 measured workload is right-sized at submission without anyone running sync by hand.
 
-Long because one class starts, checks and stops every daemon of the cluster (each a few
-lines over the same state folder and pid files); the node sizing and what the state
-keeps are modules of their own.
+One class starts, checks and stops every daemon of the cluster (each a few lines over
+the same state folder and pid files); the node sizing (node.py), the accounting database
+(mariadb.py) and what the state keeps (kept.py) are modules of their own.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from slurm_synergy.decisions.sync import TIMER_EVERY_S, TIMER_NAME, sync
 from slurm_synergy.decisions.table import TABLE_NAME
 from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.cluster import kept, node as nodemod
+from slurm_synergy.cluster import kept, mariadb, node as nodemod
+from slurm_synergy.cluster.commands import checked, tail
 
 TIMER = "sync-timer"
 PARTITION = "gpu"
@@ -60,6 +61,7 @@ class Daemon:
 
     @property
     def comm(self) -> str:
+        """What /proc/<pid>/comm starts with for this daemon: a pid file is trusted only then."""
         return self.program or self.name
 
 
@@ -98,6 +100,7 @@ class LocalCluster:
 
     @property
     def slurmds(self) -> list[Daemon]:
+        """One slurmd per node of the layout."""
         return [d for d in self.daemons.values() if d.node]
 
     # --- configuration -----------------------------------------------------------
@@ -141,10 +144,12 @@ class LocalCluster:
 
     @property
     def hook_paths(self) -> HookPaths:
+        """Where the node hooks' wrappers, log, records and run folder are in the state folder."""
         return HookPaths(stats_dir=self.state / "gpustats", log=self.state / "log" / "hooks.log",
                          run_dir=self.state / "run" / "hooks", policy=policy_path())
 
     def cluster_name(self) -> str:
+        """The cluster's name, made anew with each state folder (kept.py)."""
         return kept.cluster_name(self.etc)
 
     def _db_password(self) -> str:
@@ -152,6 +157,7 @@ class LocalCluster:
 
     # --- lifecycle ---------------------------------------------------------------
     def up(self, log: Callable[[str], None] = print) -> None:
+        """Start whatever is not already healthy, in order; idempotent."""
         _require_binaries()
         with locked(self.state / ".lock", wait_s=900):  # another up or down: minutes
             layout, mode, changed = self.render()
@@ -192,6 +198,7 @@ class LocalCluster:
             log(f"SLURM_CONF={self.conf}")
 
     def down(self, log: Callable[[str], None] = print) -> None:
+        """Cancel every job, then stop the timer and every daemon, last started first."""
         with locked(self.state / ".lock", wait_s=900):  # another up or down: minutes
             # A running job's slurmstepd outlives its slurmd: the jobs are cancelled first.
             if self.conf.exists() and self.slurm.ping():
@@ -206,6 +213,7 @@ class LocalCluster:
                     log(f"stopped {name}")
 
     def status(self) -> tuple[bool, list[str]]:
+        """Whether every daemon is healthy, and one line per daemon and node saying how it is."""
         lines, healthy = [], True
         checks: dict[str, Callable[[], bool]] = {
             "munged": self._munge_ok, "mariadbd": self._mariadb_ok,
@@ -241,8 +249,7 @@ class LocalCluster:
         return subprocess.run(["unmunge"], input=cred.stdout, capture_output=True).returncode == 0
 
     def _mariadb_ok(self) -> bool:
-        return subprocess.run(["mariadb-admin", "--no-defaults", f"--socket={self._db_socket}",
-                               "ping"], capture_output=True).returncode == 0
+        return mariadb.answers(self._db_socket)
 
     def _slurmdbd_ok(self) -> bool:
         if not self._alive("slurmdbd"):
@@ -296,44 +303,20 @@ class LocalCluster:
         run.mkdir(parents=True, exist_ok=True)
         shutil.chown(run, "munge", "munge")
         if not Path("/etc/munge/munge.key").exists():
-            _checked(["runuser", "-u", "munge", "--", "mungekey", "--create"], "mungekey")
-        _checked(["runuser", "-u", "munge", "--", "munged"], "munged")
+            checked(["runuser", "-u", "munge", "--", "mungekey", "--create"], "mungekey")
+        checked(["runuser", "-u", "munge", "--", "munged"], "munged")
         out = subprocess.run(["pgrep", "-n", "-x", "munged"], capture_output=True, text=True)
         if out.stdout.strip():
             atomic_write_text(self.daemons["munged"].pidfile, out.stdout)
 
     def _start_mariadb(self) -> None:
-        datadir = self.state / "mysql"
-        mlog = self.daemons["mariadbd"].log
-        if not (datadir / "mysql").exists():
-            _checked(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
-                      "--auth-root-authentication-method=socket", "--skip-test-db"],
-                     "mariadb-install-db")
-        with open(mlog, "a") as out:
-            subprocess.Popen(
-                ["mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root",
-                 f"--socket={self._db_socket}", f"--port={PORTS['mariadb']}",
-                 "--bind-address=127.0.0.1", f"--pid-file={self.daemons['mariadbd'].pidfile}",
-                 f"--log-error={mlog}", "--skip-name-resolve",
-                 "--innodb-buffer-pool-size=256M", "--innodb-lock-wait-timeout=900"],
-                stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._mariadb_ok():
-            if time.monotonic() > deadline:
-                return  # _ensure reports the failure with the log's tail
-            time.sleep(0.5)
-        pw = self._db_password()
-        sql = "".join(
-            f"CREATE USER IF NOT EXISTS 'slurm'@'{host}' IDENTIFIED BY '{pw}';"
-            f"ALTER USER 'slurm'@'{host}' IDENTIFIED BY '{pw}';"
-            f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{host}';"
-            for host in ("127.0.0.1", "localhost"))
-        _checked(["mariadb", "--no-defaults", f"--socket={self._db_socket}", "-u", "root",
-                  "-e", sql], "mariadb (creating the slurm user)")
+        mariadb.start(self.state / "mysql", self._db_socket, PORTS["mariadb"],
+                      self.daemons["mariadbd"].pidfile, self.daemons["mariadbd"].log,
+                      self._db_password(), START_TIMEOUT_S)
 
     def _start_slurmdbd(self) -> None:
         env = dict(os.environ, SLURM_CONF=str(self.conf))
-        _checked(["slurmdbd"], "slurmdbd", env=env)
+        checked(["slurmdbd"], "slurmdbd", env=env)
 
     def _start_timer(self) -> None:
         """root's sync every sync_every_s, in the background, logging to log/sync.log;
@@ -348,14 +331,14 @@ class LocalCluster:
         atomic_write_text(daemon.pidfile, f"{proc.pid}\n")
 
     def _start_slurmctld(self) -> None:
-        _checked(["slurmctld", "-f", str(self.conf)], "slurmctld",
+        checked(["slurmctld", "-f", str(self.conf)], "slurmctld",
                  env=dict(os.environ, SLURM_CONF=str(self.conf)))
 
     def _start_slurmd(self, node: str) -> None:
         """slurmd under a hostname of its own (a UTS namespace): that is how it finds its
         NodeName, and what its jobs see as their host."""
         script = 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"'
-        _checked(["unshare", "--uts", "--", "sh", "-c", script, "sh", node,
+        checked(["unshare", "--uts", "--", "sh", "-c", script, "sh", node,
                   "slurmd", "-f", str(self.conf)], f"slurmd of {node}",
                  env=dict(os.environ, SLURM_CONF=str(self.conf)))
 
@@ -422,23 +405,9 @@ def _shared_store(folder: Path) -> None:
 
 
 def describe_mode(mode: str) -> str:
+    """The cluster's cgroup mode in words, for `cluster status`."""
     return {"v1": "cgroup v1 (cores and memory confined)",
             "none": "none (no writable cgroup v1 hierarchy; jobs are not confined)"}.get(mode, mode)
-
-
-def tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as exc:
-        return f"(cannot read {path}: {exc.strerror})"
-
-
-def _checked(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                          stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise SynergyError(f"{what} failed (exit {proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
 
 
 def _require_binaries() -> None:

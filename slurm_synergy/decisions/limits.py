@@ -2,7 +2,7 @@
 a job to them (a job past one pends for ever: Slurm checks them after job_submit, and
 rejects only where a QOS says DenyOnLimit).
 
-Read from `sacctmgr` (slurm.py), which prints an association's Max* limits, QOS list and
+Read from `sacctmgr` (slurm/gateway.py), which prints an association's Max* limits, QOS list and
 default QOS with what it inherits from its accounts; Grp limits are an account's own, and
 a single job past any ancestor's cannot run either. A job that names no QOS gets its
 association's default, else the one QOS it may use, else root's default, else "normal"
@@ -53,6 +53,7 @@ def cap_of(tres: str) -> Cap:
     items = dict(item.split("=", 1) for item in tres.split(",") if "=" in item)
 
     def whole(text: str) -> int:
+        """A whole number's value; 0 (no limit) for anything else."""
         return int(text) if text.isdigit() else 0
     return Cap(whole(items.get("cpu", "")), int(mem_mb(items.get("mem", "")) or 0),
                whole(items.get("gres/gpu", "")))

@@ -39,7 +39,7 @@ import time
 import traceback
 from typing import Any
 
-from slurm_synergy.probe import hooks
+from slurm_synergy.probe import patches
 from slurm_synergy.probe.supervise import FORWARDED, runs_warm
 
 
@@ -51,6 +51,7 @@ class Forked:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
+        """The fork's exit status, None while it runs."""
         if self.returncode is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
@@ -58,6 +59,8 @@ class Forked:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        """Wait for the fork to end, at most `timeout` s where given (then TimeoutExpired);
+        its exit status."""
         if timeout is None:
             if self.returncode is None:
                 self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
@@ -104,7 +107,7 @@ def _as_main(args: list[str]) -> int:
     # runpy then sets argv[0] to the file it runs, as Python does.
     sys.argv = [args[1], *args[2:]] if module else list(args)
     sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(args[0]))
-    hooks.install()
+    patches.install()
     try:
         if module:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -182,6 +185,8 @@ def _reply(message: dict[str, Any]) -> None:
 
 
 def serve() -> int:
+    """Warm up, say whether ready, then run each request's steps and answer with their status;
+    returns 1 when not ready, 0 at end of input."""
     why = warm_up()
     _reply({"ready": not why, "why": why})
     if why:

@@ -196,7 +196,7 @@ NOT_LITERAL = {
     "Requested node configuration is not available": "sbatch's own refusal",
     "Epilog error": "the reason Slurm drains a node with",
     "slurmd@node2 DOWN": "make cluster-status's table: f'{name:<13} {state:<5}'",
-    "slurmctld unreachable": "slurm.py: f'{daemon} unreachable'",
+    "slurmctld unreachable": "slurm/runner.py: f'{daemon} unreachable'",
     "tolerance =": "policy.py: f'{name} = {value} is outside'",
     "column hetero": "csvjobs: f'column {column}: '",
     "of SLURM_JOB_GPUS NOT FOUND by nvml": "epilog.py: f'... NOT FOUND by {backend.name}'",

@@ -9,7 +9,7 @@ import resource
 import pytest
 
 from profiler.gpumem import estimate
-from slurm_synergy.model.profile import profile_from_json
+from slurm_synergy.model.profile_read import profile_from_json
 from slurm_synergy.profiling.gpumem import estimate_gpu_memory, nearby
 from tests.helpers import profile
 

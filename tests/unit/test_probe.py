@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slurm_synergy.probe.hooks import batch_size
+from slurm_synergy.probe.recorder import batch_size
 from slurm_synergy.probe.supervise import script_name
 from slurm_synergy.probe.tree import ProcessTree, page_kib
 from slurm_synergy.model.options import declared_options, spelling, value_of, without

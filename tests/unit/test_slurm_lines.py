@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from slurm_synergy import slurm as slurm_module
+from slurm_synergy.slurm import runner
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable
 from slurm_synergy.slurm import SEP, Slurm
 
@@ -17,7 +17,7 @@ def _fake(tmp_path, monkeypatch, body, retry_s=0.0):
     exe.write_text("#!/bin/sh\n" + body)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(slurm_module, "RETRY_PAUSE_S", 0.01)
+    monkeypatch.setattr(runner, "RETRY_PAUSE_S", 0.01)
     return Slurm(tmp_path / "slurm.conf", retry_s=retry_s)
 
 

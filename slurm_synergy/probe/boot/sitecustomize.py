@@ -22,14 +22,14 @@ def _probe():
                              % (sys.version_info[:2] + MIN_PYTHON))
         return
     try:
-        from slurm_synergy.probe import hooks
+        from slurm_synergy.probe import patches
     except ImportError:     # a Python without the package installed: it sits three folders up
         sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_here))))
         try:
-            from slurm_synergy.probe import hooks
+            from slurm_synergy.probe import patches
         finally:
             sys.path.pop()
-    hooks.install()
+    patches.install()
 
 
 def _shadowed():

@@ -1,273 +1,27 @@
-"""The one way slurm-synergy talks to Slurm: its own commands, parsed.
-
-pyslurm is bound to one Slurm major.minor, so this speaks the stable command-line
-interfaces (`sbatch --parsable`, `sacct --parsable2`, `scontrol`, `sinfo`) instead.
-Every call honours SLURM_CONF (see paths.slurm_conf). Long because every Slurm command
-the product runs is here, and only here (tests/unit/test_architecture.py).
-"""
+"""Every Slurm command the product runs, by what it is for: submission, steps, queries of
+the queue, the nodes and accounting, updates of a job, and accounting's users and QOS.
+Each parses its command's output into records.py's records."""
 
 from __future__ import annotations
 
-import functools
-import os
-import pwd
 import shutil
-import subprocess
-import tempfile
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from slurm_synergy import paths
-from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
 from slurm_synergy.model.engine import NodeShape, shape_of
-from slurm_synergy.model.units import duration_s, gpu_count, mem_mb
-
-SEP = "\x1f"
-# sacct's fields that hold what users wrote (sbatch options, a script's directives).
-FREE_TEXT = ("Comment", "AdminComment", "SystemComment", "JobName", "WorkDir", "SubmitLine",
-             "Constraints")
-
-# sacct fields of the jobs table; order is the column order.
-SACCT_FIELDS = (
-    "JobID", "JobName", "State", "ExitCode", "Elapsed", "AllocCPUS", "ReqMem",
-    "AllocTRES", "Comment", "Submit", "Start", "End",
-)
+from slurm_synergy.model.errors import SlurmError, SynergyError
+from slurm_synergy.model.units import duration_s, gpu_count
+from slurm_synergy.slurm.records import (
+    FREE_TEXT, SACCT_FIELDS, SEP, Ended, Node, NodeUse, QueuedJob, TimedJob, comment_text, mb,
+    unset, user_name)
+from slurm_synergy.slurm.runner import Runner
 
 
-def user_name(uid: int | None = None) -> str:
-    """The name Slurm knows `uid` (the caller) by, from the system's user database: never
-    $USER or $LOGNAME, which whoever starts a process sets as they like."""
-    uid = os.geteuid() if uid is None else uid
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)         # Slurm's commands take a uid where a name is asked
+class Slurm(Runner):
+    """The cluster as its commands show it and change it (the runner: runner.py)."""
 
-
-def tres(alloc: str, key: str) -> str:
-    """One value of a TRES list as sacct writes it (cpu=2,mem=3G,gres/gpu=1): "" if absent."""
-    return _tres_items(alloc).get(key, "")
-
-
-@functools.lru_cache(maxsize=4096)
-def _tres_items(text: str) -> dict[str, str]:
-    # A report reads thousands of lines that share a few TRES lists: each is split once.
-    return dict(item.split("=", 1) for item in text.split(",") if "=" in item)
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    state: str
-    cpus: int
-    memory_mb: int
-    gres: str
-    reason: str = ""      # why it is down or drained, as the admin or Slurm wrote it
-
-
-@dataclass(frozen=True)
-class NodeUse:
-    """What a node has and what running jobs hold of it now."""
-
-    name: str
-    state: str
-    cpus: int
-    cpus_alloc: int
-    memory_mb: int
-    mem_alloc_mb: int
-    gpus: int
-    gpus_alloc: int
-
-
-@dataclass(frozen=True)
-class QueuedJob:
-    """A job slurmctld still holds (pending or running), as squeue shows it."""
-
-    job_id: str
-    user: str
-    state: str
-    reason: str
-    cpus_per_task: int
-    tasks: int
-    mem_mb: int           # per node, or per CPU: squeue does not say which
-    gpus: int             # per node
-    nodes: int
-    partition: str        # one, or several comma-separated
-    gres: str             # as asked, e.g. gres:gpu:a100:1
-    features: str         # --constraint, "" if none
-    array: bool           # a task (or pending tasks) of a job array
-    qos: str = ""         # the QOS Slurm gave it (its own --qos, else its default)
-
-
-@dataclass(frozen=True)
-class TimedJob:
-    """A pending or running job's time limit and time used, as squeue shows them."""
-
-    job_id: str
-    uid: int
-    state: str
-    limit_min: int | None     # its time limit, minutes; None where unset or unlimited
-    used_s: int
-    cpus: int                 # the cores it asks for (or has), all tasks
-    comment: str              # its comment's last line (see Slurm.timed_jobs)
-
-
-@dataclass(frozen=True)
-class Ended:
-    """A job that ended, as sacct shows it."""
-
-    job_id: int
-    uid: int
-    state: str                # the first word (CANCELLED by 1000 -> CANCELLED)
-    elapsed_s: int
-    cpus: int
-    comment: str              # its comment's last line
-    admin_comment: str
-
-
-def _mb(text: str) -> int:
-    """squeue's and sinfo's memory (1000M, 2G, 0) in MB; 0 when unset."""
-    return int(mem_mb(text) or 0)
-
-
-def _comment(text: str) -> str:
-    """squeue writes an empty comment as (null)."""
-    return "" if text == "(null)" else text
-
-
-def _unset(text: str) -> str:
-    """squeue's fields that Slurm fills in print N/A or (null) when unset."""
-    return "" if text in ("N/A", "(null)") else text
-
-
-# What Slurm's commands print when slurmctld does not answer (down, restarting, failing over).
-# A controller killed mid-request resets the connection instead of refusing it, or leaves
-# the socket unconnected (ENOTCONN) when it dies between accept and reply.
-_UNREACHABLE = ("Unable to contact slurm controller", "Connection refused",
-                "Connection reset by peer", "Broken pipe", "Socket timed out",
-                "Zero Bytes were transmitted", "Connection timed out",
-                "Transport endpoint is not connected")
-# How long an idempotent call keeps trying a controller that does not answer; Slurm's
-# own client already waits several seconds per try.
-RETRY_S = 15.0
-RETRY_PAUSE_S = 2.0
-
-
-class Slurm:
-    def __init__(self, conf: Path | None = None, retry_s: float = RETRY_S):
-        self.conf = conf if conf is not None else paths.slurm_conf()
-        # Health checks pass 0: they poll on their own and want a quick no.
-        self.retry_s = retry_s
-        self._cluster: str | None = None
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.conf is not None:
-            env["SLURM_CONF"] = str(self.conf)
-        return env
-
-    def run(self, args: Sequence[str], timeout: float = 60, retry: bool = True) -> str:
-        """Run one Slurm command and return its output. A controller that does not answer
-        is tried again for `retry_s`, then reported as SlurmUnreachable; `retry=False`
-        for calls that must not be repeated blindly (sbatch: the first try may have queued
-        the job)."""
-        first = time.monotonic()
-        while True:
-            try:
-                return self._run_once(args, timeout)
-            except SlurmUnreachable:
-                if not retry or not self._pause_to_retry(first):
-                    raise
-
-    def _pause_to_retry(self, first: float) -> bool:
-        """Wait before trying again a controller that did not answer; False once the
-        `retry_s` since the first try would run out."""
-        if time.monotonic() - first + RETRY_PAUSE_S > self.retry_s:
-            return False
-        time.sleep(RETRY_PAUSE_S)
-        return True
-
-    def _where(self) -> str:
-        return f"SLURM_CONF={self.conf}" if self.conf else "Slurm's default config"
-
-    def _exe(self, args: Sequence[str]) -> list[str]:
-        exe = shutil.which(args[0])
-        if exe is None:
-            raise SlurmError(f"{args[0]} not found on PATH: install the Slurm client (make setup)")
-        return [exe, *args[1:]]
-
-    def _failed(self, args: Sequence[str], err: str) -> SlurmError:
-        """What a non-zero exit means: a daemon that did not answer, or a refusal."""
-        last = err.splitlines()[-1] if err else "no message"
-        if any(marker in err for marker in _UNREACHABLE):
-            daemon = "slurmdbd" if args[0] in ("sacct", "sacctmgr") else "slurmctld"
-            return SlurmUnreachable(
-                f"{daemon} unreachable: {args[0]} failed ({self._where()}): {last}; is the "
-                "cluster up? (make cluster, or point SLURM_CONF at your site's slurm.conf)")
-        return SlurmError(f"{args[0]} failed ({self._where()}): {last}")
-
-    def _timed_out(self, args: Sequence[str], timeout: float) -> SlurmUnreachable:
-        return SlurmUnreachable(f"{args[0]} did not answer within {timeout:.0f}s "
-                                f"({self._where()})")
-
-    def _run_once(self, args: Sequence[str], timeout: float) -> str:
-        try:
-            proc = subprocess.run(self._exe(args), capture_output=True, text=True,
-                                  env=self.env(), timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise self._timed_out(args, timeout) from exc
-        if proc.returncode != 0:
-            raise self._failed(args, (proc.stderr or proc.stdout).strip())
-        return proc.stdout
-
-    def lines(self, args: Sequence[str], timeout: float = 60) -> Iterator[str]:
-        """The lines of one Slurm command's output as it prints them, for long output
-        (sacct over thousands of jobs) that the caller works through while the command is
-        still writing. Tried again like run() while it has printed nothing; a failure
-        after its first line raises once the output ends."""
-        first = time.monotonic()
-        while True:
-            printed = False
-            try:
-                for line in self._lines_once(args, timeout):
-                    printed = True
-                    yield line
-                return
-            except SlurmUnreachable:
-                if printed or not self._pause_to_retry(first):
-                    raise
-
-    def _lines_once(self, args: Sequence[str], timeout: float) -> Iterator[str]:
-        # stderr goes to a file: a pipe nobody reads could fill and stall the command. A job
-        # name in another encoding is replaced, not a reason to lose the whole answer.
-        with tempfile.TemporaryFile() as err, subprocess.Popen(
-                self._exe(args), stdout=subprocess.PIPE, stderr=err, encoding="utf-8",
-                errors="replace", env=self.env()) as proc:
-            killed = threading.Event()
-
-            def kill() -> None:
-                killed.set()
-                proc.kill()
-
-            watchdog = threading.Timer(timeout, kill)
-            watchdog.start()
-            try:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    yield line.rstrip("\n")
-                code = proc.wait()
-            finally:
-                watchdog.cancel()
-                if proc.poll() is None:    # the caller stopped reading: stop the command
-                    proc.kill()
-            if killed.is_set():
-                raise self._timed_out(args, timeout)
-            if code != 0:
-                err.seek(0)
-                raise self._failed(args, err.read().decode(errors="replace").strip())
+    _cluster: str | None = None      # slurm.conf's ClusterName, once asked
 
     # --- submission ---------------------------------------------------------
     def sbatch(self, script: Path, options: Iterable[str] = ()) -> str:
@@ -284,10 +38,12 @@ class Slurm:
         self.run(["sbatch", "--test-only", str(script)])
 
     def release(self, job_ids: Sequence[str]) -> None:
+        """Release held jobs."""
         if job_ids:
             self.run(["scontrol", "release", ",".join(job_ids)])
 
     def cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel jobs."""
         if job_ids:
             self.run(["scancel", *job_ids])
 
@@ -310,6 +66,7 @@ class Slurm:
 
     # --- queries -------------------------------------------------------------
     def ping(self) -> bool:
+        """Whether slurmctld answers, asked once."""
         try:
             return "UP" in self.run(["scontrol", "ping"], timeout=15, retry=False)
         except SlurmError:
@@ -375,9 +132,9 @@ class Slurm:
             if len(v) < len(fields):
                 continue
             try:
-                job = QueuedJob(v[0], v[2], v[3], v[4], int(v[5]), int(v[6]), _mb(v[7]),
-                                gpu_count(v[8]), int(v[9]), v[10], _unset(v[8]),
-                                _unset(v[11]), _unset(v[1]) != "", _unset(v[12]))
+                job = QueuedJob(v[0], v[2], v[3], v[4], int(v[5]), int(v[6]), mb(v[7]),
+                                gpu_count(v[8]), int(v[9]), v[10], unset(v[8]),
+                                unset(v[11]), unset(v[1]) != "", unset(v[12]))
             except ValueError:
                 raise SlurmError(f"squeue printed a line this cannot read: {line!r}") \
                     from None
@@ -397,7 +154,7 @@ class Slurm:
         rows = [dict(zip(keys, line.split(SEP, 4))) for line in out.splitlines()
                 if line.count(SEP) >= 4]
         for row in rows:
-            row["Comment"] = _comment(row["Comment"])
+            row["Comment"] = comment_text(row["Comment"])
         return rows
 
     def timed_jobs(self) -> list[TimedJob]:
@@ -416,7 +173,7 @@ class Slurm:
             limit, used = duration_s(v[4]), duration_s(v[5])
             jobs.append(TimedJob(v[1], int(v[2]), v[3],
                                  None if limit is None else int(limit) // 60,
-                                 int(used or 0), int(v[6]), _comment(v[0])))
+                                 int(used or 0), int(v[6]), comment_text(v[0])))
         return jobs
 
     def ended(self, since: str, users: Sequence[str] = ()) -> list[Ended]:
@@ -437,11 +194,11 @@ class Slurm:
         """One job's comment, whole (squeue cuts it at 4000 characters, as sacct)."""
         out = self.run(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
                         "--Format=Comment:4000"])
-        return _comment(out.rstrip("\n").rstrip())
+        return comment_text(out.rstrip("\n").rstrip())
 
     def qos_of(self, job_id: str) -> str:
         """The QOS Slurm gave a job ("" where accounting has none)."""
-        return _unset(self.run(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
+        return unset(self.run(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
                                 "--format=%q"]).strip())
 
     def gres(self, job_id: str) -> str:
@@ -469,7 +226,7 @@ class Slurm:
             if len(v) < 7:
                 continue
             alloc, _, _, total = (int(x) for x in v[2].split("/"))
-            nodes[v[0]] = NodeUse(v[0], v[1], total, alloc, _mb(v[3]), _mb(v[4]),
+            nodes[v[0]] = NodeUse(v[0], v[1], total, alloc, mb(v[3]), mb(v[4]),
                                   gpu_count(v[5]), gpu_count(v[6]))
         return list(nodes.values())
 
@@ -492,6 +249,7 @@ class Slurm:
                   *(f"{k}={v}" for k, v in settings.items())])
 
     def resume_node(self, name: str) -> None:
+        """Put a node back in service."""
         self.run(["scontrol", "update", f"nodename={name}", "state=resume"])
 
     def clusters(self, timeout: float = 60) -> list[str]:
@@ -501,6 +259,7 @@ class Slurm:
         return out.split()
 
     def add_cluster(self, name: str) -> None:
+        """Register a cluster with slurmdbd."""
         self.run(["sacctmgr", "-i", "add", "cluster", name])
 
     def associations(self) -> set[tuple[str, str]]:
@@ -551,6 +310,7 @@ class Slurm:
         self.run(["sacctmgr", "-i", "delete", "user", "where", f"name={user}"])
 
     def remove_qos(self, name: str) -> None:
+        """Remove a QOS from accounting."""
         self.run(["sacctmgr", "-i", "delete", "qos", "where", f"name={name}"])
 
     def set_user_qos(self, user: str, account: str, allowed: Sequence[str],

@@ -21,6 +21,8 @@ from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Po
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
 FP = "0123456789abcdef"
+# The in-run flow kept short: half-second windows, one run each.
+FAST_INRUN = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=60)
 
 
 def profile(train, p=0.01, h=0.001, g=None, gpus=1, fetch=None, rss=900.0, sweep=(),

@@ -6,6 +6,8 @@ every test here errors with the daemon's log: they fail loudly, never skip.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import pwd
 import re
@@ -24,6 +26,7 @@ import pytest
 from slurm_synergy import paths
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.cluster.users import ensure_user, reachable
+from slurm_synergy.hooks.install import WRAPPERS, render_wrappers
 from slurm_synergy.jobs import records, wait
 from slurm_synergy.chains import read_chains
 from slurm_synergy.slurm import Slurm
@@ -257,7 +260,7 @@ ACCT = ("JobID", "User", "State", "AllocCPUS", "ReqMem", "Comment")
 # Saves the profile file it is given into the caller's own folder of the site's store,
 # through the package, as a user's profiling job does.
 SAVE = ("import sys\n"
-        "from slurm_synergy.model.profile import profile_from_json\n"
+        "from slurm_synergy.model.profile_read import profile_from_json\n"
         "from slurm_synergy.profiles import ProfileStore\n"
         "print(ProfileStore.default().save(profile_from_json(open(sys.argv[1]).read(), "
         "sys.argv[1])))\n")
@@ -312,3 +315,31 @@ def decision_table(box) -> dict:
 __all__ = ["EXPECTED_DRAINS", "Tenant", "Tenants", "epilogs_done", "synergy", "executable",
            "submitted_ids", "finish", "job_names_in_queue", "records", "resubmitted", "ROOT",
            "FP", "profile_file", "save_as", "sbatch_as", "accounted", "decision_table"]
+
+
+FAKE_NVML = ROOT / "tests" / "fakes" / "nvml"
+
+
+@contextlib.contextmanager
+def fake_gpus(box, tmp_path: Path, gpus: list[dict]):
+    """slurmd's prolog and epilog see `gpus` (minor numbers 0-3, as the local cluster's
+    gres files are numbered) until the block ends; then the real wrappers come back."""
+    state = tmp_path / "nvml.json"
+    state.write_text(json.dumps({"gpus": gpus}))
+    for name in WRAPPERS.values():
+        wrapper = box.etc / name
+        text = wrapper.read_text().replace(
+            "export PATH\n", f"export PATH\nPYTHONPATH={FAKE_NVML}\nFAKE_NVML_STATE={state}\n"
+            "export PYTHONPATH FAKE_NVML_STATE\n", 1)
+        wrapper.write_text(text)
+    try:
+        yield state
+    finally:
+        render_wrappers(box.etc, box.hook_paths)
+
+
+def gpu(minor: int, **kw) -> dict:
+    return {"uuid": f"GPU-{minor:08d}-feed", "pci": f"00000000:{0x17 + minor:02X}:00.0",
+            "name": "NVIDIA Fake", "minor": minor, "limit_mw": 300_000, "min_mw": 100_000,
+            "max_mw": 400_000, "default_mw": 300_000, "energy_mj": 7_000_000,
+            "power_mw": 180_000, "util": 60, "mem_used_mb": 5000, "refuse": False, **kw}

@@ -7,8 +7,7 @@ import re
 
 from slurm_synergy.model.comment import decision, marks
 
-from .conftest import ROOT, epilogs_done, finish, submitted_ids, synergy
-from .test_node_hooks import fake_gpus, gpu
+from .conftest import ROOT, epilogs_done, fake_gpus, finish, gpu, submitted_ids, synergy
 
 ZEUS2 = ROOT / "data" / "zeus2"
 

@@ -8,7 +8,6 @@ the package's NVML backend, and a GPU that will not obey drains the node for rea
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -18,12 +17,9 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy import paths
-from slurm_synergy.hooks.install import WRAPPERS, render_wrappers
 
-from .conftest import EXPECTED_DRAINS, ROOT, cluster_up, epilogs_done, executable, finish, synergy
-
-FAKE_NVML = ROOT / "tests" / "fakes" / "nvml"
-
+from .conftest import (EXPECTED_DRAINS, cluster_up, epilogs_done, executable, fake_gpus,
+                       finish, gpu, synergy)
 
 def report(*job_ids: str) -> dict[str, dict]:
     proc = synergy("report", "--jobs", ",".join(job_ids), "--format", "json")
@@ -91,31 +87,6 @@ def test_the_epilog_removes_records_past_the_sites_keep(box, slurm, tmp_path):
     finally:
         old.unlink(missing_ok=True)
         recent.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def fake_gpus(box, tmp_path: Path, gpus: list[dict]):
-    """slurmd's prolog and epilog see `gpus` (minor numbers 0-3, as the local cluster's
-    gres files are numbered) until the block ends; then the real wrappers come back."""
-    state = tmp_path / "nvml.json"
-    state.write_text(json.dumps({"gpus": gpus}))
-    for name in WRAPPERS.values():
-        wrapper = box.etc / name
-        text = wrapper.read_text().replace(
-            "export PATH\n", f"export PATH\nPYTHONPATH={FAKE_NVML}\nFAKE_NVML_STATE={state}\n"
-            "export PYTHONPATH FAKE_NVML_STATE\n", 1)
-        wrapper.write_text(text)
-    try:
-        yield state
-    finally:
-        render_wrappers(box.etc, box.hook_paths)
-
-
-def gpu(minor: int, **kw) -> dict:
-    return {"uuid": f"GPU-{minor:08d}-feed", "pci": f"00000000:{0x17 + minor:02X}:00.0",
-            "name": "NVIDIA Fake", "minor": minor, "limit_mw": 300_000, "min_mw": 100_000,
-            "max_mw": 400_000, "default_mw": 300_000, "energy_mj": 7_000_000,
-            "power_mw": 180_000, "util": 60, "mem_used_mb": 5000, "refuse": False, **kw}
 
 
 # The job reads its GPU's limit while it runs (proof the prolog came first), then "uses"

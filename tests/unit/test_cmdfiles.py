@@ -19,8 +19,9 @@ from slurm_synergy.profiles import SUPERSEDED, ProfileStore
 from slurm_synergy.profiling.inrun import InRunRequest, run_job
 from slurm_synergy.slurm import Slurm
 
-from .test_inrun import FAST, FP, home  # noqa: F401 - the fixture
-from .test_profiles import make_profile
+from tests.helpers import FAST_INRUN as FAST, make_profile
+
+FP = "00000000000000f1"
 
 LONG_AGO = time.time() - 600
 
@@ -121,7 +122,7 @@ def test_real_starts_read_at_once_name_their_script(tmp_path):
 
 @pytest.mark.parametrize("edited", [False, True])
 def test_a_later_run_that_reads_an_edited_config_drops_its_workloads_decision(
-        home, tmp_path, edited):  # noqa: F811 - the fixture
+        home, tmp_path, edited):
     script = write(tmp_path / "train.py", "import sys, time; time.sleep(1); sys.exit(3)")
     cfg = write(tmp_path / "cfg.yaml", "layers: 12" if edited else "layers: 4")
     store = ProfileStore.default()

@@ -5,9 +5,8 @@ Python side writes and reads them."""
 from slurm_synergy.model import comment as c
 from slurm_synergy.model.comment import Resources
 from slurm_synergy.model.engine import NodeShape
+from tests.shim import FP, OURS, decision, run, table
 
-from .test_decisions_table import decision
-from .test_job_submit import FP, OURS, run, table
 
 
 def test_marks_are_read_written_and_replaced():

@@ -6,21 +6,16 @@ from dataclasses import replace
 import pytest
 
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.model.engine import Decision, NodeShape
+from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.decisions.limits import Cap
 from slurm_synergy.decisions.table import (MAX_BYTES, MAX_POWER_W, MAX_PROCS, MAX_WORKERS, Owned,
                                            entries_of, fit, read, render, write)
 from slurm_synergy import paths
+from tests.shim import decision
 
 
 FP = "0123456789abcdef"
-
-
-def decision(fp="0123456789abcdef", cpus=2, mem_mb=1024, gpus=1, gpu_type="", workers=1,
-             power_limit_w=0) -> Decision:
-    return Decision(fp, "job", cpus, mem_mb, gpus, gpu_type, workers, power_limit_w, 100.0,
-                    100.0, 4, 16000, ("because",))
 
 
 def test_render_and_read_round_trip(tmp_path):

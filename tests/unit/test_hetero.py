@@ -194,7 +194,7 @@ def test_a_profiles_power_sweep_is_a_trace_the_planner_reads(tmp_path, capsys):
     from slurm_synergy.model.profile import PowerPoint
     from slurm_synergy.profiles import ProfileStore
 
-    from .test_engine import profile
+    from tests.helpers import profile
 
     sweep = (PowerPoint(300, 400.0, 280.0), PowerPoint(250, 390.0, 230.0),
              PowerPoint(200, 340.0, 190.0))

@@ -23,7 +23,7 @@ from slurm_synergy.profiling.inrun import InRunRequest, choose, run_job, sweep_c
 from slurm_synergy.profiling.windows import RunWindows
 from slurm_synergy.slurm import Slurm
 
-from .test_profiles import make_profile
+from tests.helpers import FAST_INRUN as FAST, make_profile
 
 FP = "00000000000000f1"
 ALLOWED = os.sched_getaffinity(0)
@@ -60,15 +60,6 @@ json.dump({"total_is_finite": total == total, "threads": torch.get_num_threads()
            "threads_at_start": threads}, open(sys.argv[1], "w"))
 sys.exit(int(sys.argv[3]))
 """
-FAST = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=60)
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("SYNERGY_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SYNERGY_DECISIONS", str(tmp_path / "table.tbl"))
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    return tmp_path
 
 
 def run_script(tmp_path: Path, seconds: float, status: int, policy: Policy = FAST,
@@ -111,7 +102,7 @@ def test_a_job_that_ends_inside_a_window_keeps_its_status_and_what_was_measured(
     slow = Policy(sweep_window_s=2.0, sweep_repeats=3, first_batch_timeout_s=60)
     rc, result, lines = run_script(home, 9.0, 0, slow)
     # A run that ends inside a window at fewer cores ends with that window's share of its
-    # threads (probe/hooks.py); never more than it started with.
+    # threads (probe/recorder.py); never more than it started with.
     assert rc == 0 and 1 <= result["threads"] <= result["threads_at_start"]
     store = ProfileStore.default()
     if store.has(FP):       # it measured a full window, at least, before it ended

@@ -12,9 +12,8 @@ from slurm_synergy.model.comment import FINGERPRINT_HEX, HETERO, OPT_OUT
 from slurm_synergy.model.plainkey import KEY_BUDGET, KEY_VERSION, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.decisions.table import MAX_CPUS, MAX_ENTRIES, MAX_GPUS, MAX_MEM_MB
+from tests.shim import ROOT, UID, decision, run, table
 
-from .test_decisions_table import decision
-from .test_job_submit import ROOT, UID, run, table
 
 SCRIPT = """#!/bin/bash
 #SBATCH --cpus-per-task=4

@@ -12,9 +12,8 @@ from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.rightsize import Asked, LeftAsAsked, rightsize
 from slurm_synergy.decisions.table import Owned, render
+from tests.shim import FP, UID, decision, run, table
 
-from .test_decisions_table import decision
-from .test_job_submit import FP, UID, run, table
 
 # (what the job asks: cpus, MB, GPUs, GPU type, pinned), (the decision: cpus, MB, GPUs,
 # its GPU type, workers, power limit, training processes), the site lets pins win

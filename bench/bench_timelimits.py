@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from slurm_synergy.simulate.dynamic import dynamic_trace  # noqa: E402
 from slurm_synergy.simulate.slurmqueue import (LIMITS, Node, QueueJob, Size,  # noqa: E402
                                                figures, run_queue)
-from slurm_synergy.simulate.trace import SYNERGY_STATIC_TRACE, SimJob, read_trace  # noqa: E402
+from slurm_synergy.simulate.trace import REFERENCE_TRACE, SimJob, read_trace  # noqa: E402
 from slurm_synergy.simulate.workload import read_matrix  # noqa: E402
 
 DEPLOYMENT = Node(cpus=96, mem_mb=2_000_000, gpus=32)
@@ -90,7 +90,7 @@ def main() -> int:
     args = p.parse_args()
     matrix = read_matrix()
     queues: dict[str, tuple[list[list[QueueJob]], Node, float]] = {
-        "synergy-static": ([trace_queue(read_trace(SYNERGY_STATIC_TRACE))], DEPLOYMENT,
+        "synergy-static": ([trace_queue(read_trace(REFERENCE_TRACE))], DEPLOYMENT,
                            TRACE_BF_S),
         "synergy-dynamic": ([trace_queue(dynamic_trace(100, 9.0, matrix))], DEPLOYMENT,
                             TRACE_BF_S)}

@@ -19,9 +19,9 @@ from slurm_synergy.simulate.dynamic import GPUS_PER_JOB, dynamic_trace
 from slurm_synergy.simulate.flows import FLOWS, FlowCosts
 from slurm_synergy.simulate.order import ORDERS
 from slurm_synergy.simulate.simulator import ALLOCATORS, Setup, simulate
-from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, parse_mix, poisson_trace, read_trace,
+from slurm_synergy.simulate.trace import (REFERENCE_TRACE, parse_mix, poisson_trace, read_trace,
                     write_trace)
-from slurm_synergy.simulate.workload import SYNERGY_MATRIX, from_profile, read_matrix
+from slurm_synergy.simulate.workload import REFERENCE_MATRIX, from_profile, read_matrix
 
 
 def _names(allowed):
@@ -99,7 +99,7 @@ def add_parser(sub) -> None:
     p.add_argument("--sweep-lost-s", type=float, default=costs.sweep_lost_s,
                    help="in-run: seconds of training the sweep's windows cost it "
                    f"(default {costs.sweep_lost_s:g})")
-    p.add_argument("--matrix", type=Path, default=SYNERGY_MATRIX,
+    p.add_argument("--matrix", type=Path, default=REFERENCE_MATRIX,
                    help="per-model throughput matrices (Synergy's format)")
     p.add_argument("--profiles", type=Path, help="also use this profile store's workloads "
                    "(by job name), as the plugin sees them")
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         source = (f"Synergy's dynamic workload, {args.dynamic} jobs at {args.rate:g} an "
                   f"hour, GPUs per job: {args.gpus_per_job}, seed {seed}")
     else:
-        path = args.trace or SYNERGY_STATIC_TRACE
+        path = args.trace or REFERENCE_TRACE
         trace = read_trace(path)
         source = str(path)
     if args.write_trace:

@@ -20,7 +20,7 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.simulate.workload import Workload
 
-SYNERGY_STATIC_TRACE = paths.DATA / "synergy" / "synergy_static_100job.csv"
+REFERENCE_TRACE = paths.DATA / "synergy" / "synergy_static_100job.csv"
 HEADER = ("job_id", "model", "arrival_s", "iters", "gpus")
 
 # Synergy's three task families and the models of each in its matrices.
@@ -83,6 +83,7 @@ def read_trace(path: Path) -> list[SimJob]:
 
 
 def write_trace(jobs: Sequence[SimJob], path: Path) -> None:
+    """Write the jobs as a trace CSV (HEADER's columns), as read_trace reads it."""
     with path.open("w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
         out.writerow(HEADER)

@@ -20,7 +20,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.engine import speed
 from slurm_synergy.model.profile import Profile
 
-SYNERGY_MATRIX = paths.DATA / "synergy" / "synergy_model_profiles.csv"
+REFERENCE_MATRIX = paths.DATA / "synergy" / "synergy_model_profiles.csv"
 _MATRIX_COLUMNS = ("model", "cpus_per_gpu", "mem_per_gpu_gb", "norm_throughput",
                    "ideal_cpus_per_gpu", "ideal_mem_per_gpu_gb", "speedup_at_ideal",
                    "iter_time_s_at_proportional")
@@ -45,16 +45,18 @@ class Workload:
     ideal_speedup: float
 
     def rate(self, cpus: float, mem_gb: float) -> float:
+        """The speed at `cpus` cores and `mem_gb` GB per GPU: the grid point's at or below them."""
         i = max(0, bisect.bisect_right(self.cpus, cpus + 1e-9) - 1)
         j = max(0, bisect.bisect_right(self.mem_gb, mem_gb + 1e-9) - 1)
         return self.table[i][j]
 
     @property
     def sensitive(self) -> bool:
+        """Whether the model runs faster at its ideal than at the share."""
         return self.ideal_speedup > 1.0 + 1e-9
 
 
-def read_matrix(path: Path = SYNERGY_MATRIX) -> dict[str, Workload]:
+def read_matrix(path: Path = REFERENCE_MATRIX) -> dict[str, Workload]:
     """Synergy's per-model matrices; a bad file is refused, naming the line."""
     try:
         with path.open(newline="", encoding="utf-8") as fh:
@@ -109,6 +111,7 @@ def from_profile(profile: Profile, share_cpus: int, share_mem_gb: float,
     cpus = list(range(1, max_cpus + 1))
 
     def rate(c: int, m: float) -> float:
+        """The engine's speed at `c` cores and `m` GB per GPU, for the job's GPUs together."""
         return speed(profile, measured, c * gpus, m * 1024 * gpus)
 
     base = rate(share_cpus, share_mem_gb)

@@ -20,13 +20,13 @@ from slurm_synergy.simulate.cluster import ClusterSpec, Server, load_cluster
 from slurm_synergy.simulate.demand import DemandBook
 from slurm_synergy.simulate.optimal import exact, optimal
 from slurm_synergy.simulate.simulator import Setup, simulate
-from slurm_synergy.simulate.trace import (SYNERGY_STATIC_TRACE, poisson_trace, read_trace,
+from slurm_synergy.simulate.trace import (REFERENCE_TRACE, poisson_trace, read_trace,
                                           write_trace)
 from slurm_synergy.simulate.workload import read_matrix
 from tests.helpers import profile
 
 WORK = read_matrix()
-TRACE = read_trace(SYNERGY_STATIC_TRACE)
+TRACE = read_trace(REFERENCE_TRACE)
 DEPLOY = load_cluster("deployment")
 
 # Synergy's simulator on its static trace (shared/data/README.md): mean JCT, makespan (h).

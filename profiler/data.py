@@ -56,10 +56,12 @@ def list_class_files(root: Path, extensions: tuple[str, ...], kind: str,
 
 
 def list_images(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
+    """Class names and (image, label) pairs of the ImageFolder tree at `root`."""
     return list_class_files(root, IMAGE_EXTENSIONS, "image", "image")
 
 
 def list_clips(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
+    """Class names and (clip, label) pairs of the WAV clips at root/<class>/."""
     return list_class_files(root, AUDIO_EXTENSIONS, "audio", "clip")
 
 
@@ -87,6 +89,7 @@ def random_resized_crop_box(width: int, height: int, rng: random.Random) -> Box:
 
 
 def augment_rng() -> random.Random:
+    """A generator for one sample's augmentations, seeded from torch's."""
     # Drawn from torch's generator, which DataLoader seeds per worker and the trainer
     # seeds from --seed, so augmentations are reproducible.
     return random.Random(int(torch.randint(2**62, ()).item()))
@@ -212,6 +215,7 @@ def open_dataset(kind: str, root: Path, length: int) -> AnyDataset:
 
 
 def check_batch(root: Path, samples: int, batch: int, unit: str = "images") -> None:
+    """ValueError naming `root` where its `samples` are fewer than one batch."""
     if samples < batch:
         raise ValueError(f"data folder {root} holds {samples} {unit}, fewer than one "
                          f"batch of {batch}")
@@ -280,6 +284,7 @@ def make_dali_loader(root: Path, batch: int, workers: int, crop: int,
 
     @pipeline_def
     def pipeline():  # type: ignore[no-untyped-def]
+        """The DALI graph: read, decode, random resized crop, flip and normalise; (images, labels)."""
         # The file list and labels from list_images(), so both loaders see the same
         # samples and class numbers (DALI's own folder walk would count hidden folders).
         jpegs, labels = fn.readers.file(files=[str(path) for path, _ in samples],

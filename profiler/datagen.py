@@ -49,6 +49,7 @@ class DatasetMismatch(ValueError):
 
 
 def class_name(label: int) -> str:
+    """The folder name of class `label`."""
     # Zero-padded so that sorted folder names (how loaders number classes) keep order.
     return f"class_{label:03d}"
 
@@ -135,6 +136,7 @@ def make_vocabulary(rng: np.random.Generator, size: int) -> list[str]:
 
 
 def zipf_weights(size: int) -> np.ndarray:
+    """The chances of `size` words by rank, 1 / rank**ZIPF_EXPONENT, summing to 1."""
     weights = 1.0 / np.arange(1, size + 1) ** ZIPF_EXPONENT
     return weights / weights.sum()
 
@@ -198,6 +200,7 @@ def synth_clip(rng: np.random.Generator, label: int, num_classes: int, samples: 
 
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
+    """Write int16 PCM samples as a mono 16-bit WAV file at `rate` Hz."""
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
@@ -206,6 +209,7 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
 
 
 def clip_samples(clip_seconds: float, rate: int) -> int:
+    """Waveform samples in a clip of `clip_seconds` s at `rate` Hz."""
     return round(clip_seconds * rate)
 
 
@@ -336,6 +340,7 @@ def ensure_dataset(kind: str, root: Path, samples: int, *, image_size: int = 96,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Write the dataset `argv` asks for where missing; returns 0, or 2 naming the error."""
     parser = argparse.ArgumentParser(
         prog="python -m profiler.datagen",
         description="Write a synthetic dataset (if missing): JPEGs in ImageFolder layout, "

@@ -86,6 +86,8 @@ def _optimizer(model: nn.Module) -> torch.optim.Optimizer:
 
 def tracked_mib(arch: str, depth: int | None, kind: str, length: int,
                 batch: int) -> tuple[float, dict[str, float]]:
+    """The peak of a training step (MiB) by PyTorch's memory tracker on fake tensors, and its
+    parts (parameters, gradients, activations, ...) in MiB."""
     mode = FakeTensorMode()
     model = _fake_model(mode, arch, depth, kind)
     with mode:
@@ -115,6 +117,7 @@ def analytic_mib(arch: str, depth: int | None, kind: str, length: int, batch: in
     kept: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
+        """Count a tensor autograd saves, once per storage, parameters left out; returns it as is."""
         storage = t.untyped_storage()
         if storage._cdata not in params:
             kept[storage._cdata] = storage.nbytes()
@@ -144,6 +147,7 @@ def estimate(argv: Sequence[str], batch: int | None = None, check: bool = False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Print the step's peak at each batch size asked for (--json: one object each); returns 0."""
     # No abbreviations: the trainer's own --batch must not be read as --batches.
     p = argparse.ArgumentParser(prog="python -m profiler.gpumem", allow_abbrev=False,
                                 description=__doc__.split(

@@ -55,6 +55,7 @@ class BasicBlock(nn.Module):
                                           nn.BatchNorm2d(out_ch))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's output: both convs plus the shortcut, through ReLU."""
         out = torch.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         return torch.relu(out + self.shortcut(x))
@@ -80,6 +81,7 @@ class ResNet(nn.Module):
         self.fc = nn.Linear(channels, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, 3, H, W) images -> (batch, classes) logits."""
         x = self.blocks(self.stem(x))
         return self.fc(torch.flatten(self.pool(x), 1))
 
@@ -103,6 +105,7 @@ class InvertedResidual(nn.Module):
         self.residual = stride == 1 and in_ch == out_ch
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's output, with the input added where the shapes match."""
         out = self.body(x)
         return x + out if self.residual else out
 
@@ -130,6 +133,7 @@ class MobileNet(nn.Module):
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, 3, H, W) images -> (batch, classes) logits."""
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
@@ -143,6 +147,7 @@ class AlexNet(nn.Module):
         super().__init__()
 
         def conv(cin: int, cout: int, k: int) -> list[nn.Module]:
+            """A conv of `k` taps (same padding), batch norm and ReLU."""
             return [nn.Conv2d(cin, cout, k, 1, k // 2, bias=False), nn.BatchNorm2d(cout),
                     nn.ReLU(inplace=True)]
 
@@ -156,6 +161,7 @@ class AlexNet(nn.Module):
                                         nn.ReLU(inplace=True), nn.Linear(512, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, 3, H, W) images -> (batch, classes) logits."""
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
@@ -185,6 +191,7 @@ class TransformerLM(nn.Module):
         self.head = nn.Linear(d_model, vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, seq) token ids -> (batch, seq, vocab) next-token logits; ValueError past max_len."""
         length = tokens.shape[1]
         if length > self.max_len:
             raise ValueError(f"sequence of {length} tokens is longer than the transformer's "
@@ -206,6 +213,7 @@ class LSTMLM(nn.Module):
         self.head = nn.Linear(hidden, vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, seq) token ids -> (batch, seq, vocab) next-token logits."""
         out, _ = self.lstm(self.embed(tokens))
         return self.head(out)
 
@@ -240,6 +248,7 @@ class M5(nn.Module):
         self.fc = nn.Linear(channels, num_classes)
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
+        """(batch, 1, samples) waveforms -> (batch, classes) logits; ValueError when too short."""
         if waves.shape[-1] < M5_MIN_SAMPLES:
             raise ValueError(f"waveform of {waves.shape[-1]} samples is shorter than M5's "
                              f"minimum, {M5_MIN_SAMPLES}")

@@ -44,6 +44,7 @@ from slurm_synergy.profiling.session import LEAST_MEASURE_S, MOST_ITERATIONS
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        """Exit with USAGE_EXIT and one line naming the bad option."""
         self.exit(USAGE_EXIT, f"{PROG}: error: {message} (see --help)\n")
 
 
@@ -56,6 +57,7 @@ def _memory_mb(text: str) -> int:
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The profiler's command line, under the name `prog`."""
     p = _Parser(prog=prog, description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
@@ -146,6 +148,8 @@ def request(args: argparse.Namespace) -> ProfileRequest:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Profile the workload `argv` names and store its profile; returns the exit status (0,
+    1 on an error, USAGE_EXIT, BUSY_EXIT, MOVE_EXIT)."""
     args = build_parser(prog).parse_args(argv)
     try:
         profile_workload(request(args),

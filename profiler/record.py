@@ -52,6 +52,7 @@ def summarise(stats: list[IterationStats], warmup: int, batch: int) -> dict[str,
 
 
 def iterations_csv(stats: list[IterationStats]) -> str:
+    """One CSV line per iteration's stats, under a header of their field names."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([f.name for f in fields(IterationStats)])
@@ -78,6 +79,7 @@ def peak_gpu_mem_mb(gpus: int) -> float | None:
 
 
 def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` (0644) by renaming a temporary file over it."""
     # Reports read summary.json while jobs write theirs: a reader sees all or nothing.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as fh:

@@ -50,6 +50,7 @@ class CannotRun(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        """Exit with status 2 and one line naming the bad option."""
         # One line instead of argparse's usage block: easier to spot in a Slurm log.
         self.exit(2, f"{PROG}: error: {message} (see --help)\n")
 
@@ -64,6 +65,7 @@ ABOVE_ZERO = ("--clip-seconds", "--lr")
 
 
 def out_of_range(args: argparse.Namespace) -> str | None:
+    """The first numeric option outside its bounds, in one line naming it; None when all fit."""
     for option in (*AT_LEAST, *ABOVE_ZERO):
         value = getattr(args, option[2:].replace("-", "_"))
         if value is None:
@@ -78,6 +80,7 @@ def out_of_range(args: argparse.Namespace) -> str | None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The trainer's options; exits with status 2 and one line on a bad one."""
     p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     add = p.add_argument
     add("-a", "--arch", default="resnet", choices=MODELS, help="model (default %(default)s)")
@@ -130,6 +133,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which Slurm's cgroup sets)."""
     # The affinity mask is what Slurm's cgroup/cpuset leaves this job, unlike cpu_count().
     return len(os.sched_getaffinity(0))
 
@@ -162,6 +166,7 @@ def prepare_data(args: argparse.Namespace, kind: str) -> tuple[Path, AnyDataset]
 
 
 def num_classes(dataset: AnyDataset) -> int:
+    """The model's output classes: the vocabulary for text, else the dataset's classes."""
     # A language model's classes are the next byte's values.
     return VOCAB_SIZE if isinstance(dataset, TextWindows) else len(dataset.classes)
 
@@ -178,12 +183,14 @@ def choose_device(workers: int) -> tuple[torch.device, int, int, int]:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators with `seed`."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
 
 def cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per label, for a classifier's or a language model's logits alike."""
     # Classifiers give (batch, classes) logits for (batch,) labels, language models
     # (batch, seq, vocab) for (batch, seq) next bytes: flattening all but the logits'
     # last axis gives the mean loss per label or per position alike.
@@ -248,6 +255,8 @@ def make_input(args: argparse.Namespace, data: Path, dataset: AnyDataset,
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Train as `args` say and write iterations.csv and summary.json to --output; returns the
+    summary. UsageError or CannotRun where it cannot run."""
     started, wall0 = _now(), time.perf_counter()
     if args.port is not None:
         os.environ["MASTER_PORT"] = str(args.port)
@@ -321,6 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the trainer on `argv`; returns 0, 2 on bad arguments or data, 1 when it cannot run."""
     args = parse_args(argv)
     try:
         run(args)

@@ -8,7 +8,9 @@ from typing import Callable
 
 
 def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type for an integer of at least `low` (and at most `high`, where given)."""
     def parse(text: str) -> int:
+        """`text` as an integer within the bounds, else ArgumentTypeError naming the value."""
         try:
             value = int(text)
         except ValueError:
@@ -22,6 +24,7 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 def positive_float(text: str) -> float:
+    """An argparse type: `text` as a number above 0."""
     try:
         value = float(text)
     except ValueError:
@@ -32,6 +35,7 @@ def positive_float(text: str) -> float:
 
 
 def non_negative_float(text: str) -> float:
+    """An argparse type: `text` as a number of 0 or more."""
     try:
         value = float(text)
     except ValueError:

@@ -27,10 +27,12 @@ class ChainLink:
 
 
 def chains_path(cluster: str) -> Path:
+    """The cluster's chains.jsonl, in the user's synergy home."""
     return paths.cluster_dir(cluster) / "chains.jsonl"
 
 
 def record(link: ChainLink, path: Path | None = None) -> None:
+    """Append one resubmission to the chains (by default the current cluster's), under its lock."""
     path = path or chains_path(paths.job_cluster())
     private_folder(path.parent)
     with locked(path.with_suffix(".lock")):

@@ -72,6 +72,7 @@ def plain_sbatch_twice(slurm: Slurm, user: str, out: Path) -> bool:
            "SYNERGY_HOME": str(folder / ".slurm-synergy"), "SYNERGY_PROFILES": str(store)}
 
     def as_user(*argv: str) -> subprocess.CompletedProcess:
+        """Run `argv` as the demo user, in their folder and environment (120 s at most)."""
         return subprocess.run([RUNUSER, "-u", user, "--", *argv], capture_output=True,
                               text=True, env=env, cwd=folder, timeout=120)
 
@@ -83,6 +84,7 @@ def plain_sbatch_twice(slurm: Slurm, user: str, out: Path) -> bool:
         return True
 
     def submit() -> str:
+        """Submit the user's script with plain sbatch as them; returns the job id."""
         done = as_user("sbatch", "--parsable", str(script))
         if done.returncode != 0:
             raise SynergyError(f"sbatch as {user} failed: {done.stderr.strip()}")

@@ -31,10 +31,12 @@ class JobRecord:
 
     @property
     def final(self) -> bool:
+        """Whether the job has ended, in any way (FINAL_STATES)."""
         return self.state.startswith(FINAL_STATES)
 
 
 def records(slurm: Slurm, job_ids: Sequence[str]) -> list[JobRecord]:
+    """The jobs as sacct has them now (one per row it returns; none for a job not yet in it)."""
     out = []
     for row in slurm.sacct(job_ids):
         out.append(JobRecord(
@@ -113,6 +115,7 @@ def plugin_note(comment: str) -> str:
 
 
 def job_table(recs: Sequence[JobRecord]) -> str:
+    """The jobs as an aligned table, with what the plugin did to each."""
     head = ("JobID", "Name", "State", "Elapsed", "CPUs", "Memory", "GPUs", "Plugin")
     rows = [(r.job_id, r.name, r.state, r.elapsed, str(r.cpus), r.mem, str(r.gpus),
              plugin_note(r.comment)) for r in recs]

@@ -78,6 +78,7 @@ def outputs_dir(cluster: str) -> Path:
 
 
 def local_slurm_conf() -> Path:
+    """The local cluster's slurm.conf, in its state folder (there once rendered)."""
     return state_dir() / "etc" / "slurm.conf"
 
 

@@ -26,6 +26,8 @@ def _gpu_text(p: Profile) -> str:
 
 
 def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
+    """One row per profile, by column name: samples/s by cores, data stall, the model's
+    per-sample core costs and held-out error, and what profiling cost (s)."""
     out = []
     for p in profiles:
         train = p.train_points()
@@ -52,6 +54,7 @@ def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
 
 
 def profiles_table(profiles: Sequence[Profile]) -> str:
+    """The profiles as an aligned table, for `synergy profiles`; "no profiles" without any."""
     data = rows(profiles)
     if not data:
         return "no profiles"
@@ -60,6 +63,8 @@ def profiles_table(profiles: Sequence[Profile]) -> str:
 
 
 def markdown(profiles: Sequence[Profile]) -> str:
+    """The profiles as a Markdown table without their fingerprints (the benchmark's write-up);
+    "" without any."""
     data = rows(profiles)
     if not data:
         return ""

@@ -28,6 +28,7 @@ class ConfChange:
 
 
 def read_conf(conf: Path) -> str:
+    """The text of slurm.conf; SynergyError naming the file where it cannot be read."""
     try:
         return conf.read_text()
     except OSError as e:

@@ -27,6 +27,7 @@ def cluster_name(etc: Path) -> str:
 
 
 def db_password(etc: Path) -> str:
+    """slurmdbd's MariaDB password, kept in etc/dbpass (made once, readable by its owner alone)."""
     secret = etc / "dbpass"
     if not secret.exists():
         atomic_write_text(secret, secrets.token_hex(16), 0o600)

@@ -48,6 +48,7 @@ class NodeSpec:
     gpu_types: tuple[str, ...] = field(default_factory=tuple)     # one per file; "" untyped
 
     def describe(self) -> str:
+        """One line for `synergy cluster up`: the node's cores, memory (MB) and GPUs."""
         return (f"{self.name}: {self.cpus} CPUs, {self.memory_mb} MB, {self.gres or 'no GPUs'}"
                 f"{'' if self.gpus_real or not self.gpus else ' (file-backed)'}")
 
@@ -74,10 +75,12 @@ class Layout:
 
     @property
     def default(self) -> NodeSpec:
+        """node1, the default partition's one node."""
         return self.nodes[0]
 
     @property
     def gpus_real(self) -> bool:
+        """Whether the GPUs are the machine's real ones rather than file-backed."""
         return self.default.gpus_real
 
     @property
@@ -132,6 +135,8 @@ def cgroup_mode(root: Path = Path("/sys/fs/cgroup")) -> str:
 
 
 def detect(state: Path) -> Layout:
+    """The layout on this machine: one node with the real GPUs where there are any, else the
+    three nodes of file-backed GPUs under `state`/dev (FAKE_NODES)."""
     host = socket.gethostname().split(".")[0]
     cpus, mem = os.cpu_count() or 1, memory_mb(Path("/proc/meminfo").read_text())
     count, gpu_type = real_gpus()

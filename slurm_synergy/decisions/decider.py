@@ -31,6 +31,7 @@ def shim_installed(slurm: Slurm) -> bool:
 
 
 def resolve_mode(mode: str, slurm: Slurm) -> str:
+    """"shim" or "user" for a --mode; "auto" is the shim where the cluster runs it."""
     if mode not in MODES:
         raise SynergyError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if mode == "auto":

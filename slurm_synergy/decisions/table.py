@@ -111,6 +111,7 @@ def entry_of(owned: Owned) -> TableEntry:
 
 
 def line_of(e: TableEntry) -> str:
+    """An entry's line in the table, as the shim reads it ("-" for no GPU type)."""
     return (f"{e.uid} {e.fingerprint} {e.cpus} {e.mem_mb} {e.gpus} {e.gpu_type or '-'} "
             f"{e.workers} {e.power_limit_w} {e.procs} {int(e.shared)}\n")
 
@@ -165,6 +166,7 @@ def fit(owned: Sequence[Owned], max_entries: int = MAX_ENTRIES,
         by_uid.setdefault(o.uid, []).append(o)
 
     def within(most: int) -> bool:
+        """Whether keeping at most `most` entries per user fits the table's limits."""
         kept = [o for mine in by_uid.values() for o in mine[:most]]
         return len(kept) <= max_entries and sum(size[id(o)] for o in kept) <= max_bytes
 

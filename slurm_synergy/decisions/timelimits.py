@@ -57,6 +57,7 @@ class Lowered:
 
 
 def state_path(table: Path) -> Path:
+    """Root's record of the jobs it set (STATE_NAME), beside the decision table."""
     return table.with_name(STATE_NAME)
 
 

@@ -35,6 +35,7 @@ class PowerRange:
     default_mw: int | None     # None: the driver would not say
 
     def clamp(self, mw: int) -> int:
+        """`mw` brought within the range the board accepts (mW)."""
         return max(self.min_mw, min(self.max_mw, mw))
 
 
@@ -49,11 +50,20 @@ class Sample:
 class Gpu(Protocol):
     info: GpuInfo
 
-    def power_limit_mw(self) -> int: ...
-    def power_range(self) -> PowerRange: ...
-    def set_power_limit_mw(self, mw: int) -> None: ...
-    def energy_mj(self) -> int | None: ...
-    def sample(self) -> Sample: ...
+    def power_limit_mw(self) -> int:
+        """The board's power limit now (mW)."""
+
+    def power_range(self) -> PowerRange:
+        """The power limits the board accepts, and its default."""
+
+    def set_power_limit_mw(self, mw: int) -> None:
+        """Set the board's power limit (mW); GpuError where it refuses."""
+
+    def energy_mj(self) -> int | None:
+        """The board's energy counter (mJ), None where it has none."""
+
+    def sample(self) -> Sample:
+        """One reading of utilisation, SM activity, memory used and power."""
 
 
 @dataclass

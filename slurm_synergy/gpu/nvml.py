@@ -52,10 +52,12 @@ class NvmlGpu:
         self._gpm: Any = None
 
     def power_limit_mw(self) -> int:
+        """The board's power-management limit now (mW)."""
         return int(_call("read the power limit",
                          lambda: self._nvml.nvmlDeviceGetPowerManagementLimit(self._h)))
 
     def power_range(self) -> PowerRange:
+        """The limits NVML accepts (mW), with the default where the driver says it."""
         low, high = _call("read the power-limit range", lambda: self._nvml.
                           nvmlDeviceGetPowerManagementLimitConstraints(self._h))
         try:
@@ -65,16 +67,19 @@ class NvmlGpu:
         return PowerRange(int(low), int(high), default)
 
     def set_power_limit_mw(self, mw: int) -> None:
+        """Set the power-management limit (mW); GpuError where NVML refuses (without root, say)."""
         _call(f"set the power limit to {mw / 1000:g} W",
               lambda: self._nvml.nvmlDeviceSetPowerManagementLimit(self._h, int(mw)))
 
     def energy_mj(self) -> int | None:
+        """Energy since the driver loaded (mJ); None on GPUs before Volta."""
         try:    # Volta and later count millijoules since the driver loaded; older GPUs not
             return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._h))
         except Exception:
             return None
 
     def sample(self) -> Sample:
+        """One reading: utilisation, SM activity (None where GPM is absent), memory (MB), power (mW)."""
         nvml, h = self._nvml, self._h
         util = _call("read utilisation", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu)
         mem = _call("read memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h).used)
@@ -118,6 +123,8 @@ class NvmlGpu:
 
 
 def open_nvml() -> Backend:
+    """This node's NVIDIA GPUs through NVML; a Backend with none, and the reason, where there
+    are none or NVML cannot reach them."""
     try:
         import pynvml
     except ImportError:

@@ -35,6 +35,7 @@ class Totals:
 
     def add(self, t: float, util_pct: float, sm_active_pct: float | None, mem_used_mb: float,
             power_mw: int) -> None:
+        """Count one reading taken at `t` (s), adding the energy since the last one."""
         if self.last_t is not None and self._last_power_mw is not None and t > self.last_t:
             self.energy_mj += (self._last_power_mw + power_mw) / 2 * (t - self.last_t)
         if self.first_t is None:
@@ -50,28 +51,34 @@ class Totals:
 
     @property
     def util_mean(self) -> float | None:
+        """Mean utilisation (%), None before any sample."""
         return self.util_sum / self.samples if self.samples else None
 
     @property
     def sm_active_mean(self) -> float | None:
+        """Mean share of SMs busy (%), None where no sample had it."""
         return self.sm_sum / self.sm_samples if self.sm_samples else None
 
     @property
     def power_mean_w(self) -> float | None:
+        """Mean power draw (W), None before any sample."""
         return self.power_sum_mw / self.samples / 1000 if self.samples else None
 
     def to_dict(self) -> dict[str, object]:
+        """The totals as JSON-ready fields, without the last reading's power."""
         d = asdict(self)
         d.pop("_last_power_mw")
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> "Totals":
+        """Totals from `to_dict`'s fields; fields it does not know are dropped."""
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d and not k.startswith("_")}
         return cls(**known)  # type: ignore[arg-type]
 
 
 def sample_once(gpus: Sequence[Gpu], totals: Sequence[Totals], clock: Callable[[], float]) -> None:
+    """Add one reading of each GPU to its totals; a GPU that fails counts an error instead."""
     for gpu, tot in zip(gpus, totals):
         try:
             s = gpu.sample()

@@ -40,6 +40,7 @@ class Group:
 
     @property
     def gpu_type(self) -> str:
+        """The group's GPU type, its trace's."""
         return self.trace.gpu_type
 
 
@@ -63,6 +64,8 @@ class Plan:
     cost: float
 
     def as_dict(self) -> dict:
+        """The plan as JSON-ready fields: each type's share and limit (W), the step's time (s),
+        energy (J) and cost."""
         return {"plan": [{"gpu_type": s.gpu_type, "gpus": s.gpus, "batch": s.batch,
                           "micro_batch": s.micro_batch, "accumulation": s.accumulation,
                           "power_limit_w": s.power_limit_w} for s in self.shares],
@@ -212,6 +215,7 @@ def even_split(groups: Sequence[Group], global_batch: int, eta: float) -> Plan:
     limits = []
     for g, b in zip(groups, split):
         def alone(p: float, g: Group = g, b: int = b) -> float:
+            """Zeus's cost of type `g` alone at batch `b` under limit `p` (W); inf where unmeasured."""
             c = share_cost(g.trace, b, p)
             return math.inf if c is None else zeus_cost(c[0].energy_j, c[0].time_s, eta,
                                                          g.trace.max_limit_w)

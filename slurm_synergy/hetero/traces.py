@@ -38,13 +38,16 @@ class TypeTrace:
 
     @property
     def limits(self) -> list[float]:
+        """The measured power limits (W), lowest first."""
         return sorted(self.points)
 
     @property
     def max_limit_w(self) -> float:
+        """The highest measured power limit (W)."""
         return max(self.points)
 
     def batches(self, limit: float) -> list[int]:
+        """The batch sizes measured at `limit`, smallest first."""
         return sorted(self.points[limit])
 
     def at(self, batch: float, limit: float) -> Cost | None:
@@ -76,6 +79,8 @@ def _positive(value: Any, where: str, zero_ok: bool = False) -> float:
 
 
 def trace_from(data: Any, gpu_type: str, source: str) -> TypeTrace:
+    """A TypeTrace from a trace's parsed JSON; TraceError naming `source` and the entry if
+    malformed."""
     if not isinstance(data, dict) or not data:
         raise TraceError(f"{source}: expected a JSON object keyed by batch size")
     points: dict[float, dict[int, Cost]] = {}
@@ -113,6 +118,7 @@ def zeus_trace(batch: int, sweep: Sequence[tuple[float, float, float]]) -> dict[
 
 
 def read_trace(path: Path, gpu_type: str) -> TypeTrace:
+    """The trace in `path` for `gpu_type`; TraceError where it cannot be read or used."""
     try:
         text = path.read_text()
     except OSError as e:

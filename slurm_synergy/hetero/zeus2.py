@@ -44,6 +44,8 @@ def _fits(trace: TypeTrace) -> dict[float, tuple[np.ndarray, np.ndarray]]:
 
 
 def zeus2_choice(first: TypeTrace, second: TypeTrace, global_batch: int) -> Choice:
+    """Zeus²'s split of `global_batch` between one GPU of each type, and their limits: the
+    lowest of its score over every split and pair of measured limits."""
     fits = [_fits(first), _fits(second)]
     b1 = np.arange(global_batch)
     shares = (b1, global_batch - b1)

@@ -28,6 +28,8 @@ ON_FAILURE = {"prolog": 0, "epilog": 1}
 
 
 def run_hook(hook: str) -> int:
+    """Run the prolog or epilog under hook_timeout_s; returns the exit status for slurmd
+    (ON_FAILURE's where it fails or runs out of time, unless the GPUs were dealt with)."""
     try:
         ctx = context(hook)
     except SynergyError as e:
@@ -37,6 +39,7 @@ def run_hook(hook: str) -> int:
     settled: list[int] = []       # the epilog's status once the GPUs are dealt with
 
     def work() -> None:
+        """Run the hook on this node's GPUs; a failure is logged, leaving `result` empty."""
         try:
             backend = open_backend()
             result.append(prolog.run(ctx, backend) if hook == "prolog"
@@ -62,6 +65,8 @@ def run_hook(hook: str) -> int:
 
 
 def run_sampler(job_id: str, uuids: list[str], uid: str) -> int:
+    """Sample the job's GPUs (by UUID) and follow its cgroup until it ends or is stopped;
+    returns the exit status."""
     ctx = context("sampler", {**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOB_UID": uid})
     stop = threading.Event()
     sampling.install_stop_handler(stop)
@@ -72,6 +77,7 @@ def run_sampler(job_id: str, uuids: list[str], uid: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the hook or the sampler `argv` names; a hook ends the process with its status."""
     parser = argparse.ArgumentParser(prog="python -m slurm_synergy.hooks")
     sub = parser.add_subparsers(dest="hook", required=True)
     sub.add_parser("prolog")

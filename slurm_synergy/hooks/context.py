@@ -30,6 +30,7 @@ def utc_now() -> str:
 
 
 def log_path(env: dict[str, str]) -> Path:
+    """The hooks' log: SYNERGY_HOOK_LOG, else DEFAULT_LOG."""
     return Path(env["SYNERGY_HOOK_LOG"]) if env.get("SYNERGY_HOOK_LOG") else DEFAULT_LOG
 
 
@@ -83,12 +84,14 @@ class HookContext:
 
     @property
     def prolog_path(self) -> Path:
+        """The prolog's record for the epilog, in the node-local run folder."""
         # The node in the name: nodes that share a run folder (the local cluster's do)
         # keep a job's records apart.
         return self.run_dir / f"{self.job_id}.{self.node}.prolog.json"
 
     @property
     def totals_path(self) -> Path:
+        """The sampler's running totals for the epilog, in the node-local run folder."""
         return self.run_dir / f"{self.job_id}.{self.node}.samples.json"
 
 

@@ -60,12 +60,15 @@ class HookPaths:
 
     @classmethod
     def site(cls) -> "HookPaths":
+        """The hooks' usual places: the shared GPU stats, /var/log, /run and the site policy."""
         return cls(paths.gpu_stats_dir(), Path("/var/log/slurm-synergy/hooks.log"),
                    Path("/run/slurm-synergy"), policy_path())
 
 
 def render_wrappers(conf_dir: Path, where: HookPaths,
                     python: Path = Path(sys.executable)) -> list[ConfChange]:
+    """Write the prolog, epilog and TaskProlog wrappers into `conf_dir` (0755) where they
+    differ; returns what was written and what was current."""
     env = environment(paths.ETC)
     timeout = load_policy(where.policy).hook_timeout_s
     texts = {name: env.get_template("node_hook.sh.j2").render(
@@ -118,6 +121,8 @@ def conf_edit(text: str, conf_dir: Path, hook_timeout_s: float = 20.0) -> tuple[
 
 
 def plan_text(conf: Path, where: HookPaths, python: Path = Path(sys.executable)) -> str:
+    """What --apply would do to `conf` and the nodes, as shell comments and the slurm.conf
+    lines to add; writes nothing."""
     _, changes = conf_edit(read_conf(conf), conf.parent, load_policy(where.policy).hook_timeout_s)
     lines = [f"# slurm-synergy node hooks for the cluster of {conf}"]
     found = untrusted(python, where.policy)
@@ -153,6 +158,8 @@ def refuse_untrusted(python: Path, policy: Path) -> None:
 
 
 def apply(conf: Path, where: HookPaths, python: Path = Path(sys.executable)) -> list[str]:
+    """Install the hooks beside `conf` and reconfigure slurmctld where slurm.conf changed;
+    returns a line per change. Refuses files another user could change."""
     from slurm_synergy.slurm import Slurm
     refuse_untrusted(python, where.policy)
     text = read_conf(conf)

@@ -41,6 +41,7 @@ class CgroupFiles:
     v2: bool
 
     def gone(self) -> bool:
+        """Whether the job's cgroup folder has been removed (Slurm does once its last step ends)."""
         return not self.mem_peak.parent.is_dir()
 
 
@@ -105,6 +106,8 @@ class Watch:
         return FIND_POLL_S if self.files is None else POLL_S
 
     def poll(self) -> None:
+        """Look for the cgroup, or take one reading, keeping each figure's highest so far; ends
+        the watch once the cgroup is gone or never appeared within FIND_WITHIN_S."""
         if self.done:
             return
         if self.files is None:
@@ -125,6 +128,7 @@ class Watch:
             max(prev.cpu_s or 0.0, reading.cpu_s or 0.0))
 
     def use(self) -> CgroupUse:
+        """The last reading; without one, a CgroupUse of nothing whose note says why."""
         if self.last is not None:
             return self.last
         return CgroupUse(None, None, self.note or "the job's cgroup was never read")

@@ -85,6 +85,8 @@ def _gpus(ctx: HookContext, backend: Backend) -> tuple[list[Gpu], list[GpuStart]
 
 
 def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sampler) -> int:
+    """Set the job's GPUs to their limits, note their energy counters and start the sampler;
+    returns 0 always (a failed prolog would drain the node)."""
     log = ctx.log
     gpus, starts = _gpus(ctx, backend)
     if not gpus and not ctx.watches_cgroup:

@@ -80,21 +80,25 @@ class JobGpuStats:
 
     @property
     def energy_j(self) -> float | None:
+        """The job's energy on this node (J): None unless every GPU's is known."""
         values = [g.energy_j for g in self.gpus]
         return sum(values) if values and None not in values else None  # type: ignore[arg-type]
 
     @property
     def util_mean_pct(self) -> float | None:
+        """Mean utilisation (%) over the GPUs that have one."""
         values = [g.util_mean_pct for g in self.gpus if g.util_mean_pct is not None]
         return sum(values) / len(values) if values else None
 
     @property
     def sm_active_mean_pct(self) -> float | None:
+        """Mean share of SMs busy (%) over the GPUs that have one."""
         values = [g.sm_active_mean_pct for g in self.gpus if g.sm_active_mean_pct is not None]
         return sum(values) / len(values) if values else None
 
     @property
     def mem_peak_mb(self) -> float | None:
+        """The highest memory peak of any of its GPUs (MB)."""
         values = [g.mem_peak_mb for g in self.gpus if g.mem_peak_mb is not None]
         return max(values) if values else None
 
@@ -137,11 +141,13 @@ def _build(cls: type, data: dict[str, Any], path: Path) -> Any:
 
 
 def write_json(path: Path, record: object, mode: int = 0o644, group: int | None = None) -> None:
+    """Write a record as JSON, atomically, with file mode `mode` (and group `group`, if given)."""
     atomic_write_text(path, json.dumps(asdict(record), indent=1) + "\n", mode,  # type: ignore[call-overload]
                       group=group)
 
 
 def read_prolog(path: Path) -> PrologRecord:
+    """The prolog's record; RecordError where it does not parse."""
     data = _load(path)
     gpus = tuple(_build(GpuStart, g, path) for g in data.pop("gpus", []))
     return _build(PrologRecord, {**data, "gpus": gpus}, path)

@@ -36,12 +36,14 @@ class SamplerTotals:
 
 def write_totals(path: Path, job_id: str, totals: Sequence[Totals],
                  cgroup: CgroupUse | None = None) -> None:
+    """Write the job's running totals to `path` (0600), replacing the last ones."""
     doc = {"job_id": job_id, "updated": time.time(), "gpus": [t.to_dict() for t in totals],
            "cgroup": asdict(cgroup) if cgroup else None}
     atomic_write_text(path, json.dumps(doc) + "\n", 0o600)
 
 
 def read_totals(path: Path) -> SamplerTotals:
+    """What the sampler last wrote; RecordError where it cannot be read."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         gpus = {t["uuid"]: Totals.from_dict(t) for t in doc["gpus"]}
@@ -54,6 +56,8 @@ def read_totals(path: Path) -> SamplerTotals:
 def sample_job(backend: Backend | None, job_id: str, uuids: Sequence[str], period_s: float,
                out: Path, alive: Path, stop: threading.Event, watch: Watch | None = None,
                flush_s: float = 10.0) -> int:
+    """Sample the job's GPUs every `period_s` and follow its cgroup until stopped, its cgroup
+    is gone or its prolog record no longer names this sampler; returns 1 with nothing to follow."""
     gpus = backend.find(uuids)[0] if backend is not None and uuids else []
     if not gpus and watch is None:
         return 1
@@ -89,5 +93,6 @@ def _still_mine(record: Path) -> bool:
 
 
 def install_stop_handler(stop: threading.Event) -> None:
+    """Set `stop` on SIGTERM (the epilog's) or SIGINT."""
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -16,7 +16,7 @@ built-in trainer's iterations, i<n>, or epochs, e<n>: what a run time scales wit
 sub= (its sbatch call's tag); the shim (or submit in user mode) writes asked= and decision=, or
 profile=1 for a workload it has no decision for; a job measured while it trained writes
 measured=run in its own comment, and asked=, decision= and by=<itself> in those of its
-workload's pending jobs, right-sized in place (pending.py), and drops asked=, decision=
+workload's pending jobs, right-sized in place (decisions/pending.py), and drops asked=, decision=
 and by= again where a later run drops that decision (a plain script's job gains
 profile=1: its comment marks it for measuring as the shim's environment does); a
 resubmission after

@@ -7,7 +7,7 @@ Two jobs share a key when the same user submits the same script, its comments (t
 folder, with the same GPUs, task count and partition: a sweep's resubmissions, an
 array's tasks, the job again next week. Cores, memory, time and names are not in it:
 those are what a decision changes, or do not change the workload. A config file edited
-under an unchanged script keeps the key; the run itself tells (profiling/runtime.py).
+under an unchanged script keeps the key; the run itself tells (probe/cmdfiles.py).
 
 The hash is two polynomial hashes modulo primes below 2**31, so that Lua 5.1, which has
 only doubles and no bit operations, computes it exactly and in a few milliseconds for

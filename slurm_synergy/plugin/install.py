@@ -51,6 +51,8 @@ def install_shim(conf_dir: Path) -> ConfChange:
 
 
 def plan_text(conf: Path) -> str:
+    """What --apply would do for the cluster of `conf`, as shell comments and the slurm.conf
+    lines to add; writes nothing."""
     _, changes = conf_edit(read_conf(conf))
     lines = [f"# slurm-synergy for the cluster of {conf}",
              "# 1. slurm.conf (then: scontrol reconfigure)"]

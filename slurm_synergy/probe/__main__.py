@@ -18,10 +18,12 @@ FAILED_EXIT = 1
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        """Exit with USAGE_EXIT and one line naming the bad option."""
         self.exit(USAGE_EXIT, f"{PROG}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The probe's command line."""
     p = _Parser(prog=f"python -m slurm_synergy.{PROG}",
                 description="Measure an unmodified training script from the inside: "
                 "samples/s, the share of each step spent waiting on the data loader, peak "
@@ -57,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, start: Start | None = None) -> int:
+    """Probe the command `argv` names and print what was measured; returns the exit status
+    (0 measured, 1 nothing measured, 2 bad options; watch mode: the command's own)."""
     args = build_parser().parse_args(argv)
     command = list(args.command)
     if command[:1] == ["--"]:

@@ -37,6 +37,7 @@ def job_pids(top: int) -> list[int]:
 
 
 def threads_of(pid: int) -> list[int]:
+    """The thread ids of process `pid` now; none once it has ended."""
     try:
         return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:

@@ -43,6 +43,7 @@ class Seen:
 
     @property
     def read(self) -> tuple[CommandFile, ...]:
+        """The files, without the mtime and size each had when read."""
         return tuple(f for f, _, _ in self.files)
 
     def unchanged(self) -> tuple[CommandFile, ...]:

@@ -16,6 +16,8 @@ from typing import Any
 
 
 def start() -> Any:
+    """Start PyTorch's memory tracker over every module and optimizer the process holds now;
+    returns the tracker, for `stop`."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 

@@ -58,10 +58,12 @@ class ProbeConfig:
     peak_s: float = 0.0
 
     def to_env(self) -> str:
+        """The config as JSON, for the environment of the probed processes."""
         return json.dumps(asdict(self))
 
     @classmethod
     def from_env(cls, text: str) -> "ProbeConfig":
+        """The config from `to_env`'s JSON; fields it does not know are dropped."""
         data = json.loads(text)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -112,9 +114,11 @@ class ProcessRecord:
 
     @property
     def samples_per_s(self) -> float:
+        """Samples per second over the measured steps; 0 before any."""
         return self.samples / self.seconds if self.seconds > 0 else 0.0
 
     def write(self, folder: Path) -> None:
+        """Write the record into the run's folder (0600), one file per host and process."""
         # By host too: an srun across nodes may write to one shared folder.
         name = f"{socket.gethostname()}-{self.pid}.json"
         atomic_write_text(folder / name, json.dumps(asdict(self)) + "\n", PRIVATE,
@@ -219,6 +223,7 @@ class ProbeResult:
     started_processes: list[str]    # commands the script started that ran unprobed
 
     def write(self, path: Path) -> None:
+        """Write the result to `path` (0600), whole."""
         # It holds the run's command line: its arguments may be tokens or paths.
         atomic_write_text(path, json.dumps(asdict(self), indent=1) + "\n", PRIVATE)
 

@@ -87,9 +87,11 @@ class Started(Protocol):
 
     pid: int
 
-    def poll(self) -> int | None: ...
+    def poll(self) -> int | None:
+        """The exit status, None while it runs."""
 
-    def wait(self, timeout: float | None = None) -> int: ...
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for it to end (at most `timeout` s, where given); its exit status."""
 
 
 Start = Callable[[list[str], dict[str, str], bool], Started]
@@ -229,6 +231,8 @@ def _signal(proc: Started, sig: int, watch: bool) -> None:
 
 def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRecord],
           tree: ProcessTree, timed_out_after: float | None) -> ProbeResult:
+    """The run's result from its exit status and records: ok, or the one-line reason nothing
+    was measured."""
     script = script_name(argv)
     measurement = measure(records, tree.memory())
     unprobed = tree.unprobed({r.pid for r in records})

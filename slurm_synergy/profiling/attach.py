@@ -59,6 +59,7 @@ class Attached:
         self._ending = folder / ENDING
 
     def poll(self) -> int | None:
+        """0 once the process has ended or says it is ending, None while it runs."""
         with contextlib.suppress(psutil.Error):
             if self._proc.is_running() and self._proc.status() != psutil.STATUS_ZOMBIE \
                     and not self._ending.exists():
@@ -66,6 +67,7 @@ class Attached:
         return 0
 
     def wait(self, timeout: float | None = None) -> int:
+        """Wait until `poll` says it has ended (at most `timeout` s, where given); returns 0."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
@@ -114,6 +116,7 @@ def result_path(job_id: str, cluster: str) -> Path:
 def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
     """Beside the tree of `pid` until it ends; the result written for the reports."""
     def log(line: str) -> None:
+        """One line to the job's log (this process's standard error)."""
         print(line, file=sys.stderr, flush=True)
     try:
         proc = Attached(pid, folder)
@@ -160,6 +163,8 @@ def _stop(sig: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Supervise the tree of --anchor until it ends (the job's signals ignored; TERM ends
+    this); returns 0, its records folder removed."""
     # The job's signals reach every process of its step: the ones a script takes for its
     # own (--signal=USR1@90 to checkpoint) are not ours; a TERM ends the measurement with
     # the job's cores given back.

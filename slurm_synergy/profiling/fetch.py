@@ -21,6 +21,7 @@ READ_CHUNK = 1 << 20
 
 
 def data_files(root: Path) -> list[Path]:
+    """The dataset's files under `root` (or `root` itself), without the generators' dot-files."""
     if root.is_file():
         return [root]
     return sorted(p for p in root.rglob("*")

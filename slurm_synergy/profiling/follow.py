@@ -55,6 +55,7 @@ class Follow:
         self.dropped = False
 
     def during(self, proc: Started, folder: Path) -> None:
+        """The watched run's program compared with its profile's, then its memory to its end."""
         self.same_program(proc.pid)
         self.until_it_ends(ProcessTree(proc.pid, pss_every_s=PSS_LOOK_S), proc)
 
@@ -90,6 +91,8 @@ class Follow:
                      f"{e}")
 
     def until_it_ends(self, tree: ProcessTree, proc: Started) -> None:
+        """Read the tree's memory until the job ends; a peak above its profile raises the profile
+        and the decisions (the looks of its last moments not counted)."""
         while True:
             kept = tree.peaks()
             tree.look()

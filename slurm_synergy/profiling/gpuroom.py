@@ -71,12 +71,15 @@ def check_room(estimate: GpuMemory, job_id: str, partition: str, slurm: Slurm,
 
 
 def write_move(workdir: Path, move: GpuMove) -> Path:
+    """Write the move into the job's working folder (paths.MOVE_FILE), for its resubmission;
+    returns the file."""
     path = workdir / paths.MOVE_FILE
     atomic_write_text(path, json.dumps(asdict(move), sort_keys=True) + "\n")
     return path
 
 
 def read_move(path: Path) -> GpuMove:
+    """The move the profiler wrote; SynergyError where it is not one or names no GPU type."""
     try:
         move = GpuMove(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as e:

@@ -13,7 +13,7 @@ on both sides of every comparison. The windows give the profile its points, with
 runs and spreads; the throughput model gets the trainers' and the loader workers' CPU
 time per sample from the processes' own counters. Once the profile is stored, the
 decision table is compiled and this user's pending jobs of the workload are right-sized
-in place (slurm_synergy/pending.py).
+in place (decisions/pending.py).
 
 A job that was right-sized in place while it waited trains with the decision's loader
 workers; a workload measured already, or being measured by another job now, trains
@@ -184,6 +184,8 @@ class Sweep:
         self.overhead = (0.0, 0.0)     # the supervisor's CPU seconds over the sweep's
 
     def during(self, proc: Started, folder: Path) -> None:
+        """Sweep the job's cores in windows while it trains, save the profile and the decisions it
+        makes, then follow the job's memory to its end."""
         allowed = os.sched_getaffinity(0)
         fp = self.req.fingerprint
         if len(allowed) < 2:
@@ -240,6 +242,7 @@ class Sweep:
         runs: list[Window] = []
 
         def full() -> bool:
+            """Measure one window at the full core count, kept in `runs`; False where none could be."""
             w = windows.measure(top, s)
             if w is not None:
                 runs.append(w)
@@ -273,6 +276,7 @@ class Sweep:
         full_rate = statistics.median(w.samples_per_s for w in full)
 
         def point(k: int, rates: list[float], ws: list[Window]) -> Point:
+            """The train point at `k` cores: the median of its rates and of its windows' figures."""
             return Point(measure="train", cores=k, workers=workers, mem_mb=mem_mb,
                          samples_per_s=statistics.median(rates),
                          data_stall_fraction=statistics.median(w.wait_share for w in ws),
@@ -369,10 +373,13 @@ def _now() -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        """Exit with USAGE_EXIT and one line naming the bad option."""
         self.exit(USAGE_EXIT, f"{PROG}: error: {message} (see --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the job's command to its end, measured or followed as run_job decides; returns its
+    exit status."""
     p = _Parser(prog="python -m slurm_synergy.profiling.inrun",
                 description="Run a job's training command to its end, measuring it while "
                 "it trains if it is its workload's first.")
@@ -392,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("no command to run (-- COMMAND...)")
 
     def log(line: str) -> None:
+        """One line to the job's log (this process's standard error)."""
         print(line, file=sys.stderr, flush=True)
     try:
         policy = load_policy(policy_path())

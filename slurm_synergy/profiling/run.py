@@ -153,6 +153,7 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
         shared = run.shared_core() if procs == 1 else None
 
         def components_again() -> None:
+            """Run each component a second time where the budget allows, combined with its first."""
             # Every prediction rests on the two components, so once the measured counts
             # are settled the budget buys a second run of each, apart from the first:
             # their noise is then known too, and a held-out point's error can be read

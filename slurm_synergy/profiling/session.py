@@ -45,9 +45,11 @@ class Session:
         self.bar = tqdm(total=steps, unit="step", desc=desc, file=sys.stderr, disable=None)
 
     def close(self) -> None:
+        """Close the progress bar."""
         self.bar.close()
 
     def spent_s(self) -> float:
+        """Seconds since the profile started."""
         return time.perf_counter() - self.t0
 
     def fits(self, seconds: float) -> bool:
@@ -114,9 +116,11 @@ class Session:
                        step_s=first.step_s + more)
 
     def rates(self, k: int) -> list[float]:
+        """The samples/s of each run at `k` cores, in the order they ran."""
         return [r.samples_per_s for r in self.runs[k]]
 
     def train_points(self, counts: list[int]) -> list[Point]:
+        """One train point per count, its repeated runs combined into one (`combine`)."""
         return [combine(self.runs[k]) for k in counts]
 
     def run(self, step: Step) -> Point:
@@ -125,6 +129,7 @@ class Session:
         return to_point(step, m, wall, self.mem_mb, self.procs)
 
     def component(self, step: Step) -> Point:
+        """One component step (loader or compute alone), counted on the progress bar."""
         self.bar.set_postfix_str(f"{step.measure} only")
         pt = self.run(step)
         self.advance(f"{step.measure} only, {step.cores} cores: {pt.samples_per_s:.1f} "
@@ -155,6 +160,7 @@ class Session:
         return alone, pt
 
     def advance(self, line: str) -> None:
+        """Count one step done; in a batch log (no bar drawn), a line saying what it measured."""
         self.bar.update(1)
         if self.bar.disable:     # a batch log: a line per step instead of a redrawn bar
             self.log(f"{PROG}: step {self.runner.steps_run}: {line}")

@@ -279,6 +279,7 @@ class _Warm:
         return message if isinstance(message, dict) else {}
 
     def close(self) -> None:
+        """End the warm interpreter: end of input, then up to 10 s for it to exit, else killed."""
         stdin, _ = self._pipes()
         try:
             stdin.close()
@@ -370,6 +371,7 @@ def to_point(step: Step, measured: dict[str, Any], wall: float, mem_mb: int,
              procs: int = 1) -> Point:
     """A profile point from the probe's measurement; workers counted over all ranks."""
     def num(key: str) -> float:
+        """The measurement's `key` as a number; 0 where it is missing or not one."""
         value = measured.get(key)
         return float(value) if isinstance(value, (int, float)) else 0.0
     return Point(measure=step.measure, cores=step.cores, workers=step.workers * procs,

@@ -71,6 +71,8 @@ def repeat_sweep(swept: Sequence[int], runs: Callable[[int], Sequence[float]],
 
 def gpu_readings(sampler: Sampler | None, reason: str, gpus: list[Gpu],
                  summary: dict[str, Any]) -> GpuReadings:
+    """The profile's GPU fields: the GPUs' mean utilisation (%), memory peak (MB), summed mean
+    power (W) and energy from the sampler, with their power limits; unavailable without GPUs."""
     if not gpus:
         return GpuReadings(available=False, reason=reason)
     try:

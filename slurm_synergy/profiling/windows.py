@@ -59,6 +59,7 @@ class Trouble:
     reasons: list[str] = field(default_factory=list)
 
     def add(self, why: str) -> None:
+        """Note `why`, unless it is noted already."""
         if why not in self.reasons:
             self.reasons.append(why)
 
@@ -84,6 +85,7 @@ class RunWindows:
         self.order = 0
 
     def alive(self) -> bool:
+        """Whether the job's process still runs."""
         return self.proc.poll() is None
 
     def trainers(self) -> list[ProcessRecord]:

@@ -34,6 +34,7 @@ def query(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
 
 
 def when(text: str) -> datetime | None:
+    """sacct's time as a datetime; None for Unknown or None (not started, not ended)."""
     try:
         return datetime.fromisoformat(text)
     except ValueError:           # Unknown, None: not started or not ended
@@ -41,6 +42,7 @@ def when(text: str) -> datetime | None:
 
 
 def gpu_type(alloc: str) -> str:
+    """The GPU type in a TRES list (gres/gpu:TYPE=N); "" where it names none."""
     m = re.search(r"(?:^|,)gres/gpu:([^=,]+)=", alloc)
     return m.group(1) if m else ""
 
@@ -177,6 +179,7 @@ class Fold:
                    one_task=raw not in self._spread and rec["one_node"])
 
     def frame(self) -> pd.DataFrame:
+        """One row per job, the last job's steps folded in first (columns COLUMNS)."""
         for job in self._open:
             self._fold_memory(self._jobs[job])
         self._open = set()

@@ -108,6 +108,7 @@ def for_workloads(jobs: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
 
 
 def lines(jobs: pd.DataFrame) -> list[dict[str, Any]]:
+    """The report's advice: each job's lines (for_job), then the workloads' (for_workloads)."""
     rows = row_dicts(jobs[list(_READS)])
     return [{"job_id": j["job_id"], "name": j["name"], "advice": text}
             for j in rows for text in for_job(j)] + for_workloads(rows)

@@ -33,12 +33,15 @@ class Report:
 
     @property
     def empty(self) -> bool:
+        """Whether sacct had no job for the report."""
         return self.jobs.empty
 
 
 def build(slurm: Slurm, job_ids: Sequence[str] = (), since: str | None = None,
           until: str | None = None, users: Sequence[str] = (),
           stats_dir: Path | None = None) -> Report:
+    """The report of the jobs named, else of the period (and users): sacct's rows joined with
+    the node hooks' GPU stats, profiles, decisions and chains, and summed."""
     period = (f"jobs {','.join(job_ids)}" if job_ids else
               f"{since} to {until or 'now'}") + (f", users {','.join(users)}" if users else "")
     # sacct waits on slurmdbd, then prints for a while: the lines are folded as they come

@@ -177,6 +177,8 @@ def add_chains(jobs: pd.DataFrame, cluster: str) -> list[str]:
 
 def load_profiles(jobs: pd.DataFrame,
                   store: ProfileStore | None = None) -> tuple[dict[str, Profile], list[str]]:
+    """The profiles of the jobs' workloads (the user's own store unless told), and a problem
+    for each one that is there but cannot be read."""
     store = store or ProfileStore.default()
     found, problems = {}, []
     for fp in sorted({f for f in jobs["fingerprint"] if f and FINGERPRINT_RE.match(f)}):

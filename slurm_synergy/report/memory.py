@@ -45,6 +45,7 @@ class NodePeak:
 
     @property
     def efficiency(self) -> float | None:
+        """The peak as a share of what the job may hold on the node; None where that is 0."""
         return self.peak_mb / self.allowed_mb if self.allowed_mb > 0 else None
 
 

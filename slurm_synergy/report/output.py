@@ -181,6 +181,8 @@ def _joined(rows: list[list[Cell]]) -> list[list[str]]:
 
 
 def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The workloads table's head and rows: jobs, hours, JCT, wait, energy (kWh), and the
+    run time against the GPU-proportional share's."""
     head = ["Workload", "Jobs", "GPU-h", "core-h got", "core-h used", "JCT mean", "JCT p95",
             "wait mean", "GPU kWh", "run time / proportional", "--time / run"]
     rows = []
@@ -197,6 +199,8 @@ def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
 
 
 def cluster_lines(report: Report) -> list[str]:
+    """The cluster's summary: JCT and wait, GPU- and core-hours, GPU energy (kWh), and what
+    the profiles predict at the GPU-proportional share."""
     c = report.cluster
     lines = [
         f"{c['jobs']} jobs, makespan {_dur(c['makespan_s'])}; JCT mean {_dur(c['jct_mean_s'])}, "
@@ -259,10 +263,13 @@ def _plain(value: Any) -> Any:
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame's rows as JSON-ready dicts: times in ISO form, NaN as None."""
     return [{str(k): _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
 def as_json(report: Report) -> str:
+    """The whole report as JSON (--format json): period, jobs, workloads, cluster, advice and
+    problems."""
     return json.dumps({"period": report.period, "jobs": records(report.jobs),
                        "workloads": records(report.workloads),
                        "cluster": {k: _plain(v) for k, v in report.cluster.items()},
@@ -275,6 +282,7 @@ def _cell(value: Any) -> Any:
 
 
 def as_csv(frame: pd.DataFrame) -> str:
+    """The frame as CSV, a cell a spreadsheet would run as a formula quoted."""
     rows = [{k: _cell(v) for k, v in r.items()} for r in records(frame)]
     return pd.DataFrame(rows, columns=list(frame.columns)).to_csv(index=False)
 

@@ -24,6 +24,7 @@ def _empty(ax: plt.Axes, text: str) -> None:
 
 
 def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Write the figure to `path` as a PNG (100 dpi) and close it; returns `path`."""
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -31,6 +32,8 @@ def save_figure(fig: plt.Figure, path: Path) -> Path:
 
 
 def throughput(jobs: pd.DataFrame, profiles: dict[str, Profile], path: Path) -> Path:
+    """Samples/s against cores per profiled workload: the model's curve, the measured points,
+    and the cores its latest decided job got; returns the PNG's path."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     if not profiles:
         _empty(ax, "no profiled workloads among these jobs")
@@ -107,6 +110,8 @@ def allocation(jobs: pd.DataFrame, path: Path) -> Path:
 
 
 def energy(jobs: pd.DataFrame, path: Path) -> Path:
+    """GPU energy (kJ) against run time (min) per job, coloured by power limit; returns the
+    PNG's path."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
     measured = jobs[jobs["gpu_energy_j"].notna()]
     if measured.empty:

@@ -43,7 +43,9 @@ class _Columns:
 
     @classmethod
     def of(cls, jobs: pd.DataFrame) -> "_Columns":
+        """The columns of `jobs`, each converted once."""
         def num(name: str) -> np.ndarray:
+            """The column `name` as floats, NaN where it holds no number."""
             return pd.to_numeric(jobs[name], errors="coerce").to_numpy(dtype=float)
 
         elapsed = np.nan_to_num(num("elapsed_s"))
@@ -110,6 +112,7 @@ def _figures(c: _Columns, rows: np.ndarray) -> dict[str, Any]:
 
 
 def workloads(jobs: pd.DataFrame) -> pd.DataFrame:
+    """One row per workload (fingerprint, else name:<job name>): its job names and figures."""
     columns = _Columns.of(jobs)
     groups: dict[str, list[int]] = {}
     names = jobs["name"].tolist()
@@ -125,4 +128,5 @@ def workloads(jobs: pd.DataFrame) -> pd.DataFrame:
 
 
 def cluster(jobs: pd.DataFrame) -> dict[str, Any]:
+    """The figures over every job of the report."""
     return _figures(_Columns.of(jobs), np.arange(len(jobs)))

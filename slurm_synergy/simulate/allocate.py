@@ -118,6 +118,8 @@ class Free:
 
     def take(self, placement: Sequence[tuple[int, int]], cpus: float, mem: float,
              sign: int = 1) -> None:
+        """Take `cpus` cores and `mem` GB per GPU, and the GPUs, on each server of the placement;
+        with `sign` -1 give them back."""
         for s, n in placement:
             self.gpus[s] -= sign * n
             self.total_gpus -= sign * n
@@ -160,14 +162,18 @@ def _place_each(wants: Sequence[Want], free: Free, size: Callable[[Want], Config
 
 
 def proportional(wants: Sequence[Want], free: Free) -> list[Grant]:
+    """Each job at its GPU-proportional share, first fit; a job that does not fit waits."""
     return _place_each(wants, free, lambda w: w.demands.share)
 
 
 def greedy(wants: Sequence[Want], free: Free) -> list[Grant]:
+    """Synergy-GREEDY: each job at its ideal demand, first fit; a job that does not fit waits."""
     return _place_each(wants, free, lambda w: w.demands.ideal)
 
 
 def tune(wants: Sequence[Want], free: Free) -> list[Grant]:
+    """Synergy-TUNE: each job at its ideal, else its fair share, else its share after taking
+    back what jobs on its servers hold beyond theirs."""
     grants: list[Grant] = []
     on_server: list[list[Grant]] = [[] for _ in free.gpus]
     shares = {w.key: w.demands.share for w in wants}
@@ -236,6 +242,8 @@ def _reclaim_on(s: int, cpus: float, mem: float, free: Free, peers: list[Grant],
 
 
 def synergy_slurm(wants: Sequence[Want], free: Free) -> list[Grant]:
+    """This project's policy: TUNE's placement, each job cut to its floor, then the spare
+    given to whole ideals and step by step (to the claim, then to the ideal)."""
     grants = tune(wants, free)
     by_key, steps = {}, {}
     want = {w.key: w for w in wants}
@@ -287,6 +295,8 @@ def _upgrade(by_key: dict, steps: dict[int, int], free: Free, limit: str) -> Non
     and still fits on its servers. Spare capacity only shrinks, so a job's best step only
     gets worse: a heap re-checked on pop is exact."""
     def best_step(w: Want, g: Grant, at: int):
+        """The job's best next frontier step within `limit` that fits where it is, as (gain per
+        core, frontier index); None where there is none."""
         d = w.demands
         # The frontier starts at the floor, which may exceed the limit in one of the two.
         top = getattr(d, limit)

@@ -40,14 +40,17 @@ class ClusterSpec:
 
     @property
     def gpus(self) -> int:
+        """The cluster's GPUs, all servers together."""
         return sum(s.gpus for s in self.servers)
 
     @property
     def cpus(self) -> int:
+        """The cluster's cores, all servers together."""
         return sum(s.cpus for s in self.servers)
 
     @property
     def mem_gb(self) -> float:
+        """The cluster's memory (GB), all servers together."""
         return sum(s.mem_gb for s in self.servers)
 
     @property
@@ -63,6 +66,7 @@ class ClusterSpec:
                 min(s.mem_gb / s.gpus for s in self.servers))
 
     def describe(self) -> str:
+        """The servers in one line, alike ones counted together (GPUs, CPUs, GB each)."""
         kinds: dict[Server, int] = {}
         for s in self.servers:
             kinds[s] = kinds.get(s, 0) + 1
@@ -71,6 +75,7 @@ class ClusterSpec:
 
 
 def builtin() -> list[str]:
+    """The names of the built-in clusters (the TOML files in etc/simulate/)."""
     return sorted(p.stem for p in CLUSTERS.glob("*.toml"))
 
 

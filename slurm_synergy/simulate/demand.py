@@ -91,6 +91,7 @@ class DemandBook:
         self._book: dict[tuple[str, int], Demands] = {}
 
     def of(self, work: Workload, gpus: int) -> Demands:
+        """The demands of `work` on `gpus` GPUs, worked out the first time they are asked for."""
         key = (work.name, gpus)
         found = self._book.get(key)
         if found is None:
@@ -107,6 +108,7 @@ class DemandBook:
         mems = sorted({m for m in work.mem_gb if m <= max_m} | {share_m, max_m})
 
         def pick(cap_c: int, cap_m: float, tolerance: float) -> Config:
+            """Synergy's demand rule within `cap_c` cores and `cap_m` GB per GPU."""
             p = smallest_within(rate, range(1, cap_c + 1), [m for m in mems if m <= cap_m],
                                 tolerance)
             return Config(p.cpus, p.mem, p.rate)

@@ -42,6 +42,8 @@ GPUS_PER_JOB = ("mix", "single")
 def dynamic_trace(jobs: int, rate: float, workloads: Mapping[str, Workload],
                   gpus: str = "mix", split: tuple[int, int, int] = SPLIT,
                   seed: int = 42) -> list[SimJob]:
+    """`jobs` jobs of Synergy's dynamic workload arriving at `rate` jobs an hour, drawn as its
+    generator draws them (see the module's docstring)."""
     if jobs < 1 or not 0 < rate < math.inf:
         raise SynergyError("a dynamic trace needs at least one job and a rate above 0 jobs/h")
     if gpus not in GPUS_PER_JOB:

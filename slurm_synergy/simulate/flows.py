@@ -90,6 +90,7 @@ class Flow:
 
     @staticmethod
     def workload(j: JobState) -> WorkloadKey:
+        """The job's workload: its model and GPU count."""
         return j.model, j.gpus
 
     def joined(self, j: JobState) -> None:

@@ -71,6 +71,7 @@ def _choose(wants: Sequence[Want], spare_cpus: int, price: float) -> list[int]:
 def _pooled(wants: Sequence[Want], spare_cpus: int, mem: float) -> list[int]:
     """`_choose`, with memory priced up until the choices fit `mem`."""
     def used(ch):
+        """The memory the choices take (GB), over every job's GPUs."""
         return sum(w.demands.frontier[k].mem_gb * w.gpus for w, k in zip(wants, ch))
 
     chosen = _choose(wants, spare_cpus, 0.0)
@@ -294,6 +295,7 @@ def exact(wants: Sequence[Want], free: Free) -> tuple[float, dict[int, tuple[int
     rows, lo, hi = [], [], []
 
     def row(entries, low, high):
+        """Add one constraint: `low` <= sum of coef * variable over `entries` <= `high`."""
         r = np.zeros(len(var))
         for n, coef in entries:
             r[n] = coef

@@ -52,6 +52,7 @@ class JobState:
         return self.end_s
 
     def remaining_s(self) -> float:
+        """Seconds of work left at the last round's speed (the nominal one if it did not run)."""
         speed = self.last_speed or self.nominal
         return (self.iters - self.done) * self.iter_s / speed
 

@@ -17,6 +17,8 @@ from slurm_synergy.simulate.simulator import Outcome  # noqa: E402
 
 
 def jct_cdf(outcomes: Sequence[Outcome], path: Path, window: Window | None = None) -> Path:
+    """The CDF of job completion time (h) per setup, over the window's jobs where given;
+    returns the PNG's path."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for o in outcomes:
         jct = np.sort([(j.finished_s - j.arrival_s) / 3600 for j in measured(o.jobs, window)])
@@ -30,6 +32,8 @@ def jct_cdf(outcomes: Sequence[Outcome], path: Path, window: Window | None = Non
 
 
 def utilisation(outcomes: Sequence[Outcome], path: Path) -> Path:
+    """The share of the cluster's GPUs held and cores allocated in each round, per setup;
+    returns the PNG's path."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     for o in outcomes:
         t = (np.array(o.rounds.start_s) - o.rounds.start_s[0]) / 3600
@@ -48,6 +52,7 @@ def utilisation(outcomes: Sequence[Outcome], path: Path) -> Path:
 
 
 def write(outcomes: Sequence[Outcome], out: Path, window: Window | None = None) -> list[Path]:
+    """Both figures in `out` (jct.png, utilisation.png); returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     return [jct_cdf(outcomes, out / "jct.png", window),
             utilisation(outcomes, out / "utilisation.png")]

@@ -50,6 +50,7 @@ class Setup:
 
     @property
     def label(self) -> str:
+        """The setup in one word for tables and plots: order/alloc, and /flow unless "known"."""
         return f"{self.order}/{self.alloc}" + ("" if self.flow == "known" else f"/{self.flow}")
 
 
@@ -97,6 +98,8 @@ def _first_round(first_arrival: float, last_arrival: float, round_s: float) -> f
 
 def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
              cluster: ClusterSpec, setup: Setup, policy: Policy | None = None) -> Outcome:
+    """Run the trace on the cluster in lease rounds under the setup's policies and speed
+    model; returns every job's outcome and each round's use."""
     if setup.order not in ORDERS:
         raise SynergyError(f"scheduling policy {setup.order!r} is not one of "
                            f"{', '.join(ORDERS)}")
@@ -125,6 +128,7 @@ def simulate(trace: Sequence[SimJob], workloads: Mapping[str, Workload],
     wants = [Want(i, j.gpus, workloads[j.model], sized[i]) for i, j in enumerate(trace)]
 
     def resize(i: int, right: bool) -> None:
+        """Size job `i` by its decision (`right`) or at its share, as the flow says."""
         w = wants[i]
         w.demands = sized[i] if right else _asked(sized[i])
         jobs[i].nominal = _nominal(setup.alloc if right else "proportional", book, w.work,

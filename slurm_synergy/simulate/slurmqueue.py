@@ -139,9 +139,13 @@ class _Queue:
         return job.asked
 
     def free(self) -> tuple[int, int, int]:
+        """What the node has free beside the running jobs: (cpus, mem_mb, gpus)."""
         return _left(self.node, [r.size for r in self.running.values()])
 
     def start(self, job: QueueJob, now: float, backfilled: bool = False) -> None:
+        """Start a pending job at `now`: measured (as asked) where it is its undecided workload's
+        first; its limit lowered where backfill starts it under "ours", its run cut at the
+        prediction under "history"."""
         measures = job.decided is not None and job.workload not in self.decided \
             and job.workload not in self.measuring
         size = self.size(job)
@@ -158,6 +162,8 @@ class _Queue:
                 killed, 0 < lowered < run_s), job, size, measures, lowered)
 
     def end(self, job_id: int) -> None:
+        """End a running job: its workload decided if it measured it, and its run kept in the
+        histories the time limits read."""
         r = self.running.pop(job_id)
         if r.measures:
             self.measuring.discard(r.job.workload)

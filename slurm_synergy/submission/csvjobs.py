@@ -73,12 +73,16 @@ class _Row:
     problems: list[str]
 
     def bad(self, column: str, message: str) -> None:
+        """Note a problem with the row's `column`."""
         self.problems.append(f"{self.ref}, column {column}: {message}")
 
     def get(self, column: str) -> str:
+        """The cell of `column`, stripped; "" where the row has none."""
         return self.cells.get(column, "").strip()
 
     def integer(self, column: str, low: int, high: int, default: int | None = None) -> int | None:
+        """The cell as an integer within `low`..`high`; `default` where it is empty, or is not
+        one (the problem noted)."""
         text = self.get(column)
         if not text:
             return default
@@ -93,6 +97,7 @@ class _Row:
         return value
 
     def matching(self, column: str, pattern: re.Pattern[str], what: str) -> str:
+        """The cell where it matches `pattern`; "" where it does not (the problem noted)."""
         text = self.get(column)
         if text and not pattern.match(text):
             self.bad(column, f"{text!r} is not {what}")

@@ -42,6 +42,7 @@ class LedgerEntry:
 
 
 def row_key(spec: JobSpec) -> str:
+    """A row's key in the ledger: its file, row number and the digest of its cells."""
     return f"{Path(spec.source.file).resolve()}#{spec.source.row}#{spec.row_digest}"
 
 
@@ -84,6 +85,7 @@ class Ledger:
                                "aside to start a new one") from exc
 
     def get(self, spec: JobSpec) -> LedgerEntry | None:
+        """The row's entry, None where it was never submitted (or has been forgotten)."""
         return self.entries.get(row_key(spec))
 
     def intend(self, spec: JobSpec, script: Path, tag: str, task: int = -1) -> None:
@@ -100,14 +102,17 @@ class Ledger:
         self.entries[key] = replace(entry, job_id=job_id, state="queued")
 
     def mark(self, key: str, state: str, job_id: str | None = None) -> None:
+        """Set an entry's state, and its job id where given."""
         entry = self.entries[key]
         self.entries[key] = replace(entry, state=state,
                                     job_id=entry.job_id if job_id is None else job_id)
 
     def forget(self, key: str) -> None:
+        """Drop an entry, so that its row may be submitted again."""
         self.entries.pop(key, None)
 
     def save(self) -> None:
+        """Write the ledger (0600), whole."""
         data = {"version": VERSION, "rows": {k: asdict(v) for k, v in self.entries.items()}}
         private_folder(self.path.parent)
         atomic_write_text(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n",

@@ -44,6 +44,7 @@ class Reconciled:
     unreached: dict[str, str] = field(default_factory=dict)  # still to cancel -> job id
 
     def summary(self) -> str:
+        """One line counting the rows in Slurm, lost, cancelled and still to cancel."""
         parts = [f"{len(self.present)} in Slurm"]
         if self.lost:
             parts.append(f"{len(self.lost)} not in Slurm")

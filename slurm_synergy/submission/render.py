@@ -44,10 +44,12 @@ def python_for_jobs() -> str:
 
 
 def data_dir() -> Path:
+    """Where generated datasets go: SYNERGY_DATA, else data/ in the user's synergy home."""
     return Path(os.environ.get("SYNERGY_DATA", paths.home_dir() / "data"))
 
 
 def check_out_dir(out: Path) -> Path:
+    """`out` made absolute; SynergyError where #SBATCH lines could not carry it."""
     out = out.resolve()
     if not SAFE_PATH_RE.match(str(out)):
         raise SynergyError(f"output folder {out} has characters Slurm's #SBATCH lines cannot "
@@ -56,6 +58,8 @@ def check_out_dir(out: Path) -> Path:
 
 
 def task_for(spec: JobSpec, index: int, out: Path) -> Task:
+    """The row as task `index` of its unit: its output folder and its training command (the built-in
+    trainer's --data and --output added)."""
     output = out / (spec.output_folder or ".") / spec.name
     argv = spec.script_argv()
     if spec.builtin:

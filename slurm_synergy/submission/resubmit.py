@@ -72,6 +72,7 @@ class _Again:
     moved: bool = False
 
     def said(self, job_id: str, new_id: str) -> str:
+        """The line the job's log gets about its resubmission as `new_id`."""
         if self.moved:
             return (f"slurm-synergy: job {job_id}'s step would not fit its GPU; resubmitted "
                     f"as job {new_id} ({self.summary}), to be profiled there")

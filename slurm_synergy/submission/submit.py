@@ -64,6 +64,7 @@ class Unit:
 
     @property
     def array(self) -> str:
+        """The unit's --array range ("0-N"), "" for a single row."""
         return f"0-{len(self.tasks) - 1}" if len(self.tasks) > 1 else ""
 
     def task_id(self, job_id: str, task: Task) -> str:
@@ -79,6 +80,8 @@ class SubmitResult:
 
 
 def plan_units(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) -> list[Unit]:
+    """The rows as sbatch calls: alike rows as array jobs (with --arrays, at most `max_array`
+    each), each with its script's path and its delay from the first (s)."""
     out = check_out_dir(opts.out)
     groups: dict[tuple, list[JobSpec]] = {}
     offset = 0.0
@@ -109,6 +112,8 @@ def plan_units(specs: Sequence[JobSpec], opts: SubmitOptions, max_array: int) ->
 
 def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
                ledger: Ledger | None = None, log: Callable[[str], None] = print) -> SubmitResult:
+    """Submit the job list's rows the ledger has not seen (all with force), or write their
+    scripts only on a dry run; returns the units, job ids and rows skipped."""
     specs = load_jobs(csv_path)
     # Read once, before anything is written: a policy that cannot be read stops it all.
     policy = load_policy(policy_path())

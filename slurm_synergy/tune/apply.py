@@ -24,6 +24,7 @@ from slurm_synergy.tune.plan import Resize
 
 
 def log_path() -> Path:
+    """The tune log: SYNERGY_TUNE_LOG, else tune.jsonl in the user's synergy home."""
     return Path(os.environ.get("SYNERGY_TUNE_LOG", paths.home_dir() / "tune.jsonl"))
 
 
@@ -84,6 +85,7 @@ def in_force(log: Path) -> dict[str, dict]:
 
 
 def last_applied(log: Path, job_id: str) -> dict:
+    """The job's tune the log says is in force; SynergyError where there is none."""
     if not log.exists():
         raise SynergyError(f"no tune log at {log} (SYNERGY_TUNE_LOG names another)")
     found = in_force(log).get(job_id)

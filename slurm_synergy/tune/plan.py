@@ -48,9 +48,11 @@ class _Room:
     gpus: int
 
     def holds(self, cpus: int, mem_mb: int, gpus: int) -> bool:
+        """Whether the node has this many cores, MB and GPUs free."""
         return self.cpus >= cpus and self.mem_mb >= mem_mb and self.gpus >= gpus
 
     def take(self, cpus: int, mem_mb: int, gpus: int) -> None:
+        """Count this many cores, MB and GPUs as taken on the node."""
         self.cpus, self.mem_mb, self.gpus = self.cpus - cpus, self.mem_mb - mem_mb, \
             self.gpus - gpus
 

@@ -21,9 +21,10 @@ from tests.unit.test_architecture import (  # noqa: E402
     cycles_of, graph, modules, package_graph)
 
 LIMIT = 450
-# A job's comment is written to Slurm by an update naming Comment, by sbatch's --comment,
-# or by the shim setting job_desc.comment.
-COMMENT_WRITES = re.compile(r'"Comment":|\["Comment"\]\s*=|--comment=|job_desc\.comment\s*=')
+# A job's comment is written to Slurm by an update naming Comment (COMMENT: in Slurm.mark),
+# by sbatch's --comment (a job script's #SBATCH line too), or by the shim's job_desc.comment.
+COMMENT_WRITES = re.compile(r'"Comment":|\["Comment"\]\s*=[^=]|\bCOMMENT:|--comment=|'
+                            r'job_desc\.comment\s*=[^=]')
 POLICY_LOADS = re.compile(r"\b(load_policy|load_site|site_catalog)\(")
 ENV_READS = re.compile(r"\bos\.environ\b|\bos\.getenv\(")
 ENV_NAMES = re.compile(r"\bSYNERGY_[A-Z][A-Z0-9_]*")
@@ -43,6 +44,7 @@ def counts() -> dict[str, str]:
     sizes = sorted(((len(t.splitlines()), n) for n, t in texts.items()), reverse=True)
     code = list(texts.values())
     lua = (ROOT / "etc" / "job_submit.lua").read_text()
+    templates = [p.read_text() for p in (ROOT / "templates").glob("*.j2")]
     publics = [f for t in code for f in public_functions(ast.parse(t))]
     bare = [f for f in publics if not ast.get_docstring(f)]
     policy = sum(len([m for m in POLICY_LOADS.finditer(t)
@@ -61,7 +63,7 @@ def counts() -> dict[str, str]:
         "largest module (lines)": f"{sizes[0][0]} ({sizes[0][1]})",
         f"modules over {LIMIT} lines": str(sum(1 for s, _ in sizes if s > LIMIT)),
         "places that write a job's comment": str(sum(len(COMMENT_WRITES.findall(t))
-                                                     for t in code + [lua])),
+                                                     for t in code + [lua] + templates)),
         "policy loads (call sites)": str(policy),
         "environment reads (sites / modules)":
             f"{sum(env_sites.values())} / {sum(1 for v in env_sites.values() if v)}",

@@ -134,12 +134,12 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
         settings = _size_settings(before.cpus, before.mem_mb,
                                  gres_text(before.gpus, before.gpu_type) if changed else None)
         plain = comment_format.marks(comment).get("plain") == "1"
-        kept = comment_format.without(comment, "asked", "decision", "by", "tuned")
-        settings["Comment"] = (comment_format.with_marks(kept, profile="1") if plain else
-                               comment_format.without(kept, "profile"))
+        dropped = ("asked", "decision", "by", "tuned")
+        marks = (comment_format.Marks({"profile": "1"}, dropped) if plain else
+                 comment_format.Marks(drop=(*dropped, "profile")))
         target = job.job_id.split("_")[0] if job.array else job.job_id
         try:
-            slurm.update_job(target, settings)
+            slurm.mark(target, marks, settings, read_from=job.job_id)
         except SynergyError as e:
             why = f"Slurm refused the update ({str(e).splitlines()[0]})"
             done.left.append((job.job_id, why))
@@ -172,14 +172,12 @@ def _update(job: QueuedJob, comment: str, by_job: str, service: DecisionService,
         r = rightsize(asked, decision, service.policy.user_request_wins)
     except (LeftAsAsked, SynergyError) as e:
         return str(e)
-    settings = settings_for(r, asked.gpus)
-    settings["Comment"] = comment_format.with_marks(
-        comment_format.without(comment, "profile"), asked=r.asked, decision=r.decided,
-        by=by_job)
+    marks = comment_format.Marks({"asked": r.asked, "decision": r.decided, "by": by_job},
+                                 drop=("profile",))
     # An array's pending tasks are one record until they start: updated as a whole.
     target = job.job_id.split("_")[0] if job.array else job.job_id
     try:
-        slurm.update_job(target, settings)
+        slurm.mark(target, marks, settings_for(r, asked.gpus), read_from=job.job_id)
     except SynergyError as e:
         return f"Slurm refused the update ({str(e).splitlines()[0]})"
     done.updated.append((job.job_id, r))

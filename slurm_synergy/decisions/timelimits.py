@@ -188,13 +188,11 @@ def _set(slurm: Slurm, job: TimedJob, p: Prediction, rule: TimeRule,
     minutes = time_min_minutes(p, job.limit_min or 0, rule)
     if minutes is None:
         return None
-    comment = slurm.comment(job.job_id)         # whole: the update writes it back
-    if _opted_out(comment):
+    if _opted_out(slurm.comment(job.job_id)):      # whole: the opt-out may be anywhere
         return None
-    text = comment_format.with_marks(
-        comment, tmin=comment_format.time_text(minutes, p.seconds, p.jobs))
+    tmin = comment_format.Marks({"tmin": comment_format.time_text(minutes, p.seconds, p.jobs)})
     try:
-        slurm.update_job(job.job_id, {"TimeMin": str(minutes), "Comment": text})
+        slurm.mark(job.job_id, tmin, {"TimeMin": str(minutes)})
     except SynergyError as e:
         return f"Slurm refused: {str(e).splitlines()[0]}"
     state[job.job_id] = Lowered(job.uid, job.limit_min or 0, minutes)
@@ -213,9 +211,8 @@ def _raise(slurm: Slurm, job: TimedJob, lowered: Lowered | None, left_s: float) 
     try:
         # The comment says so (tback=), for the job's report; the limit is from root's
         # record alone.
-        text = comment_format.with_marks(slurm.comment(job.job_id),
-                                         tback=str(lowered.asked_min))
-        slurm.update_job(job.job_id, {"TimeLimit": str(lowered.asked_min), "Comment": text})
+        slurm.mark(job.job_id, comment_format.Marks({"tback": str(lowered.asked_min)}),
+                   {"TimeLimit": str(lowered.asked_min)})
     except SynergyError:
         return False            # tried again next round, while it runs
     lowered.raised = True

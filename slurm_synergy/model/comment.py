@@ -32,7 +32,7 @@ and decision= the same way.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PREFIX = "synergy:fp="
 # Marks a resubmission after profiling drops: the next decision is the shim's to make.
@@ -123,6 +123,21 @@ def without(comment: str, *names: str) -> str:
 def with_marks(comment: str, **values: str) -> str:
     """The comment with these marks set (an earlier one of the same name replaced)."""
     return " ".join([without(comment, *values), *(f"{k}={v}" for k, v in values.items())]).strip()
+
+
+@dataclass(frozen=True)
+class Marks:
+    """A change to a job's comment after submission: marks dropped, then marks set (an
+    earlier one of the same name replaced); the rest of the comment is kept. Slurm.mark
+    is the one writer that applies it."""
+
+    set: dict[str, str] = field(default_factory=dict)
+    drop: tuple[str, ...] = ()
+
+    def applied(self, comment: str) -> str:
+        """`comment` with this change made."""
+        kept = without(comment, *self.drop) if self.drop else comment
+        return with_marks(kept, **self.set) if self.set else kept
 
 
 def decision_text(cpus: int, mem_mb: int, gpus: int, workers: int, power_w: int = 0,

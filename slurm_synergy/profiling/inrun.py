@@ -332,9 +332,7 @@ class Sweep:
         if not self.job_id:
             return
         try:
-            comment = self.slurm.comment(self.job_id)
-            self.slurm.update_job(self.job_id, {
-                "Comment": comment_format.with_marks(comment, measured="run")})
+            self.slurm.mark(self.job_id, comment_format.Marks({"measured": "run"}))
         except SynergyError as e:
             self.log(f"{PROG}: job {self.job_id}'s comment not marked: {e}")
 

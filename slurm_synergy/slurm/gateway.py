@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from slurm_synergy.model.comment import Marks
 from slurm_synergy.model.engine import NodeShape, shape_of
 from slurm_synergy.model.errors import SlurmError, SynergyError
 from slurm_synergy.model.units import duration_s, gpu_count
@@ -16,6 +17,10 @@ from slurm_synergy.slurm.records import (
     FREE_TEXT, SACCT_FIELDS, SEP, Ended, Node, NodeUse, QueuedJob, TimedJob, comment_text, mb,
     unset, user_name)
 from slurm_synergy.slurm.runner import Runner
+
+
+# scontrol update's name for a job's comment: written by Slurm.mark alone.
+COMMENT = "Comment"
 
 
 class Slurm(Runner):
@@ -243,10 +248,21 @@ class Slurm(Runner):
             time.sleep(0.5)
         return len(ids)
 
-    def update_job(self, job_id: str, settings: dict[str, str]) -> None:
-        """`scontrol update` of one job; Slurm itself refuses what the caller may not do."""
+    def update_job(self, job_id: str, settings: Mapping[str, str]) -> None:
+        """`scontrol update` of one job; Slurm itself refuses what the caller may not do.
+        Its comment is changed through `mark` alone."""
         self.run(["scontrol", "update", f"JobId={job_id}",
                   *(f"{k}={v}" for k, v in settings.items())])
+
+    def mark(self, job_id: str, marks: Marks, settings: Mapping[str, str] | None = None,
+             read_from: str | None = None) -> str:
+        """Change one job's comment by `marks`, with `settings` in the same update: the
+        one read-modify-write of a comment after submission. The comment is read whole
+        from `read_from` (a pending array task, where `job_id` is its array) or the job
+        itself; returns what was written."""
+        text = marks.applied(self.comment(read_from or job_id))
+        self.update_job(job_id, {**(settings or {}), COMMENT: text})
+        return text
 
     def resume_node(self, name: str) -> None:
         """Put a node back in service."""

@@ -49,11 +49,9 @@ def apply(slurm: Slurm, change: Resize, log: Path) -> str | None:
         return "its comment says it was tuned before; --revert it first"
     record = {"at": utc_now(), "action": "tune", **asdict(change)}
     _append(log, {**record, "outcome": "trying"})
-    settings = _settings(change.cpus_after, change.mem_after_mb)
-    settings["Comment"] = comment_format.with_marks(
-        comment, tuned=f"c{change.cpus_after},m{change.mem_after_mb}")
+    tuned = comment_format.Marks({"tuned": f"c{change.cpus_after},m{change.mem_after_mb}"})
     try:
-        slurm.update_job(change.job_id, settings)
+        slurm.mark(change.job_id, tuned, _settings(change.cpus_after, change.mem_after_mb))
     except SynergyError as e:
         _append(log, {**record, "outcome": "failed", "error": str(e)})
         return str(e)
@@ -107,9 +105,8 @@ def revert(slurm: Slurm, job_id: str, log: Path) -> dict:
         # "before" is no longer what it asked.
         raise SynergyError(f"job {job_id}'s comment no longer says it is tuned; its size "
                            "was set again since, and is left as it is")
-    comment = comment_format.without(comment, "tuned")
-    slurm.update_job(job_id, {**_settings(rec["cpus_before"], rec["mem_before_mb"]),
-                              "Comment": comment})
+    slurm.mark(job_id, comment_format.Marks(drop=("tuned",)),
+               _settings(rec["cpus_before"], rec["mem_before_mb"]))
     _append(log, {"at": utc_now(), "action": "revert", "job_id": job_id,
                   "cpus_after": rec["cpus_before"], "mem_after_mb": rec["mem_before_mb"],
                   "outcome": "applied"})

@@ -141,6 +141,15 @@ def test_only_slurm_py_runs_slurm_commands():
     assert callers == []
 
 
+def test_a_job_comment_is_changed_through_slurm_mark_alone():
+    # After submission a comment is read, changed by its marks and written back in one
+    # place (Slurm.mark); an update naming Comment anywhere else would be a second writer.
+    write = re.compile(r"""["']Comment["']\s*:|\[["']Comment["']\]\s*=[^=]""")
+    writers = [f"{p.relative_to(ROOT)}" for name, p in modules().items()
+               if not name.startswith("slurm_synergy.slurm") and write.search(p.read_text())]
+    assert writers == []
+
+
 LONGEST = 450      # lines: a module a newcomer reads in one sitting
 
 

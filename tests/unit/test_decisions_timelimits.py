@@ -10,7 +10,7 @@ from slurm_synergy.decisions.timelimits import load_state, state_path, tick
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.runtime import TimeRule
-from slurm_synergy.slurm import Ended, TimedJob
+from slurm_synergy.slurm import Slurm, Ended, TimedJob
 
 FP = "0123456789abcdef"
 ME, OTHER = 1000, 1001
@@ -38,6 +38,8 @@ class Queue:
 
     def comment(self, job_id):
         return self.comments.get(job_id, f"synergy:fp={FP} plain=1")
+
+    mark = Slurm.mark      # the one comment writer, over this fake's comment and update
 
     def update_job(self, job_id, settings):
         self.updates.append((job_id, settings))

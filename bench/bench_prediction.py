@@ -43,6 +43,7 @@ from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.profiles import stores_to_compile  # noqa: E402
 from slurm_synergy.model.comment import time_min, work  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
+from slurm_synergy.site import Site  # noqa: E402
 from tests.integration.test_user_scripts import COLUMNS, corpus_rows  # noqa: E402
 
 USER = USERS[0]
@@ -99,7 +100,7 @@ def submit(folder: Path, jobs_csv: Path, store: Path, policy: Path) -> dict[str,
 
 def predicted_now(slurm: Slurm, ids: dict[str, str]) -> dict[str, float]:
     """Each just-submitted job's predicted run, s, as the sync timer predicts it."""
-    service = DecisionService.for_site(slurm)
+    service = DecisionService.for_site(Site.load(slurm))
     partition = slurm.default_partition()
     owned = compile_decisions(stores_to_compile()[0], service, partition).owned
     history = history_of(slurm.ended(HISTORY_SINCE, [USER]))

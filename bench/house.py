@@ -25,7 +25,7 @@ LIMIT = 450
 # by sbatch's --comment (a job script's #SBATCH line too), or by the shim's job_desc.comment.
 COMMENT_WRITES = re.compile(r'"Comment":|\["Comment"\]\s*=[^=]|\bCOMMENT:|--comment=|'
                             r'job_desc\.comment\s*=[^=]')
-POLICY_LOADS = re.compile(r"\b(load_policy|load_site|site_catalog)\(")
+POLICY_LOADS = re.compile(r"\b(load_policy|load_site|site_catalog|Site\.load)\(")
 ENV_READS = re.compile(r"\bos\.environ\b|\bos\.getenv\(")
 ENV_NAMES = re.compile(r"\bSYNERGY_[A-Z][A-Z0-9_]*")
 # Above the core (model) sit the rest; the report and the node hooks build on the core alone.

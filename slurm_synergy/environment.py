@@ -41,6 +41,7 @@ OWN: tuple[Variable, ...] = (
              "etc/node_hook.sh.j2"),
              ("slurm_synergy/paths.py", "slurm_synergy/model/policy.py",
               "slurm_synergy/hooks/context.py", "slurm_synergy/plugin/install.py",
+              "slurm_synergy/site.py",
               "etc/policy.toml")),
     Variable("SYNERGY_DECISIONS", "the decision table; unset: beside slurm.conf", (SITE,),
              ("slurm_synergy/decisions/table.py",)),

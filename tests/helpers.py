@@ -12,9 +12,11 @@ from slurm_synergy import paths
 from slurm_synergy.hooks.context import HookContext, HookLog
 from slurm_synergy.decisions.service import DecisionService
 from slurm_synergy.model.engine import NodeShape
+from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.slurm import Node
+from slurm_synergy.site import Site
+from slurm_synergy.slurm import Node, Slurm
 from slurm_synergy.model.profile import (Allocation, FetchRates, GpuReadings, Point, PointError,
                                          PowerPoint, Profile, ThroughputModel, combine)
 
@@ -23,6 +25,11 @@ CORPUS = ROOT / "tests" / "corpus"
 FP = "0123456789abcdef"
 # The in-run flow kept short: half-second windows, one run each.
 FAST_INRUN = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=60)
+
+
+def site(policy: Policy = FAST_INRUN, slurm=None) -> Site:
+    """A site of `policy`, no GPU catalog, and `slurm` (the local cluster's by default)."""
+    return Site(policy, Catalog({}, "no GPU catalog in this test"), slurm or Slurm())
 
 
 def profile(train, p=0.01, h=0.001, g=None, gpus=1, fetch=None, rss=900.0, sweep=(),

@@ -31,6 +31,7 @@ from slurm_synergy.decisions.sync import keep_syncing, name_timer, sync
 from slurm_synergy.decisions.table import Owned, entries_of, read, table_path
 from slurm_synergy.decisions.timelimits import explained
 from slurm_synergy.slurm import node_shape, user_name
+from slurm_synergy.site import Site
 
 
 
@@ -108,7 +109,7 @@ def explain(fingerprint: str, partition: str | None = None, qos: str = "") -> st
     reason for it, what measuring it cost, and whether the decision table holds it."""
     store = ProfileStore.default()
     profile = store.load(fingerprint)
-    service = DecisionService.for_site(Slurm(), own_store(store))
+    service = DecisionService.for_site(Site.load(), own_store(store))
     d = service.judge(DecisionRequest(os.geteuid(), fingerprint, partition or "", qos),
                       profile)
     if isinstance(d, Refusal):

@@ -27,11 +27,11 @@ from slurm_synergy.model.comment import GRES_TYPE
 from slurm_synergy.model.engine import Decision, NodeShape, NoDecision, decide
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.gpus import Catalog
-from slurm_synergy.model.policy import Policy, load_site
+from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import Profile, ProfileError
-from slurm_synergy.paths import policy_path
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm, node_shape, user_name
+from slurm_synergy.site import Site
 
 LIMITS_TTL_S = 300.0
 NO_PROFILE = "no profile of the workload"
@@ -101,12 +101,12 @@ class DecisionService:
         self._caps: dict[tuple[int, str], acct.Cap | None] = {}    # by (uid, QOS)
 
     @classmethod
-    def for_site(cls, slurm: Slurm | None = None,
+    def for_site(cls, site: Site,
                  stores: Callable[[int], ProfileStore | None] | None = None
                  ) -> "DecisionService":
-        """The site's policy and catalog, read once (SynergyError if the policy is bad)."""
-        policy, catalog = load_site(policy_path())
-        return cls(slurm or Slurm(), policy, catalog, stores)
+        """The service of `site` (its policy, catalog and Slurm, read once where its entry
+        point started)."""
+        return cls(site.slurm, site.policy, site.catalog, stores)
 
     # --- what Slurm says, cached ----------------------------------------------
     def shape(self, partition: str = "") -> NodeShape:

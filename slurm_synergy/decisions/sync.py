@@ -31,6 +31,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.profiles import (MAX_NAMES_LISTED, MAX_PROFILE_BYTES, ProfileStore,
                                     site_store_root, stores_to_compile)
 from slurm_synergy.slurm import Slurm, user_name
+from slurm_synergy.site import Site
 
 SYNC_BUDGET_S = 120.0
 # What a timer's sync calls itself (/proc/PID/comm, at most 15 characters): the local
@@ -151,7 +152,7 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     skipped: list[str] = []
     if stores is None:
         stores, skipped = stores_to_compile()
-    service = service or DecisionService.for_site(slurm or Slurm())
+    service = service or DecisionService.for_site(Site.load(slurm))
     path = path or table_path()
     owned_by_other(path)
     partition = partition or service.slurm.default_partition()

@@ -33,9 +33,6 @@ import psutil
 
 from slurm_synergy import paths
 from slurm_synergy.fileio import PRIVATE, atomic_write_text, private_folder
-from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.model.policy import Policy, load_policy
-from slurm_synergy.paths import policy_path
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig, read_records
 from slurm_synergy.probe.supervise import judge
 from slurm_synergy.probe.task import ENDING, ENV_FINGERPRINT, ENV_PROFILE, SUPERVISING
@@ -43,7 +40,7 @@ from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiling.follow import PROG
 from slurm_synergy.profiling.inrun import InRunRequest, choose
 from slurm_synergy.profiling.windows import write_order
-from slurm_synergy.slurm import Slurm
+from slurm_synergy.site import Site
 
 WAIT_LOOK_S = 1.0       # how often the end of a tree nothing beside it watches is looked for
 
@@ -113,7 +110,7 @@ def result_path(job_id: str, cluster: str) -> Path:
     raise OSError(f"{folder}: no free name for a run's result")
 
 
-def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
+def supervise(pid: int, folder: Path, site: Site) -> int:
     """Beside the tree of `pid` until it ends; the result written for the reports."""
     def log(line: str) -> None:
         """One line to the job's log (this process's standard error)."""
@@ -137,7 +134,7 @@ def supervise(pid: int, folder: Path, policy: Policy, slurm: Slurm) -> int:
         alone = not (tasks.isdigit() and int(tasks) > 1)
         if marked and not alone:
             log(f"{PROG}: job {job_id}'s step runs {tasks} tasks: watched, not swept")
-        beside = choose(req, policy, slurm, marked, held, log, may_sweep=alone)
+        beside = choose(req, site, marked, held, log, may_sweep=alone)
         if marked != beside.swept:
             # The records at the windows' pace (a job marked since its submission: the
             # anchor set the watch's) or back at the watch's.
@@ -181,12 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--folder", type=Path, required=True, help="its processes' records")
     args = p.parse_args(argv)
     try:
-        try:
-            policy = load_policy(policy_path())
-        except SynergyError as e:
-            print(f"{PROG}: the default policy measures this run: {e}", file=sys.stderr)
-            policy = Policy()
-        return supervise(args.anchor, args.folder, policy, Slurm())
+        site = Site.load(on_bad_policy=lambda e: print(
+            f"{PROG}: the default policy measures this run: {e}", file=sys.stderr))
+        return supervise(args.anchor, args.folder, site)
     finally:
         shutil.rmtree(args.folder, ignore_errors=True)
 

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.model.policy import Policy, site_catalog
-from slurm_synergy.paths import policy_path
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
 from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
 from slurm_synergy.probe import cmdfiles
@@ -35,7 +33,7 @@ from slurm_synergy.profiling.store import sync_decisions
 from slurm_synergy.profiling.windows import PSS_LOOK_S
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
-from slurm_synergy.slurm import Slurm
+from slurm_synergy.site import Site
 
 PROG = "inrun"              # the in-run wrapper's lines in the job's log
 MEMORY_LOOK_S = 2.0         # the job's memory read this often to its end
@@ -47,9 +45,10 @@ class Follow:
     decision and this user's jobs of the workload still pending. A run whose program is
     not what the profile's run read drops the profile (probe/cmdfiles.py)."""
 
-    def __init__(self, fingerprint: str, policy: Policy, store: ProfileStore, slurm: Slurm,
-                 job_id: str, log: Callable[[str], None], measured: cmdfiles.Seen | None = None) -> None:
-        self.fingerprint, self.policy, self.store, self.slurm = fingerprint, policy, store, slurm
+    def __init__(self, fingerprint: str, site: Site, store: ProfileStore, job_id: str,
+                 log: Callable[[str], None], measured: cmdfiles.Seen | None = None) -> None:
+        self.fingerprint, self.site, self.store = fingerprint, site, store
+        self.policy, self.slurm = site.policy, site.slurm
         self.job_id, self.log = job_id, log
         self.measured = measured    # the measured run's files: what it writes is left out
         self.dropped = False
@@ -143,8 +142,7 @@ class Follow:
             self.log(f"{PROG}: pending jobs of {profile.fingerprint} not right-sized: {e}")
 
     def _rightsize(self, profile: Profile) -> None:
-        service = DecisionService(self.slurm, self.policy, site_catalog(policy_path()),
-                                  own_store(self.store))
+        service = DecisionService.for_site(self.site, own_store(self.store))
         partition = os.environ.get("SLURM_JOB_PARTITION", "")
         decision = service.decide(DecisionRequest(os.geteuid(), profile.fingerprint,
                                                   partition))

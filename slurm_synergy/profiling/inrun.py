@@ -46,11 +46,9 @@ from slurm_synergy import __version__
 from slurm_synergy.argtypes import int_at_least
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, PointError, Profile,
                                          ProfileError, ThroughputModel)
 from slurm_synergy.model.throughput import predict
-from slurm_synergy.paths import policy_path
 from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.affinity import job_pids
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
@@ -59,7 +57,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling.follow import PROG, Follow, tree_memory
 from slurm_synergy.profiling.store import profiling_lock
 from slurm_synergy.profiling.windows import RunWindows, Window
-from slurm_synergy.slurm import Slurm
+from slurm_synergy.site import Site
 
 USAGE_EXIT = 2
 # Lower counts are not tried once a count falls this far below the full size (Synergy's
@@ -94,15 +92,14 @@ def with_workers(command: Sequence[str], option: str, workers: int) -> list[str]
     return [*command, option, str(workers)]
 
 
-def run_job(req: InRunRequest, policy: Policy, slurm: Slurm,
-            log: Callable[[str], None]) -> int:
+def run_job(req: InRunRequest, site: Site, log: Callable[[str], None]) -> int:
     """Run the job's command to its end, measured if it is this workload's first, its
     memory followed if its workload is measured already."""
     command, workers = list(req.command), req.workers
     # The command runs once, below, whatever happens here: a fault in looking up or
     # locking the workload only means this run is not measured.
     with contextlib.ExitStack() as held:
-        beside = choose(req, policy, slurm, True, held, log)
+        beside = choose(req, site, True, held, log)
         decided = beside.decided
         if decided is not None and decided.workers is not None:
             if req.workers_option:
@@ -124,7 +121,7 @@ class Beside:
     decided: comment_format.Resources | None = None   # its comment's decision, if any
 
 
-def choose(req: InRunRequest, policy: Policy, slurm: Slurm, marked: bool,
+def choose(req: InRunRequest, site: Site, marked: bool,
            held: contextlib.ExitStack, log: Callable[[str], None],
            may_sweep: bool = True) -> Beside:
     """Beside a job of this workload: follow its memory where it was decided or its
@@ -133,13 +130,13 @@ def choose(req: InRunRequest, policy: Policy, slurm: Slurm, marked: bool,
     now, measure it (the lock is held in `held` for the run). Never raises."""
     job_id, comment = os.environ.get("SLURM_JOB_ID", ""), ""
     try:
-        comment = slurm.comment(job_id) if job_id else ""
+        comment = site.slurm.comment(job_id) if job_id else ""
     except SynergyError as e:
         log(f"{PROG}: cannot read job {job_id}'s comment ({e}); it runs as submitted")
     decided = comment_format.decision(comment)
     marked = may_sweep and (marked or comment_format.marks(comment).get("profile") == "1")
     store = ProfileStore.default()
-    follow = Follow(req.fingerprint, policy, store, slurm, job_id, log).during
+    follow = Follow(req.fingerprint, site, store, job_id, log).during
     if decided is not None:
         return Beside(job_id, follow, decided=decided)
     try:
@@ -153,7 +150,7 @@ def choose(req: InRunRequest, policy: Policy, slurm: Slurm, marked: bool,
             log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
                 "as submitted")
             return Beside(job_id, None)
-        return Beside(job_id, Sweep(req, policy, store, slurm, job_id, log).during, True)
+        return Beside(job_id, Sweep(req, site, store, job_id, log).during, True)
     except (OSError, ProfileError) as e:
         log(f"{PROG}: cannot look up or lock {req.fingerprint} in {store.root} ({e}); "
             f"job {job_id} trains as submitted")
@@ -177,9 +174,10 @@ def _watch(req: InRunRequest, command: list[str], workers: int | None,
 class Sweep:
     """What the supervisor does beside the first job of a workload."""
 
-    def __init__(self, req: InRunRequest, policy: Policy, store: ProfileStore, slurm: Slurm,
-                 job_id: str, log: Callable[[str], None]) -> None:
-        self.req, self.policy, self.store, self.slurm = req, policy, store, slurm
+    def __init__(self, req: InRunRequest, site: Site, store: ProfileStore, job_id: str,
+                 log: Callable[[str], None]) -> None:
+        self.req, self.site, self.store = req, site, store
+        self.policy, self.slurm = site.policy, site.slurm
         self.job_id, self.log = job_id, log
         self.overhead = (0.0, 0.0)     # the supervisor's CPU seconds over the sweep's
 
@@ -228,7 +226,7 @@ class Sweep:
         self.log(f"{PROG}: {fp}: {profile.summary()}; peak {profile.model.footprint_mb:.0f} MB; "
                  f"{profile.notes[0]}; saved {path}")
         self._mark_measured()
-        follow = Follow(fp, self.policy, self.store, self.slurm, self.job_id, self.log,
+        follow = Follow(fp, self.site, self.store, self.job_id, self.log,
                         measured=program)
         follow.apply(profile)
         # The job trains on: a later peak (validation, a bigger epoch) must count.
@@ -399,14 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(line: str) -> None:
         """One line to the job's log (this process's standard error)."""
         print(line, file=sys.stderr, flush=True)
-    try:
-        policy = load_policy(policy_path())
-    except SynergyError as e:
-        log(f"{PROG}: the default policy measures this run: {e}")
-        policy = Policy()
+    site = Site.load(on_bad_policy=lambda e: log(
+        f"{PROG}: the default policy measures this run: {e}"))
     req = InRunRequest(args.fingerprint, args.job_name, tuple(command), args.out,
                        args.workers, args.workers_option)
-    return run_job(req, policy, Slurm(), log)
+    return run_job(req, site, log)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, R
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
 from slurm_synergy.decisions.table import read as read_table
 from slurm_synergy.decisions.table import entries_of, table_path
+from slurm_synergy.site import Site
 
 def resubmit(job_id: str, script: Path, comment: str, job_name: str,
              array_task: str = "", mode: str = "auto", slurm: Slurm | None = None,
@@ -146,7 +147,7 @@ def _user_mode(fp: str, comment: str, script: Path,
     # environment, which is what the job asked for.
     env = os.environ
     job_id = env.get("SLURM_JOB_ID", "")
-    service = DecisionService.for_site(slurm, own_store(ProfileStore.default()))
+    service = DecisionService.for_site(Site.load(slurm), own_store(ProfileStore.default()))
     policy = service.policy
     # The new job asks what this one did: its partition, and the QOS Slurm gave it (in a
     # batch job of Slurm 22.05, SLURM_JOB_QOS holds the QOS's description, not its name).

@@ -26,13 +26,12 @@ from slurm_synergy.decisions.decider import resolve_mode
 from slurm_synergy.decisions.service import (NO_PROFILE, DecisionRequest, DecisionService,
                                               Refusal, own_store)
 from slurm_synergy.model.rightsize import Asked, Rightsized, rightsize
-from slurm_synergy.model.policy import Policy, load_policy, site_catalog
 from slurm_synergy.model.units import gpu_types
-from slurm_synergy.paths import policy_path
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.submission.reconcile import reconcile
 from slurm_synergy.submission.render import Task, check_out_dir, render, render_hetero, task_for
 from slurm_synergy.slurm import Slurm
+from slurm_synergy.site import Site
 
 
 DEFAULT_MAX_ARRAY = 1001  # Slurm's default MaxArraySize
@@ -116,8 +115,8 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
     scripts only on a dry run; returns the units, job ids and rows skipped."""
     specs = load_jobs(csv_path)
     # Read once, before anything is written: a policy that cannot be read stops it all.
-    policy = load_policy(policy_path())
-    slurm = slurm or Slurm()
+    site = Site.load(slurm)
+    slurm, policy = site.slurm, site.policy
     if ledger is None:
         # A dry run may have no cluster to ask: it reads the ledger of no cluster.
         try:
@@ -144,7 +143,7 @@ def submit_csv(csv_path: Path, opts: SubmitOptions, slurm: Slurm | None = None,
         max_array = max_array_size(slurm) if opts.arrays and not opts.dry_run else DEFAULT_MAX_ARRAY
         result.units = plan_units(todo, opts, max_array)
         out = check_out_dir(opts.out)
-        mode, choices = _decisions(result.units, opts, slurm, policy, log)
+        mode, choices = _decisions(result.units, opts, site, log)
         tags = {unit.name: new_tag() for unit in result.units}
         for unit in result.units:
             decision, profile = choices[unit.name]
@@ -203,7 +202,7 @@ def _settle(csv_path: Path, specs: Sequence[JobSpec], slurm: Slurm, ledger: Ledg
             f"{names[done.lost[0]]}); submitting them again")
 
 
-def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm, policy: Policy,
+def _decisions(units: Sequence[Unit], opts: SubmitOptions, site: Site,
                log: Callable[[str], None]
                ) -> tuple[str, dict[str, tuple[Rightsized | None, bool]]]:
     """The mode, and per unit: the decision to apply here (user mode only) and whether
@@ -220,7 +219,7 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm, policy:
         raise SynergyError(f"{_rows(planned[0])}: a job over two GPU types is planned from "
                            "its traces, not profiled; leave it out of --profile-only")
     mode = "user" if opts.mode == "user" else (
-        "shim" if opts.dry_run and opts.mode == "auto" else resolve_mode(opts.mode, slurm))
+        "shim" if opts.dry_run and opts.mode == "auto" else resolve_mode(opts.mode, site.slurm))
     # A job over two GPU types is neither profiled nor given a decision here.
     choices: dict[str, tuple[Rightsized | None, bool]] = {u.name: (None, False)
                                                            for u in planned}
@@ -228,8 +227,7 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm, policy:
     if mode == "shim":
         return mode, {**choices,
                       **{u.name: (None, opts.profile in ("always", "only")) for u in units}}
-    service = DecisionService(slurm, policy, site_catalog(policy_path()),
-                              own_store(ProfileStore.default()))
+    service = DecisionService.for_site(site, own_store(ProfileStore.default()))
     for unit in units:
         head = unit.tasks[0].spec
         answer = service.decide(DecisionRequest(os.geteuid(), head.fingerprint, head.partition))
@@ -238,9 +236,9 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, slurm: Slurm, policy:
             log(f"{answer}; submitted as written")
         sized = None if decision is None else rightsize(
             Asked(head.cpus, head.mem_mb, head.gpus, head.gpu_type, pinned=head.pinned),
-            decision, policy.user_request_wins)
+            decision, site.policy.user_request_wins)
         profile = opts.profile in ("always", "only") or (
-            opts.profile == "auto" and decision is None and policy.profile_new)
+            opts.profile == "auto" and decision is None and site.policy.profile_new)
         choices[unit.name] = (sized, profile)
     decided = sum(d is not None for d, _ in choices.values())
     marked = sum(p for _, p in choices.values())

@@ -27,7 +27,8 @@ ROW = ("name,arch,batch,workers,gpus,cpus,mem,time,iterations\n"
 IN_PLACE = ("from slurm_synergy.decisions.pending import rightsize_pending\n"
             "from slurm_synergy.decisions.service import DecisionService, own_store\n"
             "from slurm_synergy.profiles import ProfileStore\n"
-            "service = DecisionService.for_site(stores=own_store(ProfileStore.default()))\n"
+            "from slurm_synergy.site import Site\n"
+            "service = DecisionService.for_site(Site.load(), own_store(ProfileStore.default()))\n"
             "done = rightsize_pending(" + repr(FP) + ", '0', service, print)\n"
             "print('UPDATED', ' '.join(j for j, _ in done.updated))\n")
 

@@ -17,9 +17,8 @@ from slurm_synergy.model.profile import CommandFile
 from slurm_synergy.probe import cmdfiles
 from slurm_synergy.profiles import SUPERSEDED, ProfileStore
 from slurm_synergy.profiling.inrun import InRunRequest, run_job
-from slurm_synergy.slurm import Slurm
 
-from tests.helpers import FAST_INRUN as FAST, make_profile
+from tests.helpers import FAST_INRUN as FAST, make_profile, site
 
 FP = "00000000000000f1"
 
@@ -131,7 +130,7 @@ def test_a_later_run_that_reads_an_edited_config_drops_its_workloads_decision(
     store.save(dataclasses.replace(make_profile(FP), command_files=measured))
     lines: list[str] = []
     req = InRunRequest(FP, "t", (sys.executable, script, cfg), tmp_path / "probe.json")
-    assert run_job(req, FAST, Slurm(), lines.append) == 3, "the job's status is its script's"
+    assert run_job(req, site(FAST), lines.append) == 3, "the job's status is its script's"
     dropped = [line for line in lines if "the decision is dropped" in line]
     if edited:
         assert not store.has(FP) and (store.root / f"{FP}{SUPERSEDED}").is_file()

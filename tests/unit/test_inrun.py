@@ -21,9 +21,8 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profiling import follow
 from slurm_synergy.profiling.inrun import InRunRequest, choose, run_job, sweep_counts
 from slurm_synergy.profiling.windows import RunWindows
-from slurm_synergy.slurm import Slurm
 
-from tests.helpers import FAST_INRUN as FAST, make_profile
+from tests.helpers import FAST_INRUN as FAST, make_profile, site
 
 FP = "00000000000000f1"
 ALLOWED = os.sched_getaffinity(0)
@@ -73,7 +72,7 @@ def run_script(tmp_path: Path, seconds: float, status: int, policy: Policy = FAS
                                  str(tmp_path / "result.json"), str(seconds), str(status),
                                  where),
                        tmp_path / "probe.json")
-    rc = run_job(req, policy, Slurm(), lines.append)
+    rc = run_job(req, site(policy), lines.append)
     return rc, json.loads((tmp_path / "result.json").read_text()), lines
 
 
@@ -120,7 +119,7 @@ def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path
     runs = tmp_path / "runs"
     req = InRunRequest("not-a-fingerprint", "t", ("sh", "-c", f"echo x >> {runs}; exit 4"),
                        tmp_path / "probe.json")
-    assert run_job(req, FAST, Slurm(), lines.append) == 4
+    assert run_job(req, site(FAST), lines.append) == 4
     assert runs.read_text() == "x\n"
     assert any("cannot look up or lock not-a-fingerprint" in line for line in lines), lines
 
@@ -147,7 +146,7 @@ def test_a_job_is_measured_where_it_was_marked_at_submission_or_since(
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     req = InRunRequest(FP, "t", ("true",), home / "probe.json")
     with contextlib.ExitStack() as held:
-        beside = choose(req, FAST, Commented(comment), marked, held, lambda line: None,
+        beside = choose(req, site(FAST, Commented(comment)), marked, held, lambda line: None,
                         may_sweep=may_sweep)
         assert beside.swept is swept and (beside.during is not None) is swept
 
@@ -220,7 +219,7 @@ def test_a_job_of_a_measured_workload_raises_its_profile_only_where_it_peaks_hig
     lines: list[str] = []
     hold = f"import time; b = b'x' * ({held_mb} << 20); time.sleep(2.5); raise SystemExit(5)"
     req = InRunRequest(FP, "t", (sys.executable, "-c", hold), tmp_path / "probe.json")
-    assert run_job(req, FAST, Slurm(), lines.append) == 5, "the job's status is its script's"
+    assert run_job(req, site(FAST), lines.append) == 5, "the job's status is its script's"
     assert any("is measured already" in line for line in lines), lines
     if held_mb > 900:
         grown = store.load(FP).model.footprint_mb

@@ -31,30 +31,40 @@
 -- goes through unchanged and slurmctld's log says why.
 
 local SCRIPT_DIR = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
-local TABLE_PATH = SCRIPT_DIR .. "/synergy-decisions.tbl"
-local MAX_BYTES = 16 * 1024 * 1024
+-- The marks, the table's name, format and hard bounds, the plain-script key's constants
+-- and the environment a job must not inherit are Python's (model/comment.py,
+-- model/plainkey.py, decisions/table.py, environment.py): `synergy plugin install`
+-- writes them here; a test holds this copy to the same.
+-- BEGIN CONTRACT (rendered from Python at install: slurm_synergy/plugin/contract.py)
+local TABLE_NAME = "synergy-decisions.tbl"
+local TABLE_MAGIC = "synergy-decisions"
+local TABLE_FORMAT = 4
+local MAX_BYTES = 16777216
 local MAX_ENTRIES = 200000
--- Whatever the table's header claims, no decision goes beyond these.
-local HARD = { cpus = 65536, mem_mb = 64 * 1024 * 1024, gpus = 64, workers = 4096,
-               power_w = 5000, procs = 256 }
-local NO_VAL = 4294967294          -- Slurm's "not set" for 32-bit fields (and above)
--- A workload fingerprint's lowercase hex digits (slurm_synergy/model/comment.py's too).
+local HARD = { cpus = 65536, mem_mb = 67108864, gpus = 64, workers = 4096, power_w = 5000, procs = 256 }
 local FINGERPRINT_HEX = 16
--- The plain-script key (slurm_synergy/model/plainkey.py defines it; a contract test runs
--- both on the same jobs).
+local OPT_OUT = "synergy:off"
+local HETERO = "synergy:hetero"
 local KEY_VERSION = "synergy-plain-1"
 local KEY_BUDGET = 65536
 local KEY_MODULI = { { 131, 2147483647 }, { 137, 2147483629 } }
-local OPT_OUT = "synergy:off"
-local HETERO = "synergy:hetero"
+local INHERITED = {
+	"SYNERGY_FINGERPRINT",
+	"SYNERGY_PLAIN",
+	"SYNERGY_PROFILE",
+	"SYNERGY_WORKERS",
+	"SYNERGY_POWER_LIMIT_W",
+	"SYNERGY_PROBE_DIR",
+	"SYNERGY_PROBE_CONFIG",
+	"SYNERGY_TASK_ANCHOR",
+	"SYNERGY_TASK_PYTHON",
+}
+-- END CONTRACT
+local TABLE_PATH = SCRIPT_DIR .. "/" .. TABLE_NAME
+local NO_VAL = 4294967294          -- Slurm's "not set" for 32-bit fields (and above)
 -- Slurm refuses a comment longer than this, after job_submit: room is kept for the marks.
 local MAX_COMMENT = 1024
 local COMMENT_ROOM = 160
--- What a job submitted from inside one of ours inherits and is not its own: its key,
--- marks and the probe's state are the shim's to give, or none.
-local INHERITED = { "SYNERGY_FINGERPRINT", "SYNERGY_PLAIN", "SYNERGY_PROFILE",
-	"SYNERGY_WORKERS", "SYNERGY_POWER_LIMIT_W", "SYNERGY_PROBE_DIR", "SYNERGY_PROBE_CONFIG",
-	"SYNERGY_TASK_ANCHOR", "SYNERGY_TASK_PYTHON" }
 
 -- Without lua-posix there is no way to tell a FIFO from a file before opening it, so
 -- the table is not read at all (and the log says so).
@@ -113,9 +123,9 @@ local function parse_header(line)
 	if line == nil then
 		return nil, "is empty"
 	end
-	local version, rest = line:match("^synergy%-decisions (%d+) (.*)$")
-	if version ~= "4" then
-		return nil, "is not a version 4 decision table"
+	local magic, version, rest = line:match("^(%S+) (%d+) (.*)$")
+	if magic ~= TABLE_MAGIC or version ~= tostring(TABLE_FORMAT) then
+		return nil, "is not a version " .. TABLE_FORMAT .. " decision table"
 	end
 	local h = {}
 	for key, value in rest:gmatch("([%a_]+)=([%w_%.%-,:]*)") do

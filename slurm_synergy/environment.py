@@ -140,3 +140,9 @@ OUTSIDE: dict[str, str] = {
     "TMPDIR": "a job's scratch folder",
 }
 
+# What a job submitted from inside one of ours inherits and is not its own: its key, its
+# marks and the probe's state are the shim's to give, or none (it clears them).
+INHERITED: tuple[str, ...] = (
+    "SYNERGY_FINGERPRINT", "SYNERGY_PLAIN", "SYNERGY_PROFILE", "SYNERGY_WORKERS",
+    "SYNERGY_POWER_LIMIT_W", "SYNERGY_PROBE_DIR", "SYNERGY_PROBE_CONFIG",
+    "SYNERGY_TASK_ANCHOR", "SYNERGY_TASK_PYTHON")

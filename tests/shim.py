@@ -10,6 +10,8 @@ from typing import Callable
 from slurm_synergy.decisions.table import TABLE_NAME, Owned, render
 from slurm_synergy.model.engine import Decision, NodeShape
 from slurm_synergy.model.policy import Policy
+from slurm_synergy.plugin import contract
+from slurm_synergy.plugin.install import SHIM
 
 
 def decision(fp="0123456789abcdef", cpus=2, mem_mb=1024, gpus=1, gpu_type="", workers=1,
@@ -39,7 +41,7 @@ def run(tmp_path: Path, jobs: list[dict], table: str | Callable[[Path], None] | 
     """Submit `jobs` through the shim with `table` at its path (text, or a function that
     makes something there); the harness is killed, and the test fails, if it hangs."""
     assert LUA, "lua5.1 is missing: make setup installs it"
-    shutil.copy(ROOT / "etc" / "job_submit.lua", tmp_path / "job_submit.lua")
+    (tmp_path / "job_submit.lua").write_text(contract.rendered(SHIM.read_text()))
     if callable(table):
         table(tmp_path / TABLE_NAME)
     elif table is not None:

@@ -50,7 +50,7 @@ from slurm_synergy.decisions.limits import Cap
 TABLE_NAME = "synergy-decisions.tbl"
 MAGIC = "synergy-decisions"
 FORMAT = 4
-# Hard bounds the shim also enforces, whatever the header says (job_submit.lua's HARD).
+# Hard bounds the shim also enforces, whatever the header says (rendered into its HARD).
 MAX_CPUS = 65536
 MAX_MEM_MB = 64 * 1024 * 1024
 MAX_GPUS = 64

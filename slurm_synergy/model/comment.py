@@ -46,7 +46,7 @@ _DECISION = re.compile(r"^c(\d+|\?),m(\d+|\?)," + _GPUS + r",w(\d+)(?:,p(\d+))?$
 _ASKED = re.compile(r"^c(\d+|-),m(\d+|-)," + _GPUS + "$")
 _TAG = re.compile(r"^[0-9a-f]{12}$")
 # A workload fingerprint: 16 lowercase hex digits, everywhere it is written or read
-# (etc/job_submit.lua's FINGERPRINT_HEX too; a contract test checks they agree).
+# (etc/job_submit.lua's FINGERPRINT_HEX is this one, rendered by plugin/contract.py).
 FINGERPRINT_HEX = 16
 FINGERPRINT = f"[0-9a-f]{{{FINGERPRINT_HEX}}}"
 FINGERPRINT_RE = re.compile(f"^{FINGERPRINT}$")

@@ -25,7 +25,7 @@ KEY_VERSION = "synergy-plain-1"
 # up every submission behind it. A script longer than four times this is not even
 # normalised.
 KEY_BUDGET = 65536
-_MODULI = ((131, 2147483647), (137, 2147483629))
+MODULI = ((131, 2147483647), (137, 2147483629))     # (base, prime) of its two polynomial hashes
 _SPACE = re.compile(rb"[ \t\n\v\f\r]+")     # C's isspace, as Lua's %s
 
 
@@ -51,7 +51,7 @@ def normalised(script: bytes) -> bytes:
 
 def _hash(data: bytes) -> str:
     parts = []
-    for base, modulus in _MODULI:
+    for base, modulus in MODULI:
         h = 0
         for byte in data:
             h = (h * base + byte) % modulus

@@ -14,6 +14,7 @@ from slurm_synergy import paths
 from slurm_synergy.slurmconf import ConfChange, read_conf, write_conf
 from slurm_synergy.fileio import atomic_write_text
 from slurm_synergy.decisions.table import TABLE_NAME
+from slurm_synergy.plugin import contract
 
 SHIM = paths.ETC / "job_submit.lua"
 # slurm.conf keys and the value each must include.
@@ -39,9 +40,10 @@ def conf_edit(text: str) -> tuple[str, list[ConfChange]]:
 
 
 def install_shim(conf_dir: Path) -> ConfChange:
-    """Copy the shim beside slurm.conf (a copy, not a link: slurmctld's own file)."""
+    """Write the shim beside slurm.conf, its CONTRACT block rendered from Python (a file of
+    its own, not a link: slurmctld's)."""
     target = conf_dir / "job_submit.lua"
-    text = SHIM.read_text()
+    text = contract.rendered(SHIM.read_text())
     if target.is_file() and not target.is_symlink() and target.read_text() == text:
         return ConfChange(f"{target} is current", True)
     if target.is_symlink():

@@ -2,17 +2,13 @@
 key for the same job, and the shim keys, marks and right-sizes such a job as it does a
 CSV row, leaving alone what the user or the site opted out."""
 
-import math
-import re
 from pathlib import Path
 
 import pytest
 
-from slurm_synergy.model.comment import FINGERPRINT_HEX, HETERO, OPT_OUT
 from slurm_synergy.model.plainkey import KEY_BUDGET, KEY_VERSION, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.decisions.table import MAX_CPUS, MAX_ENTRIES, MAX_GPUS, MAX_MEM_MB
-from tests.shim import ROOT, UID, decision, run, table
+from tests.shim import UID, decision, run, table
 
 
 SCRIPT = """#!/bin/bash
@@ -61,22 +57,6 @@ def python_key(script: str | bytes, **fields: str) -> str | None:
 def test_the_shim_and_python_compute_the_same_key(tmp_path, script, fields):
     job, _ = submit(tmp_path, script, table(), **fields)
     assert key_of(job) == python_key(script, **fields)
-
-
-def test_the_shim_spells_the_marks_and_limits_as_python_does():
-    lua = (ROOT / "etc" / "job_submit.lua").read_text()
-    for name, value in (("KEY_VERSION", f'"{KEY_VERSION}"'), ("OPT_OUT", f'"{OPT_OUT}"'),
-                        ("HETERO", f'"{HETERO}"'), ("KEY_BUDGET", str(KEY_BUDGET)),
-                        ("FINGERPRINT_HEX", str(FINGERPRINT_HEX)),
-                        ("MAX_ENTRIES", str(MAX_ENTRIES))):
-        assert re.search(rf"^local {name} = {re.escape(value)}$", lua, re.M), name
-    # The table's hard bounds, whatever its header says.
-    hard = re.search(r"^local HARD = \{(.*?)\}", lua, re.M | re.S)
-    assert hard, "no HARD in the shim"
-    bounds = {k: math.prod(int(f) for f in v.split("*"))
-              for k, v in re.findall(r"(\w+) = ([\d *]+)", hard.group(1))}
-    assert (bounds["cpus"], bounds["mem_mb"], bounds["gpus"]) == (MAX_CPUS, MAX_MEM_MB,
-                                                                  MAX_GPUS)
 
 
 def test_tasks_as_asked_are_in_the_key(tmp_path):

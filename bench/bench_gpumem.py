@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from profiler.gpumem import estimate  # noqa: E402
 from slurm_synergy.submission.csvjobs import load_jobs  # noqa: E402
-from slurm_synergy.profiling.gpumem import estimate_gpu_memory, nearby  # noqa: E402
+from slurm_synergy.measure.offline.gpumem import estimate_gpu_memory, nearby  # noqa: E402
 
 
 def main() -> int:

@@ -29,7 +29,7 @@ POLICY_LOADS = re.compile(r"\b(load_policy|load_site|site_catalog|Site\.load)\("
 ENV_READS = re.compile(r"\bos\.environ\b|\bos\.getenv\(")
 ENV_NAMES = re.compile(r"\bSYNERGY_[A-Z][A-Z0-9_]*")
 # Above the core (model) sit the rest; the report and the node hooks build on the core alone.
-ABOVE = ("decisions", "submission", "plugin", "profiling", "cli", "cluster", "tune")
+ABOVE = ("decisions", "submission", "plugin", "measure", "cli", "cluster", "tune")
 
 
 def public_functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:

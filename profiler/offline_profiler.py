@@ -35,11 +35,12 @@ from slurm_synergy.argtypes import int_at_least, positive_float
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT as BUILTIN
 from slurm_synergy.model.units import mem_mb
-from slurm_synergy.profiling.errors import BUSY_EXIT, MOVE_EXIT, PROG, USAGE_EXIT, Busy, UsageError
-from slurm_synergy.profiling.gpuroom import MoveGpu
-from slurm_synergy.profiling.plan import ProfileRequest
-from slurm_synergy.profiling.run import profile_workload
-from slurm_synergy.profiling.session import LEAST_MEASURE_S, MOST_ITERATIONS
+from slurm_synergy.measure.errors import BUSY_EXIT, MOVE_EXIT, PROG, USAGE_EXIT, Busy, UsageError
+from slurm_synergy.measure.offline.gpuroom import MoveGpu
+from slurm_synergy.measure.offline.plan import ProfileRequest
+from slurm_synergy.measure.offline.run import profile_workload
+from slurm_synergy.measure.offline.session import LEAST_MEASURE_S, MOST_ITERATIONS
+from slurm_synergy.measure.search import PLATEAU
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,7 +93,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "~/.slurm-synergy/profiles)")
     add("--workdir", type=Path, help="folder for the steps' outputs and logs "
         "(default: ./synergy-profile-FINGERPRINT)")
-    add("--plateau", type=float, default=0.10,
+    add("--plateau", type=float, default=PLATEAU,
         help="halve the cores while throughput stays within this fraction of the best "
         "(default %(default)s, Synergy's)")
     add("--repeats", type=int_at_least(1), default=2,

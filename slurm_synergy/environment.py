@@ -36,7 +36,7 @@ OWN: tuple[Variable, ...] = (
     Variable("SYNERGY_PROFILES", "the site's shared profile store; unset: each user's own",
              (SITE, "slurm_synergy/demo_user.py"),
              ("slurm_synergy/profiles.py", "slurm_synergy/cli/profiles.py",
-              "slurm_synergy/profiling/plan.py", "profiler/offline_profiler.py")),
+              "slurm_synergy/measure/offline/plan.py", "profiler/offline_profiler.py")),
     Variable("SYNERGY_POLICY", "the site policy file; unset: etc/policy.toml", (SITE,
              "etc/node_hook.sh.j2"),
              ("slurm_synergy/paths.py", "slurm_synergy/model/policy.py",
@@ -95,7 +95,7 @@ OWN: tuple[Variable, ...] = (
              ("etc/job_submit.lua", "slurm_synergy/probe/task.py",
               "slurm_synergy/probe/boot/sitecustomize.py")),
     Variable("SYNERGY_OUTPUT", "the offline profiler's step outputs and logs",
-             ("templates/sbatch.sh.j2", "slurm_synergy/profiling/steps.py"), ()),
+             ("templates/sbatch.sh.j2", "slurm_synergy/measure/offline/steps.py"), ()),
     Variable("SYNERGY_FRESH_STEPS", "1: each offline profiling step starts a fresh Python",
              (USER,), ("profiler/offline_profiler.py",)),
     # --- a heterogeneous job's components (the script tells each task) ----------------

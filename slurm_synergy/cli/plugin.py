@@ -22,7 +22,7 @@ from slurm_synergy.model.engine import Decision
 from slurm_synergy.plugin.install import apply, plan_text
 from slurm_synergy.model.policy import load_catalog
 from slurm_synergy.paths import policy_path
-from slurm_synergy.profiling.errors import NOTHING_TO_GAIN_EXIT
+from slurm_synergy.measure.errors import NOTHING_TO_GAIN_EXIT
 from slurm_synergy.submission.resubmit import NothingToGain, resubmit
 from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,

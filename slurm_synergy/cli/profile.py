@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
 
 
 def run_argv(argv: Sequence[str]) -> int:
-    """The profiler on the rest of the command line; its exit status (profiling/errors)."""
+    """The profiler on the rest of the command line; its exit status (measure/errors.py)."""
     from profiler.offline_profiler import main as profile_main
 
     return profile_main(list(argv), prog="synergy profile")

@@ -53,7 +53,7 @@ class Point:
     # each page once, as the cgroup charges it (libraries' file pages it can). None where
     # the kernel does not tell it apart, and in profiles from before it was measured.
     anon_mb: float | None = None
-    # A fork of the profiler's warm interpreter (profiling/steps.py), not the script
+    # A fork of the profiler's warm interpreter (measure/offline/steps.py), not the script
     # started anew: a fork maps fewer of the libraries' pages and shares the rest, so its
     # memory is not the job's and only its rates count. Combined: all its runs were.
     forked: bool = False
@@ -205,7 +205,7 @@ class ThroughputModel:
     anon_mb: float | None = None
     # CPU-seconds per sample of input and training on one shared core: the input-only
     # step alone on it, plus the trainer's CPU time beside an input-only step on the
-    # same core (profiling/session.py). None: not measured (the components apart count).
+    # same core (measure/offline/session.py). None: not measured (the components apart count).
     shared_core_s: float | None = None
 
     @property

@@ -17,7 +17,7 @@ C and S are the cache and storage read rates in samples/s.
 Where the loader's worker and the trainer outnumber the cores (one core, one worker)
 they take turns on it and evict each other's caches, which the components, each on a
 core of its own, cannot see: there k / (p + h) becomes k / s, with s the CPU-seconds a
-sample of the two on one shared core (the one-core pair, profiling/session.py), where
+sample of the two on one shared core (the one-core pair, measure/offline/session.py), where
 the profile measured it.
 
 Not modelled: the loader's refill at each epoch's start (a new worker and its first

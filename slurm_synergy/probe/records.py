@@ -23,7 +23,7 @@ MODES = ("train", "loader", "compute", "watch", "memory")
 BOOT = Path(__file__).resolve().parent / "boot"
 ENV_DIR = "SYNERGY_PROBE_DIR"
 ENV_CONFIG = "SYNERGY_PROBE_CONFIG"
-# In a run measured while it trains (profiling/inrun.py), the supervisor's orders to the
+# In a run measured while it trains (measure/inrun/supervisor.py), the supervisor's orders to the
 # processes: a JSON object {"window": id, "threads": torch threads or null for the
 # process's own, "record_s": seconds between record writes}, written whole.
 CONTROL_NAME = "control.json"

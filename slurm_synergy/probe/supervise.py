@@ -95,7 +95,7 @@ class Started(Protocol):
 
 
 Start = Callable[[list[str], dict[str, str], bool], Started]
-# Watch mode: what the supervisor does while the real run trains (profiling/inrun.py
+# Watch mode: what the supervisor does while the real run trains (measure/inrun/supervisor.py
 # measures it), given the run's process and its records' folder; it returns by the time
 # the run ends. Whatever it raises is logged and costs the run nothing.
 During = Callable[[Started, Path], None]

@@ -6,7 +6,7 @@ The first such process of a process tree (the anchor: the script, or torchrun) g
 tree a records folder and the probe's configuration in the environment, which every
 process it starts inherits, so that all of them record their steps as they do under the
 supervisor (probe/supervise.py). The first of them to take a batch starts the supervisor
-beside the tree (profiling/attach.py, with the installation's interpreter), which does
+beside the tree (measure/inrun/attach.py, with the installation's interpreter), which does
 what the in-run wrapper does beside a command it starts: measures the job if the plugin
 marked it, follows its memory otherwise, and writes its result for the reports.
 
@@ -44,7 +44,7 @@ ENDING = "ending"
 # when the batch script ends, Slurm ends every process left in the job, the supervisor's
 # too, so it must finish while the anchor is still there.
 END_WAIT_S = 10.0
-ATTACH_MODULE = "slurm_synergy.profiling.attach"
+ATTACH_MODULE = "slurm_synergy.measure.inrun.attach"
 _FINGERPRINT = re.compile(FINGERPRINT)
 
 
@@ -124,7 +124,7 @@ def start_supervisor() -> None:
     child["PYTHONPATH"] = os.pathsep.join(path)
     import subprocess
     # Its log lines go where the script's do: the job's log, or srun's pipe to it; it
-    # lets go of a pipe once the tree has ended (profiling/attach.py).
+    # lets go of a pipe once the tree has ended (measure/inrun/attach.py).
     try:
         os.fstat(2)
         err = None

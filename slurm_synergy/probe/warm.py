@@ -14,7 +14,7 @@ folder, "log": file, "env": variables to set, "fork": false to start the script 
 (the profile's first run, whose memory is the job's; inside this step, which holds the
 profile's cores and memory, so no second srun step could start)}, or {"together": [such
 requests]}: steps run at the same time, each on the first k of the cores (the one-core
-pair of profiling/steps.py). Each is answered, once its steps have ended, by the line
+pair of measure/offline/steps.py). Each is answered, once its steps have ended, by the line
 {"rc": the probe's exit status, the first that is not 0} on stdout. It ends at end of
 input.
 Its first line on stdout says whether it is ready: {"ready": true}, or {"ready": false,

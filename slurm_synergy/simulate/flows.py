@@ -18,7 +18,7 @@ share; a right-sized one is sized by the allocator under test.
   size, trains nothing, and submits itself again, right-sized: a second wait in the
   queue. A marked sibling that starts once the profile exists submits itself again after
   `restart_s`; one that starts while another job is profiling trains as submitted (the
-  profiler's lock, `profiling/run.py`).
+  profiler's lock, `measure/offline/run.py`).
 
 A lease is held whole, as every lease in the round model is: a job that resubmits
 itself 30 s into a round leaves its GPUs idle until the round ends, and they count in

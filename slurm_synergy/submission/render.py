@@ -23,9 +23,9 @@ from slurm_synergy.model.rightsize import Rightsized
 from slurm_synergy.model.comment import decision_text, hetero_comment, with_marks
 from slurm_synergy.model.options import declared_options, spellings, without
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.profiling import errors as exit_codes
+from slurm_synergy.measure import errors as exit_codes
 
-INRUN_MODULE = "slurm_synergy.profiling.inrun"
+INRUN_MODULE = "slurm_synergy.measure.inrun.supervisor"
 # #SBATCH lines are parsed by sbatch, not the shell, so paths there cannot be quoted.
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
 

@@ -21,7 +21,7 @@ from slurm_synergy.chains import ChainLink, record
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling.gpuroom import GpuMove, read_move
+from slurm_synergy.measure.offline.gpuroom import GpuMove, read_move
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.decisions.decider import resolve_mode
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 from slurm_synergy.model.profile_read import profile_from_json
-from slurm_synergy.profiling.errors import NOTHING_TO_GAIN_EXIT
+from slurm_synergy.measure.errors import NOTHING_TO_GAIN_EXIT
 from slurm_synergy.submission.csvjobs import load_jobs
 
 from .conftest import (FP, TENANT_ACCOUNT, TENANT_PYTHON, accounted, decision_table, finish,

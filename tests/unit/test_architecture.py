@@ -127,7 +127,7 @@ def test_no_import_cycles_between_packages():
 
 def test_the_report_and_the_node_hooks_build_on_the_core_alone():
     above = {"slurm_synergy." + p for p in
-             ("decisions", "submission", "plugin", "profiling", "cli", "cluster", "tune")}
+             ("decisions", "submission", "plugin", "measure", "cli", "cluster", "tune")}
     g = package_graph()
     wrong = {f"{p} -> {t}" for p in ("slurm_synergy.report", "slurm_synergy.hooks")
              for t in g[p] & above}

@@ -1,5 +1,5 @@
 """The files a run's command reads as its program (probe/cmdfiles.py), and a later run
-of a workload that reads another content there dropping its decision (profiling/follow)."""
+of a workload that reads another content there dropping its decision (measure/inrun/follow.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from slurm_synergy.model.profile import CommandFile
 from slurm_synergy.probe import cmdfiles
 from slurm_synergy.profiles import SUPERSEDED, ProfileStore
-from slurm_synergy.profiling.inrun import InRunRequest, run_job
+from slurm_synergy.measure.inrun.supervisor import InRunRequest, run_job
 
 from tests.helpers import FAST_INRUN as FAST, make_profile, site
 

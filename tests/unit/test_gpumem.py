@@ -10,7 +10,7 @@ import pytest
 
 from profiler.gpumem import estimate
 from slurm_synergy.model.profile_read import profile_from_json
-from slurm_synergy.profiling.gpumem import estimate_gpu_memory, nearby
+from slurm_synergy.measure.offline.gpumem import estimate_gpu_memory, nearby
 from tests.helpers import profile
 
 SMALL = {
@@ -69,7 +69,7 @@ def test_the_command_prints_one_json_object_per_batch(capsys):
 
 
 def _runner(tmp_path, command, args):
-    from slurm_synergy.profiling.steps import Runner
+    from slurm_synergy.measure.offline.steps import Runner
     from slurm_synergy.slurm import Slurm
     return Runner(command=command, script_args=args, workers_option=None,
                   iterations_option=None, procs=1, iterations=10, warmup=2,
@@ -81,7 +81,7 @@ def test_a_users_script_is_measured_by_its_own_steps_and_agrees_with_the_fake_mo
     """The probe's memory mode tracks a script it knows nothing about; on the built-in
     trainer, run as a script, it finds what the fake-tensor estimate finds."""
     import sys
-    from slurm_synergy.profiling.gpumem import SCRIPT_METHOD, measure_script_memory
+    from slurm_synergy.measure.offline.gpumem import SCRIPT_METHOD, measure_script_memory
     args = [*SMALL["m5"], "--batch", "8", "--data", str(tmp_path / "data"), "--generate-data",
             "--dataset-size", "64"]
     mem = measure_script_memory(_runner(tmp_path, [sys.executable, "-m", "profiler.train"],
@@ -94,7 +94,7 @@ def test_a_users_script_is_measured_by_its_own_steps_and_agrees_with_the_fake_mo
 
 def test_a_script_that_will_not_train_on_the_cpu_gives_no_estimate(tmp_path):
     import sys
-    from slurm_synergy.profiling.gpumem import measure_script_memory
+    from slurm_synergy.measure.offline.gpumem import measure_script_memory
     script = tmp_path / "cuda_only.py"
     script.write_text("import torch\ntorch.zeros(1, device='cuda')\n")
     mem = measure_script_memory(_runner(tmp_path, [sys.executable, str(script)], []), 1, 1, 8, workers=1)

@@ -8,7 +8,7 @@ from slurm_synergy import paths
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.policy import load_site
 from slurm_synergy.model.profile import BatchPeak, GpuMemory
-from slurm_synergy.profiling.gpuroom import GpuMove, check_room, read_move, write_move
+from slurm_synergy.measure.offline.gpuroom import GpuMove, check_room, read_move, write_move
 from slurm_synergy.slurm import Node
 
 

@@ -1,4 +1,4 @@
-"""A run measured while it trains (profiling/inrun.py, profiling/windows.py,
+"""A run measured while it trains (measure/inrun/supervisor.py, measure/inrun/windows.py,
 probe/affinity.py), outside Slurm: a real script with a DataLoader and a loader worker,
 real affinity, and the faults the run must survive unchanged."""
 
@@ -18,9 +18,10 @@ import pytest
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.probe.affinity import pin
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling import follow
-from slurm_synergy.profiling.inrun import InRunRequest, choose, run_job, sweep_counts
-from slurm_synergy.profiling.windows import RunWindows
+from slurm_synergy.measure.inrun import follow
+from slurm_synergy.measure.inrun.supervisor import InRunRequest, choose, run_job
+from slurm_synergy.measure.search import halving
+from slurm_synergy.measure.inrun.windows import RunWindows
 
 from tests.helpers import FAST_INRUN as FAST, make_profile, site
 
@@ -200,10 +201,10 @@ def windows_pids(top: int) -> list[int]:
 
 
 def test_the_sweep_halves_the_cores_down_to_one_per_process():
-    assert sweep_counts(16, 1) == [16, 8, 4, 2, 1]
-    assert sweep_counts(2, 1) == [2, 1]
-    assert sweep_counts(8, 2) == [8, 4, 2]
-    assert sweep_counts(3, 1) == [3, 1]
+    assert halving(16, 1) == [16, 8, 4, 2, 1]
+    assert halving(2, 1) == [2, 1]
+    assert halving(8, 2) == [8, 4, 2]
+    assert halving(3, 1) == [3, 1]
 
 
 @pytest.mark.parametrize("held_mb", [1300, 60])

@@ -81,7 +81,7 @@ def test_an_install_writes_job_scripts_and_simulates(site: Path, tmp_path: Path)
     scripts = sorted((tmp_path / "out" / "scripts").glob("*.sbatch"))
     assert len(scripts) == 4
     text = scripts[0].read_text()
-    assert "-m profiler.train" in text and "-m slurm_synergy.profiling.inrun" in text
+    assert "-m profiler.train" in text and "-m slurm_synergy.measure.inrun.supervisor" in text
     sim = run(site, tmp_path, "-m", "slurm_synergy.cli", "simulate", "--cluster",
               "deployment", "--out", str(tmp_path / "sim"))
     assert sim.returncode == 0, sim.stderr

@@ -13,8 +13,8 @@ import pytest
 from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.model.noise import unsettled
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.profiling.sweep import core_sweep, repeat_sweep
-from slurm_synergy.profiling.gpu import power_limits_to_try, visible_indices
+from slurm_synergy.measure.offline.sweep import core_sweep, repeat_sweep
+from slurm_synergy.measure.offline.gpu import power_limits_to_try, visible_indices
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.profile_table import markdown, plot, profiles_table
 
@@ -294,7 +294,7 @@ def test_a_corrupt_profile_is_measured_again(tmp_path, fake):
 
 
 def test_slow_steps_measure_a_window_of_seconds_not_all_their_iterations():
-    from slurm_synergy.profiling.session import window_iterations
+    from slurm_synergy.measure.offline.session import window_iterations
     # 20 steps in 12.5 s (m5 on one core): a 5 s window is 8 of them.
     assert window_iterations({"steps": 20, "seconds": 12.5}, 5.0, 20) == 8
     # Fast steps keep --max-iterations; very slow ones measure at least five.

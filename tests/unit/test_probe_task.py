@@ -1,4 +1,4 @@
-"""Task mode (probe/task.py, profiling/attach.py, etc/task_prolog.sh.j2), outside Slurm:
+"""Task mode (probe/task.py, measure/inrun/attach.py, etc/task_prolog.sh.j2), outside Slurm:
 the TaskProlog's output and its faults, and real Python training scripts started as a
 plain batch script starts them, with nothing of ours around them: watched in their own
 processes, measured while they train where the job is marked, their exit status and
@@ -203,7 +203,7 @@ def test_the_supervisor_lets_go_of_a_log_pipe_once_the_run_has_ended(tmp_path):
     # A reader of the pipe (srun, `| tee`) sees its end with the run's, while the
     # supervisor may still be writing the result: here it goes on for a minute.
     helper = ("import subprocess, sys, time\n"
-              "from slurm_synergy.profiling.attach import let_go_of_the_log\n"
+              "from slurm_synergy.measure.inrun.attach import let_go_of_the_log\n"
               "run = subprocess.Popen(['sleep', '1'])\n"
               "print('watching', file=sys.stderr, flush=True)\n"
               "let_go_of_the_log(run.pid)\n"

@@ -280,7 +280,7 @@ def test_as_users_each_files_their_own_and_cannot_touch_the_others(site):
 
 
 def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tmp, monkeypatch):
-    from slurm_synergy.profiling.store import sync_decisions
+    from slurm_synergy.measure.lock import sync_decisions
     table = open_tmp / "synergy-decisions.tbl"
     table.write_text("root's\n")
     monkeypatch.setenv("SYNERGY_DECISIONS", str(table))

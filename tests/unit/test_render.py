@@ -77,7 +77,7 @@ def test_directives_and_fingerprint(tmp_path):
 def test_builtin_trainer_gets_data_and_output(tmp_path):
     script = rendered(tmp_path, "name,arch,depth,batch,workers,iterations\nj1,resnet,12,16,1,5\n")
     text = script.read_text()
-    assert "-m profiler.train" in text and "-m slurm_synergy.profiling.inrun" in text
+    assert "-m profiler.train" in text and "-m slurm_synergy.measure.inrun.supervisor" in text
     assert "--generate-data" in text and "--output" in text and "--max-iterations 5" in text
     # Measured in the run by default: no profiling steps apart, no resubmission, and the
     # job stays where it was submitted.

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.probe.supervise import runs_warm
-from slurm_synergy.profiling.errors import ProfilingError
-from slurm_synergy.profiling.steps import Runner, Step
+from slurm_synergy.measure.errors import ProfilingError
+from slurm_synergy.measure.offline.steps import Runner, Step
 from slurm_synergy.slurm import Slurm
 
 from tests.helpers import CORPUS, LOOP
@@ -135,7 +135,7 @@ def test_which_commands_run_warm(command, warm):
 
 def test_a_warm_interpreter_that_cannot_start_leaves_every_step_a_new_process(
         tmp_path, monkeypatch):
-    import slurm_synergy.profiling.steps as steps
+    import slurm_synergy.measure.offline.steps as steps
     monkeypatch.setattr(steps, "WARM", "slurm_synergy.no_such_module")
     script = tmp_path / "loop.py"
     script.write_text(LOOP)
@@ -151,7 +151,7 @@ def test_a_warm_interpreter_that_cannot_start_leaves_every_step_a_new_process(
 
 def test_the_first_run_is_new_and_only_new_runs_give_the_memory(tmp_path):
     from slurm_synergy.model.profile import combine
-    from slurm_synergy.profiling.steps import to_point
+    from slurm_synergy.measure.offline.steps import to_point
     script = tmp_path / "loop.py"
     script.write_text(LOOP)
     runner = _runner(tmp_path, [str(script)], True)

@@ -12,8 +12,8 @@ import sys
 import time
 
 from slurm_synergy.model.profile import BatchPeak, GpuMemory
-from slurm_synergy.profiling.errors import ProfilingError
-from slurm_synergy.profiling.steps import Runner, Step
+from slurm_synergy.measure.errors import ProfilingError
+from slurm_synergy.measure.offline.steps import Runner, Step
 
 METHOD = "PyTorch fake tensors, memory tracker over 2 SGD steps"
 SCRIPT_STEPS = 2

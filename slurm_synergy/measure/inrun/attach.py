@@ -1,11 +1,11 @@
 """The supervisor beside a task's Python training that nothing of ours started.
 
-    python -I -m slurm_synergy.profiling.attach --anchor PID --folder DIR
+    python -I -m slurm_synergy.measure.inrun.attach --anchor PID --folder DIR
 
 probe/task.py starts it, with the installation's interpreter, when the first process of
 a tree the node's TaskProlog reached takes a batch (a plain batch script's `python
 train.py`, `srun python`, `torchrun`). It does beside that tree what the in-run wrapper
-(profiling/inrun.py) does beside the command it starts: measures the job while it trains
+(measure/inrun/supervisor.py) does beside the command it starts: measures the job while it trains
 if the plugin marked it and no other job measures its workload, follows its memory to
 its end otherwise, and once the tree has ended writes the run's probe result where the
 reports find it (`synergy report`: samples/s and the wait on data). It never touches the
@@ -37,9 +37,9 @@ from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig, r
 from slurm_synergy.probe.supervise import judge
 from slurm_synergy.probe.task import ENDING, ENV_FINGERPRINT, ENV_PROFILE, SUPERVISING
 from slurm_synergy.probe.tree import ProcessTree
-from slurm_synergy.profiling.follow import PROG
-from slurm_synergy.profiling.inrun import InRunRequest, choose
-from slurm_synergy.profiling.windows import write_order
+from slurm_synergy.measure.inrun.follow import PROG
+from slurm_synergy.measure.inrun.supervisor import InRunRequest, choose
+from slurm_synergy.measure.inrun.windows import write_order
 from slurm_synergy.site import Site
 
 WAIT_LOOK_S = 1.0       # how often the end of a tree nothing beside it watches is looked for
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # to some): the kernel narrows the set to the job's cpuset.
     with contextlib.suppress(OSError):
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    p = argparse.ArgumentParser(prog="python -m slurm_synergy.profiling.attach",
+    p = argparse.ArgumentParser(prog="python -m slurm_synergy.measure.inrun.attach",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--anchor", type=int, required=True, help="the tree's first process")
     p.add_argument("--folder", type=Path, required=True, help="its processes' records")

@@ -25,7 +25,8 @@ from slurm_synergy.model.options import (
 from slurm_synergy.model.throughput import workers_for
 from slurm_synergy.paths import TRAIN_MODULE, TRAIN_SCRIPT
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling.errors import UsageError
+from slurm_synergy.measure.search import PLATEAU
+from slurm_synergy.measure.errors import UsageError
 
 
 def resolve_script(script: str, torchrun: int | None) -> list[str]:
@@ -138,7 +139,7 @@ class ProfileRequest:
     warmup: int = 3                     # iterations left out of each step
     first_batch_timeout_s: float = 300.0
     step_timeout_s: float = 600.0
-    plateau: float = 0.10               # Synergy's: halve while within this of the best
+    plateau: float = PLATEAU            # Synergy's: halve while within this of the best
     repeats: int = 2                    # runs of each swept count
     max_repeats: int = 4                # where the noise rule cannot tell counts apart
     budget_s: float = 72.0              # what optional steps must end within

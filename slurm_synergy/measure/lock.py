@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling.errors import PROG
+from slurm_synergy.measure.errors import PROG
 
 
 @contextlib.contextmanager

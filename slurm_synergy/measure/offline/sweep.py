@@ -10,8 +10,9 @@ from slurm_synergy.gpu import Gpu, GpuError
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.model.profile import GpuReadings, PowerPoint
-from slurm_synergy.profiling.gpu import power_limits_to_try
-from slurm_synergy.profiling.steps import Runner, Step
+from slurm_synergy.measure.search import below_plateau
+from slurm_synergy.measure.offline.gpu import power_limits_to_try
+from slurm_synergy.measure.offline.steps import Runner, Step
 
 
 def core_sweep(top: int, measure: Callable[[int], float], plateau: float,
@@ -26,7 +27,7 @@ def core_sweep(top: int, measure: Callable[[int], float], plateau: float,
         tried.append(k)
         speed = measure(k)
         best = max(best, speed)
-        if speed < (1.0 - plateau) * best:
+        if below_plateau(speed, best, plateau):
             break
         good, k = k, k // 2
     else:
@@ -35,7 +36,7 @@ def core_sweep(top: int, measure: Callable[[int], float], plateau: float,
         tried.append(j)
         speed = measure(j)
         best = max(best, speed)
-        if speed < (1.0 - plateau) * best:
+        if below_plateau(speed, best, plateau):
             break
     return tried
 

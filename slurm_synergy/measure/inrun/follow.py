@@ -29,8 +29,8 @@ from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.supervise import Started
 from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling.store import sync_decisions
-from slurm_synergy.profiling.windows import PSS_LOOK_S
+from slurm_synergy.measure.lock import sync_decisions
+from slurm_synergy.measure.inrun.windows import PSS_LOOK_S
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
 from slurm_synergy.site import Site

@@ -19,18 +19,18 @@ from slurm_synergy.model.policy import Policy, load_site
 from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
 from slurm_synergy.model.throughput import fit_components
 from slurm_synergy.paths import policy_path
-from slurm_synergy.profiling.errors import PROG, Busy, UsageError
-from slurm_synergy.profiling.fetch import fetch_rates_for
+from slurm_synergy.measure.errors import PROG, Busy, UsageError
+from slurm_synergy.measure.offline.fetch import fetch_rates_for
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
-from slurm_synergy.profiling.gpu import open_gpus
-from slurm_synergy.profiling.gpumem import estimate_gpu_memory, measure_script_memory
-from slurm_synergy.profiling.gpuroom import MoveGpu, check_room, write_move
-from slurm_synergy.profiling.plan import Plan, ProfileRequest, plan_profiling
-from slurm_synergy.profiling.session import (FIRST_ITERATIONS, LEAST_MEASURE_S, MOST_ITERATIONS,
+from slurm_synergy.measure.offline.gpu import open_gpus
+from slurm_synergy.measure.offline.gpumem import estimate_gpu_memory, measure_script_memory
+from slurm_synergy.measure.offline.gpuroom import MoveGpu, check_room, write_move
+from slurm_synergy.measure.offline.plan import Plan, ProfileRequest, plan_profiling
+from slurm_synergy.measure.offline.session import (FIRST_ITERATIONS, LEAST_MEASURE_S, MOST_ITERATIONS,
                                             Session)
-from slurm_synergy.profiling.steps import Runner, Step
-from slurm_synergy.profiling.store import profiling_lock, sync_decisions
-from slurm_synergy.profiling.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
+from slurm_synergy.measure.offline.steps import Runner, Step
+from slurm_synergy.measure.lock import profiling_lock, sync_decisions
+from slurm_synergy.measure.offline.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
 from slurm_synergy.slurm import Slurm
 
 

@@ -20,7 +20,7 @@ import psutil
 from slurm_synergy.model.profile import Point
 from slurm_synergy.probe.records import read_result
 from slurm_synergy.probe.supervise import command_for, runs_warm
-from slurm_synergy.profiling.errors import ProfilingError
+from slurm_synergy.measure.errors import ProfilingError
 from slurm_synergy.slurm import Slurm
 
 

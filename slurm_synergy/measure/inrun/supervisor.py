@@ -1,12 +1,12 @@
 """The first job of an unknown workload, measured while it trains.
 
-    python -m slurm_synergy.profiling.inrun --fingerprint FP --job-name NAME --out FILE
+    python -m slurm_synergy.measure.inrun.supervisor --fingerprint FP --job-name NAME --out FILE
         [--workers N] [--workers-option OPT] -- COMMAND...
 
 The job script runs this in place of the probe for a job the plugin marked (profile=1).
 The job's command runs as submitted, in the job's folder and environment, under the
 probe's watch mode, and trains to its end at its asked size: its exit status is the
-command's. Beside it, the supervisor sweeps cores (profiling/windows.py): a window at the
+command's. Beside it, the supervisor sweeps cores (measure/inrun/windows.py): a window at the
 job's full size, then one at fewer cores, then full again, for every count of Synergy's
 halving search, each count `sweep_repeats` times, so that drift and epoch boundaries fall
 on both sides of every comparison. The windows give the profile its points, with their
@@ -25,7 +25,7 @@ Nothing here can fail the job or change what it computes: a fault ends the measu
 gives every core back, and is one line in the job's log.
 
 Long because the request, the choice of what to do beside a job (task mode's supervisor,
-profiling/attach.py, makes it too) and the sweep it may start are read together.
+measure/inrun/attach.py, makes it too) and the sweep it may start are read together.
 """
 
 from __future__ import annotations
@@ -54,15 +54,13 @@ from slurm_synergy.probe.affinity import job_pids
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
 from slurm_synergy.probe.supervise import PEAK_S, During, Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.profiling.follow import PROG, Follow, tree_memory
-from slurm_synergy.profiling.store import profiling_lock
-from slurm_synergy.profiling.windows import RunWindows, Window
+from slurm_synergy.measure.inrun.follow import PROG, Follow, tree_memory
+from slurm_synergy.measure.search import below_plateau, halving
+from slurm_synergy.measure.lock import profiling_lock
+from slurm_synergy.measure.inrun.windows import RunWindows, Window
 from slurm_synergy.site import Site
 
 USAGE_EXIT = 2
-# Lower counts are not tried once a count falls this far below the full size (Synergy's
-# plateau, as the offline profiler's --plateau): fewer cores cannot be within tolerance.
-PLATEAU = 0.10
 
 
 @dataclass(frozen=True)
@@ -76,15 +74,6 @@ class InRunRequest:
     workers: int | None = None       # loader workers the probe sets (the command has no option)
     workers_option: str = ""         # the option the command takes its workers by
     record_s: float = WATCH_RECORD_S   # the processes' record pace outside the windows
-
-
-def sweep_counts(top: int, procs: int) -> list[int]:
-    """Synergy's halving search from the job's cores down, at least a core per process."""
-    counts, k = [top], top
-    while k // 2 >= max(1, procs):
-        k //= 2
-        counts.append(k)
-    return counts
 
 
 def with_workers(command: Sequence[str], option: str, workers: int) -> list[str]:
@@ -236,7 +225,7 @@ class Sweep:
         """The schedule: a warm-up window left out, then full, k, full, k', full, ...;
         a count far below the full size rules out the counts below it."""
         top, s = windows.top, self.policy.sweep_window_s
-        counts = sweep_counts(top, len(windows.trainers()))
+        counts = halving(top, len(windows.trainers()))
         runs: list[Window] = []
 
         def full() -> bool:
@@ -256,7 +245,8 @@ class Sweep:
                 runs.append(w)
                 if not full():
                     return runs
-                if repeat == 0 and w.samples_per_s < (1 - PLATEAU) * _bracket(runs, -2):
+                # A count far below the full size rules out the counts below it.
+                if repeat == 0 and below_plateau(w.samples_per_s, _bracket(runs, -2)):
                     active = [c for c in active if c >= k]
         return runs
 
@@ -291,7 +281,7 @@ class Sweep:
             lost_s += sum(max(0.0, 1 - runs[i].samples_per_s / _bracket(runs, i))
                           * runs[i].seconds for i in idx)
             points.append(point(k, rates, [runs[i] for i in idx]))
-        missing = [k for k in sweep_counts(windows.top, procs) if k not in
+        missing = [k for k in halving(windows.top, procs) if k not in
                    {p.cores for p in points}]
         cpu_s, wall_s = self.overhead
         notes = [f"measured in the run: {len(runs)} windows; the job lost about {lost_s:.1f}s "
@@ -376,7 +366,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the job's command to its end, measured or followed as run_job decides; returns its
     exit status."""
-    p = _Parser(prog="python -m slurm_synergy.profiling.inrun",
+    p = _Parser(prog="python -m slurm_synergy.measure.inrun.supervisor",
                 description="Run a job's training command to its end, measuring it while "
                 "it trains if it is its workload's first.")
     p.add_argument("--fingerprint", required=True)

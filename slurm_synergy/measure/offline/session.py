@@ -15,8 +15,8 @@ from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.probe.records import LEAST_STEPS
 from slurm_synergy.probe.supervise import PEAK_S
-from slurm_synergy.profiling.errors import PROG, ProfilingError
-from slurm_synergy.profiling.steps import Runner, Step, to_point
+from slurm_synergy.measure.errors import PROG, ProfilingError
+from slurm_synergy.measure.offline.steps import Runner, Step, to_point
 
 MOST_ITERATIONS = 20     # measured in a step, unless asked (--max-iterations) or LEAST_MEASURE_S
 FIRST_ITERATIONS = 10    # the first step's, whose rate sets the window of the rest

@@ -22,6 +22,7 @@ from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.rightsize import Asked, LeftAsAsked, Rightsized, rightsize
 from slurm_synergy.model.units import gpu_types, gres_text
+from slurm_synergy.model.profile import Profile
 from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
 from slurm_synergy.slurm import QueuedJob, Slurm, user_name
 
@@ -96,16 +97,17 @@ def _ours_pending(fingerprint: str, by_job: str, slurm: Slurm,
 
 
 def rightsize_pending(fingerprint: str, by_job: str, service: DecisionService,
-                      log: Callable[[str], None]) -> InPlace:
+                      log: Callable[[str], None], profile: Profile | None = None) -> InPlace:
     """Right-size this user's pending jobs of `fingerprint` in place: those marked for
     measuring, and those `by_job` right-sized before (its profile changed since), each
-    as the decision service decides for its partition and QOS."""
+    as the decision service decides for its partition and QOS, from `profile` where the
+    caller holds it (the run that just measured it), else from the user's store."""
     done = InPlace()
     for job, comment in _ours_pending(fingerprint, by_job, service.slurm, done.left):
         marks = comment_format.marks(comment)
         if marks.get("profile") != "1" and marks.get("by") != by_job:
             continue
-        why = _update(job, comment, by_job, service, done)
+        why = _update(job, comment, by_job, service, done, profile)
         if why:
             done.left.append((job.job_id, why))
             log(f"slurm-synergy: job {job.job_id} left as asked: {why}")
@@ -158,13 +160,15 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
 
 
 def _update(job: QueuedJob, comment: str, by_job: str, service: DecisionService,
-            done: InPlace) -> str:
+            done: InPlace, profile: Profile | None) -> str:
     """Update one job; returns why not ("" when updated)."""
     if "," in job.partition:
         return f"several partitions ({job.partition})"
     slurm = service.slurm
-    decision = service.decide(DecisionRequest(os.geteuid(), comment_format.fingerprint(
-        comment) or "", job.partition, job.qos))
+    req = DecisionRequest(os.geteuid(), comment_format.fingerprint(comment) or "",
+                          job.partition, job.qos)
+    decision = (service.judge(req, profile) if profile is not None
+                and profile.fingerprint == req.fingerprint else service.decide(req))
     if isinstance(decision, Refusal):
         return decision.why
     try:

@@ -11,6 +11,7 @@ from slurm_synergy.model.policy import Policy
 from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
 from slurm_synergy.decisions.service import DecisionRequest
 from slurm_synergy.slurm import Slurm, QueuedJob
+from tests.helpers import make_profile
 
 FP = "0123456789abcdef"
 
@@ -61,11 +62,17 @@ class Service:
         self.slurm, self.policy = slurm, Policy()
         self.cpus, self.mem_mb = cpus, mem_mb
         self.asked: list[DecisionRequest] = []
+        self.judged: list[tuple] = []
 
     def decide(self, req: DecisionRequest):
         self.asked.append(req)
         return Decision(req.fingerprint, "job", self.cpus, self.mem_mb, 1, "", 1, 0,
                         100.0, 100.0, 2, 8000, ("because",))
+
+    def judge(self, req: DecisionRequest, profile):
+        self.judged.append((req, profile))
+        return Decision(req.fingerprint, "job", 3, self.mem_mb, 1, "", 1, 0,
+                        100.0, 100.0, 2, 8000, ("from the profile handed down",))
 
 
 def marked(extra: str = "") -> str:
@@ -86,6 +93,14 @@ def test_only_this_workloads_marked_pending_jobs_are_updated():
     marks = comment_format.marks(comment)
     assert marks["asked"] == "c2,m3072,g1" and marks["decision"] == "c1,m1280,g1,w1"
     assert marks["by"] == "10" and "profile" not in marks
+
+
+def test_a_profile_handed_down_is_judged_not_read_back_from_the_store():
+    q = Queue({"11": (queued("11"), marked()), "12": (queued("12"), marked())})
+    service, held = Service(q, 1, 1280), make_profile(FP)
+    done = rightsize_pending(FP, "10", service, lambda line: None, held)
+    assert [j for j, _ in done.updated] == ["11", "12"] and service.asked == []
+    assert [p for _, p in service.judged] == [held, held] and q.jobs["11"][0].cpus_per_task == 3
 
 
 def test_a_later_peak_updates_the_same_jobs_again_and_keeps_what_they_asked():

@@ -144,13 +144,15 @@ class Follow:
     def _rightsize(self, profile: Profile) -> None:
         service = DecisionService.for_site(self.site, own_store(self.store))
         partition = os.environ.get("SLURM_JOB_PARTITION", "")
-        decision = service.decide(DecisionRequest(os.geteuid(), profile.fingerprint,
-                                                  partition))
+        # Decided from the profile this run holds, not read back from the store.
+        decision = service.judge(DecisionRequest(os.geteuid(), profile.fingerprint,
+                                                 partition), profile)
         if isinstance(decision, Refusal):
             self.log(f"{PROG}: no decision for {profile.fingerprint}: {decision.why}")
             return
         self.log(f"{PROG}: decision for {profile.fingerprint}: {decision.summary()}")
-        done = rightsize_pending(profile.fingerprint, self.job_id, service, self.log)
+        done = rightsize_pending(profile.fingerprint, self.job_id, service, self.log,
+                                 profile)
         if done.updated:
             self.log(f"{PROG}: right-sized in place: " + ", ".join(
                 f"job {j} -> {r.decided}" for j, r in done.updated))

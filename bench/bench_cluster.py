@@ -395,7 +395,7 @@ def main() -> int:
     runs: list[dict] = []
     with bench_cluster(USERS, "bench-cluster") as (slurm, work):
         (n1,) = slurm.nodes(PARTITION)
-        node = Node(cpus=n1.cpus, mem_mb=n1.memory_mb, gpus=gpu_count(n1.gres))
+        node = Node(cpus=n1.cpus, mem_mb=n1.mem_mb, gpus=gpu_count(n1.gres))
         data = make_data(work)
         shared = user_folders(work, data)
         policies = {flow: bench_policy(work, flow) for flow in FLOWS}

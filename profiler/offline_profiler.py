@@ -139,7 +139,7 @@ def request(args: argparse.Namespace) -> ProfileRequest:
     return ProfileRequest(
         script=args.script, script_args=tuple(args.script_args), job_name=args.job_name,
         fingerprint=args.fingerprint, store=args.store, workdir=args.workdir,
-        num_gpus=args.num_gpus, cpu=args.cpu, memory_mb=args.memory, batch=args.batch,
+        num_gpus=args.num_gpus, cpu=args.cpu, mem_mb=args.memory, batch=args.batch,
         workers=args.workers, torchrun=args.torchrun, max_iterations=args.max_iterations,
         window_s=args.window, warmup=args.warmup,
         first_batch_timeout_s=args.first_batch_timeout, step_timeout_s=args.step_timeout,

@@ -234,7 +234,7 @@ class LocalCluster:
         if healthy:
             for n in self.slurm.nodes(""):
                 why = f" ({n.reason})" if n.reason else ""
-                lines.append(f"node {n.name}: {n.state}{why}, {n.cpus} CPUs, {n.memory_mb} MB, "
+                lines.append(f"node {n.name}: {n.state}{why}, {n.cpus} CPUs, {n.mem_mb} MB, "
                              f"gres {n.gres}")
         lines.append(f"SLURM_CONF={self.conf}")
         return healthy, lines

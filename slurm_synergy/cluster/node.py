@@ -41,7 +41,7 @@ class NodeSpec:
     address: str
     port: int
     cpus: int
-    memory_mb: int
+    mem_mb: int
     gpus: int
     gpus_real: bool
     gpu_files: tuple[str, ...] = field(default_factory=tuple)
@@ -49,7 +49,7 @@ class NodeSpec:
 
     def describe(self) -> str:
         """One line for `synergy cluster up`: the node's cores, memory (MB) and GPUs."""
-        return (f"{self.name}: {self.cpus} CPUs, {self.memory_mb} MB, {self.gres or 'no GPUs'}"
+        return (f"{self.name}: {self.cpus} CPUs, {self.mem_mb} MB, {self.gres or 'no GPUs'}"
                 f"{'' if self.gpus_real or not self.gpus else ' (file-backed)'}")
 
     @property
@@ -91,7 +91,7 @@ class Layout:
 
 
 
-def memory_mb(meminfo: str) -> int:
+def meminfo_mb(meminfo: str) -> int:
     """Schedulable memory: MemTotal from /proc/meminfo less the headroom."""
     for line in meminfo.splitlines():
         if line.startswith("MemTotal:"):
@@ -138,7 +138,7 @@ def detect(state: Path) -> Layout:
     """The layout on this machine: one node with the real GPUs where there are any, else the
     three nodes of file-backed GPUs under `state`/dev (FAKE_NODES)."""
     host = socket.gethostname().split(".")[0]
-    cpus, mem = os.cpu_count() or 1, memory_mb(Path("/proc/meminfo").read_text())
+    cpus, mem = os.cpu_count() or 1, meminfo_mb(Path("/proc/meminfo").read_text())
     count, gpu_type = real_gpus()
     if count:
         files = tuple(f"/dev/nvidia{i}" for i in range(count))

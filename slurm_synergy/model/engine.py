@@ -100,7 +100,7 @@ class NodeFacts(Protocol):
         """The node's cores."""
 
     @property
-    def memory_mb(self) -> int:
+    def mem_mb(self) -> int:
         """The node's memory, MB."""
 
     @property
@@ -115,7 +115,7 @@ def shape_of(nodes: Sequence[NodeFacts]) -> NodeShape:
     types: set[str] = set()
     for node in nodes:
         types |= gpu_types(node.gres)
-    return NodeShape(cores=min(n.cpus for n in nodes), mem_mb=min(n.memory_mb for n in nodes),
+    return NodeShape(cores=min(n.cpus for n in nodes), mem_mb=min(n.mem_mb for n in nodes),
                      gpus=min(gpu_count(n.gres) for n in nodes), gpu_types=tuple(sorted(types)))
 
 

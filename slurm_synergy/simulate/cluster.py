@@ -125,7 +125,7 @@ def _from_slurm(partition: str | None, slurm: Slurm) -> ClusterSpec:
     for node in slurm.nodes(partition):
         gpus = shape_of([node]).gpus
         if gpus:
-            servers.append(Server(gpus, node.cpus, node.memory_mb / 1024))
+            servers.append(Server(gpus, node.cpus, node.mem_mb / 1024))
     if not servers:
         raise SynergyError(f"partition {partition or '(default)'} has no nodes with GPUs")
     return ClusterSpec(f"slurm:{partition or 'default'}", tuple(servers))

@@ -49,7 +49,7 @@ class Node:
     name: str
     state: str
     cpus: int
-    memory_mb: int
+    mem_mb: int
     gres: str
     reason: str = ""      # why it is down or drained, as the admin or Slurm wrote it
 
@@ -62,7 +62,7 @@ class NodeUse:
     state: str
     cpus: int
     cpus_alloc: int
-    memory_mb: int
+    mem_mb: int
     mem_alloc_mb: int
     gpus: int
     gpus_alloc: int

@@ -58,8 +58,8 @@ class _Room:
 
 
 def _rooms(nodes: Sequence[NodeUse]) -> list[_Room]:
-    return [_Room(n.name, NodeShape(n.cpus, n.memory_mb, n.gpus), n.cpus - n.cpus_alloc,
-                  n.memory_mb - n.mem_alloc_mb, n.gpus - n.gpus_alloc)
+    return [_Room(n.name, NodeShape(n.cpus, n.mem_mb, n.gpus), n.cpus - n.cpus_alloc,
+                  n.mem_mb - n.mem_alloc_mb, n.gpus - n.gpus_alloc)
             for n in nodes if n.gpus and n.state.rstrip("*~#") in USABLE_NODE_STATES]
 
 

@@ -24,7 +24,7 @@ def test_node_is_sized_from_the_machine(slurm):
     (node,) = slurm.nodes()                     # the default partition is one node
     assert node.cpus == os.cpu_count()
     meminfo_mb = int(open("/proc/meminfo").read().split()[1]) // 1024
-    assert 0 < node.memory_mb < meminfo_mb
+    assert 0 < node.mem_mb < meminfo_mb
     # Real GPUs, one type; without hardware, two file-backed types of two each.
     assert node.gres == "gpu:local1g:2,gpu:local4g:2" or (
         len(gpu_types(node.gres)) == 1 and gpu_count(node.gres) >= 1)

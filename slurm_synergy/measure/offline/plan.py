@@ -130,7 +130,7 @@ class ProfileRequest:
     workdir: Path | None = None         # the steps' outputs; None: ./synergy-profile-<fp>
     num_gpus: int | None = None         # GPUs per step; None: the allocation's
     cpu: int | None = None              # most cores swept; None: the allocation's
-    memory_mb: int | None = None        # memory per step; None: the allocation's
+    mem_mb: int | None = None           # memory per step; None: the allocation's
     batch: int | None = None            # wins over the script's own batch option
     workers: int | None = None          # loader workers per process; None: workers_for
     torchrun: int | None = None         # DDP ranks under torchrun; None: one process
@@ -177,7 +177,7 @@ def plan_profiling(req: ProfileRequest) -> Plan:
             raise UsageError(f"--cpu {req.cpu} is more than the {limits.cores} core(s) this "
                              "allocation has")
         top = req.cpu
-    mem_mb = req.memory_mb or limits.mem_mb
+    mem_mb = req.mem_mb or limits.mem_mb
     if mem_mb > limits.mem_mb:
         raise UsageError(f"--memory {mem_mb}M is more than the allocation's {limits.mem_mb}M")
     ngpus = limits.gpus if req.num_gpus is None else req.num_gpus

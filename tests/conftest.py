@@ -17,3 +17,24 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("SYNERGY_DECISIONS", str(tmp_path / "table.tbl"))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     return tmp_path
+
+
+# Where make test's time goes: each test file's setup, call and teardown summed (a
+# session fixture's, the local cluster's start, falls to the first test that asks for it).
+_SPENT: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    _SPENT[path] = _SPENT.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _SPENT:
+        return
+    out = terminalreporter
+    out.write_sep("-", "time per part (s): each test file's setup, run and teardown")
+    for part in ("tests/unit", "tests/integration"):
+        out.write_line(f"{sum(s for p, s in _SPENT.items() if p.startswith(part)):8.1f}  {part}/")
+    for path, spent in sorted(_SPENT.items(), key=lambda item: -item[1]):
+        out.write_line(f"{spent:8.1f}  {path}")

@@ -42,6 +42,7 @@ local TABLE_FORMAT = 4
 local MAX_BYTES = 16777216
 local MAX_ENTRIES = 200000
 local HARD = { cpus = 65536, mem_mb = 67108864, gpus = 64, workers = 4096, power_w = 5000, procs = 256 }
+local FINGERPRINT_PREFIX = "synergy:fp="
 local FINGERPRINT_HEX = 16
 local OPT_OUT = "synergy:off"
 local HETERO = "synergy:hetero"
@@ -574,7 +575,7 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 	if comment == nil then
 		return nil
 	end
-	local fp = comment:match("^synergy:fp=(%x+)")
+	local fp = comment:match("^" .. FINGERPRINT_PREFIX .. "(%x+)")
 	if not is_fingerprint(fp) then
 		return nil
 	end
@@ -718,7 +719,7 @@ local function apply(job_desc, p)
 		-- Where the job's owner cannot change it: the reports trust this copy.
 		local admin = job_desc.admin_comment
 		job_desc.admin_comment = ((admin ~= nil and admin ~= "") and (admin .. " ") or "")
-			.. "synergy:fp=" .. p.fp
+			.. FINGERPRINT_PREFIX .. p.fp
 	end
 	-- The environment last: what is set there cannot be put back.
 	local env = job_desc.environment
@@ -770,7 +771,7 @@ local function plain_plan(job_desc, tbl, part_list, submit_uid, script)
 	if job_desc.tres_per_node ~= nil and job_desc.tres_per_node ~= "" then
 		req[#req + 1] = "gpus"
 	end
-	local comment = "synergy:fp=" .. fp .. " plain=1"
+	local comment = FINGERPRINT_PREFIX .. fp .. " plain=1"
 		.. (#req > 0 and (" req=" .. table.concat(req, ",")) or "")
 		.. ((own ~= nil and own ~= "") and (" " .. own) or "")
 	-- A script launches its steps for its GPUs (torchrun --nproc_per_node, one rank a
@@ -791,7 +792,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		if comment ~= nil and comment:match("^" .. HETERO) then
 			return
 		end
-		local plain = comment == nil or not comment:match("^synergy:fp=")
+		local plain = comment == nil or not comment:match("^" .. FINGERPRINT_PREFIX)
 		-- A plain job is looked at only where it could be keyed: a batch script (srun and
 		-- salloc jobs have none, nor an environment) its user did not opt out. The script
 		-- is read once: each read of job_desc.script copies it.

@@ -142,17 +142,18 @@ def _one(t: _Turns, service: DecisionService, partition: str, user_budget_s: flo
 def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = None,
          path: Path | None = None, partition: str | None = None,
          service: DecisionService | None = None, time_limits: bool = False,
-         every_s: float = 0.0) -> str:
+         every_s: float = 0.0, site: Site | None = None) -> str:
     """Compile the table from the profile stores (every user's folder of the site's store,
     else the caller's own); returns a line saying what was written and what was left
     out. SynergyError only for what is the site's (its policy, Slurm, the table's file).
     `time_limits`: then set pending jobs' time_min and raise running ones' limits
     (decisions/timelimits.py; root's timer, or an operator's), as one syncing every
-    `every_s` must (0: a site's cron, every minute)."""
+    `every_s` must (0: a site's cron, every minute). `site`: the caller's, read once where
+    it started (else read here)."""
     skipped: list[str] = []
     if stores is None:
         stores, skipped = stores_to_compile()
-    service = service or DecisionService.for_site(Site.load(slurm))
+    service = service or DecisionService.for_site(site or Site.load(slurm))
     path = path or table_path()
     owned_by_other(path)
     partition = partition or service.slurm.default_partition()
@@ -184,9 +185,9 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
                 for uid, n in sorted(cut.items())]
     skipped += [f"skip_users {name!r}: no such user on this host, so no job is skipped for "
                 "that name" for name in service.policy.skip_users if not uids_of([name])]
-    site = site_store_root()
-    if site is not None and all(s.root.parent == site for s in stores):
-        where = f"{len(stores)} user folder(s) of the shared store {site}"
+    shared = site_store_root()
+    if shared is not None and all(s.root.parent == shared for s in stores):
+        where = f"{len(stores)} user folder(s) of the shared store {shared}"
     else:
         where = str(stores[0].root) if len(stores) == 1 else f"{len(stores)} stores"
     line = f"decision table {path}: {len(kept)} decision(s) from {where}"

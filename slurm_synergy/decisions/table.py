@@ -41,6 +41,9 @@ from typing import Mapping, Sequence
 
 from slurm_synergy import paths
 from slurm_synergy.fileio import atomic_write_text, read_untrusted_bytes
+# Hard bounds the shim also enforces, whatever the header says (rendered into its HARD).
+from slurm_synergy.model.bounds import (MAX_CPUS, MAX_GPUS, MAX_MEM_MB, MAX_POWER_W, MAX_PROCS,
+                                        MAX_WORKERS)
 from slurm_synergy.model.comment import FINGERPRINT, GRES_TYPE
 from slurm_synergy.model.engine import Decision, NodeShape
 from slurm_synergy.model.errors import SynergyError
@@ -50,13 +53,6 @@ from slurm_synergy.decisions.limits import Cap
 TABLE_NAME = "synergy-decisions.tbl"
 MAGIC = "synergy-decisions"
 FORMAT = 4
-# Hard bounds the shim also enforces, whatever the header says (rendered into its HARD).
-MAX_CPUS = 65536
-MAX_MEM_MB = 64 * 1024 * 1024
-MAX_GPUS = 64
-MAX_WORKERS = 4096
-MAX_POWER_W = 5000
-MAX_PROCS = 256
 # The shim refuses a table of more entries or bytes (job_submit.lua's MAX_ENTRIES and
 # MAX_BYTES); a user's profiles past MAX_PER_USER are left out (decisions/sync.py).
 MAX_ENTRIES = 200000

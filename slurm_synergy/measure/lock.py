@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.measure.errors import PROG
+from slurm_synergy.site import Site
 
 
 @contextlib.contextmanager
@@ -32,13 +33,14 @@ def profiling_lock(store: ProfileStore, fp: str) -> Iterator[bool]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def sync_decisions(log: Callable[[str], None], prog: str = PROG) -> None:
+def sync_decisions(log: Callable[[str], None], prog: str = PROG,
+                   site: Site | None = None) -> None:
     """Recompile the decision table (measured in a Slurm job: that cluster's), so the
     plugin rewrites the resubmission; best effort: where this user may not write the
-    table, the site's own sync picks the profile up."""
+    table, the site's own sync picks the profile up. `site`: the caller's, if it has one."""
     from slurm_synergy.decisions.sync import sync
 
     try:
-        log(f"{prog}: {sync()}")
+        log(f"{prog}: {sync(site=site)}")
     except SynergyError as e:
         log(f"{prog}: decision table not updated: {e}")

@@ -14,18 +14,20 @@ import math
 from dataclasses import MISSING, fields, replace
 from typing import Any
 
+from slurm_synergy.model.bounds import MAX_CPUS, MAX_GPUS, MAX_MEM_MB, MAX_POWER_W, MAX_PROCS
 from slurm_synergy.model.comment import FINGERPRINT_RE
 from slurm_synergy.model.profile import (
     PROFILE_VERSION, READ_VERSIONS, Allocation, BatchPeak, CommandFile, FetchRates,
     GpuMemory, GpuReadings, MemoryRaise, Point, PointError, PowerPoint, Profile,
     ProfileError, ThroughputModel)
 
-# The most a field of that name can hold (the shim's hard bounds where it has one);
-# any other number at most BIG.
-_MOST: dict[str, float] = {"cores": 65536, "procs": 256, "workers": 1 << 20, "gpus": 64,
-                           "count": 64, "batch": 1 << 30, "limit_w": 5000.0,
-                           "power_limit_w": 5000.0, "min_limit_w": 5000.0,
-                           "max_limit_w": 5000.0, "mem_mb": float(64 << 20)}
+# The most a field of that name can hold (the hard bounds of model/bounds.py where it has
+# one); any other number at most BIG.
+_MOST: dict[str, float] = {"cores": MAX_CPUS, "procs": MAX_PROCS, "workers": 1 << 20,
+                           "gpus": MAX_GPUS, "count": MAX_GPUS, "batch": 1 << 30,
+                           "limit_w": MAX_POWER_W, "power_limit_w": MAX_POWER_W,
+                           "min_limit_w": MAX_POWER_W, "max_limit_w": MAX_POWER_W,
+                           "mem_mb": MAX_MEM_MB}
 BIG = 1e15
 # The most items a list holds: a sweep's points, their repeats, a command's words. A
 # profile of more is not one the profiler writes, and deciding from it costs time that

@@ -46,6 +46,7 @@ def constants() -> dict[str, object]:
         "HARD": {"cpus": table.MAX_CPUS, "mem_mb": table.MAX_MEM_MB, "gpus": table.MAX_GPUS,
                  "workers": table.MAX_WORKERS, "power_w": table.MAX_POWER_W,
                  "procs": table.MAX_PROCS},
+        "FINGERPRINT_PREFIX": comment.PREFIX,
         "FINGERPRINT_HEX": comment.FINGERPRINT_HEX,
         "OPT_OUT": comment.OPT_OUT,
         "HETERO": comment.HETERO,

@@ -11,7 +11,7 @@ loader apart from the rest of the step, set the loader's worker count when asked
 the script cleanly once the measurement is complete. The script itself is not changed and
 declares nothing.
 
-Modules: `records` (what a process and a run measured; the JSON files), `hooks` (inside
-each process), `supervise` (the parent: starts, bounds and judges the run), `options`
-(what a script declares on its command line, read without running it).
+Modules: `records` (what a process and a run measured; the JSON files), `patches` and
+`recorder` (inside each process: what goes into PyTorch and DALI, and the measurement),
+`supervise` (the parent: starts, bounds and judges the run).
 """

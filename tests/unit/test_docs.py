@@ -51,7 +51,7 @@ def tree_block() -> str:
 
 
 def package_sections() -> dict[str, str]:
-    """slurm_synergy's entries in the tree: each top-level name (`model/`, `slurm.py`, ...),
+    """slurm_synergy's entries in the tree: each top-level name (`model/`, `paths.py`, ...),
     with the lines under it, indented deeper."""
     sections: dict[str, str] = {}
     block = tree_block()

@@ -234,3 +234,10 @@ def test_a_job_of_a_measured_workload_raises_its_profile_only_where_it_peaks_hig
     else:
         assert store.path(FP).read_bytes() == before
         assert not any("peaked at" in line for line in lines), lines
+
+
+def test_a_script_generated_before_the_move_still_starts_its_supervisor():
+    # Jobs queued across an upgrade run `python -m slurm_synergy.profiling.inrun`.
+    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.profiling.inrun", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--fingerprint" in proc.stdout, proc.stderr

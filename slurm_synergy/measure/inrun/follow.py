@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.profile_read import profile_from_json
 from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
 from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
 from slurm_synergy.probe import cmdfiles
@@ -81,7 +82,7 @@ class Follow:
                  f"{', '.join(differ)} other than its profile's run (job "
                  f"{profile.allocation.job_id or '-'}) did: the decision is dropped, and the "
                  "workload's next job is measured")
-        sync_decisions(self.log, PROG)
+        sync_decisions(self.log, PROG, self.site)
         # Jobs the old decision right-sized would otherwise run the new program with it.
         try:
             undo_pending(self.fingerprint, self.job_id, self.slurm, self.log)
@@ -135,13 +136,16 @@ class Follow:
     def apply(self, profile: Profile) -> None:
         """The table compiled, then this user's pending jobs right-sized in place; where
         Slurm cannot be asked (slurmctld down), one line says so and the job goes on."""
-        sync_decisions(self.log, PROG)
+        sync_decisions(self.log, PROG, self.site)
         try:
             self._rightsize(profile)
         except SynergyError as e:
             self.log(f"{PROG}: pending jobs of {profile.fingerprint} not right-sized: {e}")
 
     def _rightsize(self, profile: Profile) -> None:
+        # Through the strict reader, as the table's sync reads it from the store: a profile
+        # it would refuse right-sizes nothing here either.
+        profile = profile_from_json(profile.to_json(), f"{profile.fingerprint} (this run's)")
         service = DecisionService.for_site(self.site, own_store(self.store))
         partition = os.environ.get("SLURM_JOB_PARTITION", "")
         # Decided from the profile this run holds, not read back from the store.

@@ -10,7 +10,7 @@ from slurm_synergy.gpu import Gpu, GpuError
 from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.hooks.power import ceiling_mw
 from slurm_synergy.model.profile import GpuReadings, PowerPoint
-from slurm_synergy.measure.search import below_plateau
+from slurm_synergy.measure.search import below_plateau, halving
 from slurm_synergy.measure.offline.gpu import power_limits_to_try
 from slurm_synergy.measure.offline.steps import Runner, Step
 
@@ -22,14 +22,14 @@ def core_sweep(top: int, measure: Callable[[int], float], plateau: float,
     job's GPUs) until one falls below too. Returns the counts tried, in order."""
     tried = [top]
     best = measure(top)
-    good, k = top, top // 2
-    while k >= 1:
+    good = top
+    for k in halving(top)[1:]:
         tried.append(k)
         speed = measure(k)
         best = max(best, speed)
         if below_plateau(speed, best, plateau):
             break
-        good, k = k, k // 2
+        good = k
     else:
         return tried                    # within the plateau down to one core
     for j in range(good - step, k, -step):

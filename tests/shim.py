@@ -9,6 +9,7 @@ from typing import Callable
 
 from slurm_synergy.decisions.table import TABLE_NAME, Owned, render
 from slurm_synergy.model.engine import Decision, NodeShape
+from slurm_synergy.model.plainkey import PlainJob, plain_key
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.plugin import contract
 from slurm_synergy.plugin.install import SHIM
@@ -78,3 +79,37 @@ def unchanged(job: dict) -> bool:
     """The shim let OURS through as it came."""
     return all(job[k] == v for k, v in OURS.items()) and not any(
         k.startswith("env.") for k in job)
+
+
+# A plain batch job as slurmctld hands it to job_submit: its script comes from a file.
+BATCH = {"name": "train", "cpus_per_task": "4", "min_cpus": "4", "pn_min_cpus": "4",
+         "pn_min_memory": "8192", "tres_per_node": "gres:gpu:1", "work_dir": "/home/u/exp",
+         "num_tasks": "4294967294", "env.PATH": "/usr/bin"}
+NO_TASKS = "4294967294"         # num_tasks when --ntasks was not given (NO_VAL - 1)
+
+
+def submit_script(tmp_path: Path, script: str | bytes, tbl: str | None,
+                  **fields: str) -> tuple[dict, list[str]]:
+    """BATCH with `script` (and `fields` over BATCH's) through the shim: the job, the logs."""
+    path = tmp_path / f"script{len(list(tmp_path.glob('script*')))}.sh"
+    path.write_bytes(script if isinstance(script, bytes) else script.encode())
+    (job,), logs = run(tmp_path, [dict(BATCH, script_from=str(path), **fields)], tbl)
+    return job, logs
+
+
+def key_of(job: dict) -> str:
+    """The key the shim wrote into a plain job's comment."""
+    assert job["comment"].startswith("synergy:fp="), job
+    return job["comment"].split()[0].removeprefix("synergy:fp=")
+
+
+def python_key(script: str | bytes, **fields: str) -> str | None:
+    """model/plainkey's key of the job submit_script(script, **fields) submits."""
+    fields = {**BATCH, **fields}
+    text = script if isinstance(script, str) else script.decode("utf-8", "surrogateescape")
+    argv = sorted((int(k.split(".")[1]), v) for k, v in fields.items()
+                  if k.startswith("argv.") and k != "argv.0")
+    tasks = fields["num_tasks"]
+    return plain_key(PlainJob(UID, text, tuple(v for _, v in argv), fields["work_dir"],
+                              fields.get("partition", ""), fields["tres_per_node"],
+                              "" if tasks == NO_TASKS else tasks))

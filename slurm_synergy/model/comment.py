@@ -25,8 +25,9 @@ it set the job's --time-min (minutes), from a predicted run of p seconds resting
 completed jobs (decisions/timelimits.py), and tback= where it put a running job's lowered
 limit back to its --time (minutes), the job having run past that prediction. A mark
 written again replaces the earlier one; the rest of the comment is the user's and is kept.
-tests/unit/test_comment.py runs the same strings through the Lua shim, which spells asked=
-and decision= the same way.
+The Lua shim spells asked= and decision= the same way: tests/contract_cases.toml's
+decisions come out of both as one comment (test_contract_cases.py), and test_comment.py
+runs the rest through both.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ under an unchanged script keeps the key; the run itself tells (probe/cmdfiles.py
 
 The hash is two polynomial hashes modulo primes below 2**31, so that Lua 5.1, which has
 only doubles and no bit operations, computes it exactly and in a few milliseconds for
-the largest script keyed; tests/unit/test_plainkey.py runs both on the same jobs.
+the largest script keyed; both key tests/contract_cases.toml's scripts alike
+(tests/unit/test_contract_cases.py).
 """
 
 from __future__ import annotations

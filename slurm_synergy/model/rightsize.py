@@ -3,7 +3,7 @@
 Whoever applies a decision calls `rightsize`: `synergy submit` in user mode before sbatch,
 a resubmission after profiling, and a profiled run updating its workload's pending jobs
 in place (`scontrol update`). etc/job_submit.lua mirrors it inside slurmctld;
-tests/unit/test_rightsize_contract.py runs the same cases through both.
+tests/contract_cases.toml holds the cases both must agree on (test_contract_cases.py).
 
 The rules: a job of several tasks or nodes is left as asked (a decision is per task on
 one node); resources the job pinned itself stay as asked where the site lets the user's

@@ -2,13 +2,13 @@
 key for the same job, and the shim keys, marks and right-sizes such a job as it does a
 CSV row, leaving alone what the user or the site opted out."""
 
-from pathlib import Path
 
 import pytest
 
 from slurm_synergy.model.plainkey import KEY_BUDGET, KEY_VERSION, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
-from tests.shim import UID, decision, run, table
+from tests.shim import BATCH, UID, decision, key_of, python_key, run, table
+from tests.shim import submit_script as submit
 
 
 SCRIPT = """#!/bin/bash
@@ -20,50 +20,6 @@ source ~/venv/bin/activate
 
 srun python train.py --epochs 10   --lr 0.1
 """
-BATCH = {"name": "train", "cpus_per_task": "4", "min_cpus": "4", "pn_min_cpus": "4",
-         "pn_min_memory": "8192", "tres_per_node": "gres:gpu:1", "work_dir": "/home/u/exp",
-         "num_tasks": "4294967294", "env.PATH": "/usr/bin"}
-
-
-def submit(tmp_path: Path, script: str | bytes, tbl: str | None, **fields: str):
-    path = tmp_path / f"script{len(list(tmp_path.glob('script*')))}.sh"
-    path.write_bytes(script if isinstance(script, bytes) else script.encode())
-    (job,), logs = run(tmp_path, [dict(BATCH, script_from=str(path), **fields)], tbl)
-    return job, logs
-
-
-def key_of(job: dict) -> str:
-    assert job["comment"].startswith("synergy:fp="), job
-    return job["comment"].split()[0].removeprefix("synergy:fp=")
-
-
-def python_key(script: str | bytes, **fields: str) -> str | None:
-    text = script if isinstance(script, str) else script.decode("utf-8", "surrogateescape")
-    args = tuple(v for k, v in sorted(fields.items()) if k.startswith("argv.") and k != "argv.0")
-    return plain_key(PlainJob(UID, text, args, fields.get("work_dir", BATCH["work_dir"]),
-                              fields.get("partition", ""),
-                              fields.get("tres_per_node", BATCH["tres_per_node"]),
-                              fields.get("tasks", "")))
-
-
-@pytest.mark.parametrize("script, fields", [
-    (SCRIPT, {}),
-    (SCRIPT, {"argv.0": "job.sh", "argv.1": "--seed", "argv.2": "7 8", "argv.3": "ü"}),
-    (SCRIPT, {"partition": "gpu", "tres_per_node": "gres:gpu:a100:2", "work_dir": "/x y"}),
-    (SCRIPT.replace("\n", "\r\n").replace("  ", "\t\v"), {}),
-    (b"#!/bin/sh\npython caf\xe9.py\n", {}),
-    ("python -c 'print(1)'", {}),
-], ids=["plain", "arguments", "gpus-partition-folder", "crlf-tabs", "latin1", "one-line"])
-def test_the_shim_and_python_compute_the_same_key(tmp_path, script, fields):
-    job, _ = submit(tmp_path, script, table(), **fields)
-    assert key_of(job) == python_key(script, **fields)
-
-
-def test_tasks_as_asked_are_in_the_key(tmp_path):
-    job, _ = submit(tmp_path, SCRIPT, table(), num_tasks="2")
-    assert key_of(job) == python_key(SCRIPT, tasks="2") != python_key(SCRIPT)
-
-
 def test_what_a_decision_changes_and_comments_are_not_in_the_key():
     other = SCRIPT.replace("--cpus-per-task=4", "--cpus-per-task=1").replace(
         "# set up", "# set up, v2") + "\n\n# the end\n"

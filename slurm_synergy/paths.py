@@ -91,7 +91,10 @@ def slurm_conf() -> Path | None:
     if os.environ.get("SLURM_CONF"):
         return Path(os.environ["SLURM_CONF"])
     local = local_slurm_conf()
-    return local if local.exists() else None
+    try:
+        return local if local.exists() else None
+    except PermissionError:     # a checkout this user cannot enter: not their cluster's
+        return None
 
 
 def gpu_stats_dir(env: dict[str, str] | None = None) -> Path:

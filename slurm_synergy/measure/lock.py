@@ -42,5 +42,5 @@ def sync_decisions(log: Callable[[str], None], prog: str = PROG,
 
     try:
         log(f"{prog}: {sync(site=site)}")
-    except SynergyError as e:
+    except (SynergyError, OSError) as e:
         log(f"{prog}: decision table not updated: {e}")

@@ -300,6 +300,33 @@ def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tm
     assert table.read_text() == "root's\n"
 
 
+def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_path,
+                                                                         monkeypatch):
+    """A checkout root keeps to itself (mode 0700, as mktemp makes one) with its local
+    cluster up: a user's process there finds no slurm.conf of its own, and a profiling
+    job's best-effort sync says why it did nothing instead of failing the job. Once, the
+    unreadable path raised PermissionError from the config lookup."""
+    from slurm_synergy import paths
+    from slurm_synergy.measure.lock import sync_decisions
+    (tmp_path / "state" / "etc").mkdir(parents=True)
+    (tmp_path / "state" / "etc" / "slurm.conf").write_text("ClusterName=root-only\n")
+    tmp_path.chmod(0o700)
+    monkeypatch.setenv("SYNERGY_STATE", str(tmp_path / "state"))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.delenv("SYNERGY_DECISIONS", raising=False)
+    assert paths.slurm_conf() == tmp_path / "state" / "etc" / "slurm.conf"    # root's
+    assert as_user(VICTIM, paths.slurm_conf) == "None"
+    lines: list[str] = []
+
+    def sync_as_user():
+        sync_decisions(lines.append)
+        return "\n".join(lines)
+
+    out = as_user(VICTIM, sync_as_user)
+    # Slurm's own default config, which this machine lacks: one line, the job goes on.
+    assert out.startswith("offline_profiler: decision table not updated: sinfo failed"), out
+
+
 def assoc(user: str, cpus: int = 0) -> list[str]:
     """An association row as sacctmgr prints it (sacctmgr.ASSOC_FIELDS), with a per-job
     core limit where `cpus`."""

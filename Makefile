@@ -64,8 +64,14 @@ submit: setup
 report: setup
 	$(SYNERGY) report --out runs/report $(ARGS)
 
+# The unit tests first, before the local cluster exists (none of them needs it), spread
+# over worker processes: most of their time is spent waiting on the small trainings and
+# timeouts they start, not computing. The integration tests share one cluster, one test
+# at a time.
+UNIT_WORKERS ?= 3
 test: setup lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit
+	$(PY) -m pytest -q tests/integration
 
 lint: setup
 	$(PY) -m ruff check slurm_synergy profiler tests bench

@@ -196,10 +196,11 @@ def tag() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def synergy(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """The real `synergy` command, as a user runs it."""
+def synergy(*args: str, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real `synergy` command, as a user runs it (`env` over the suite's)."""
     return subprocess.run([*SYNERGY, *args], capture_output=True, text=True, cwd=cwd,
-                          env=dict(os.environ))
+                          env={**os.environ, **(env or {})})
 
 
 def cluster_up() -> subprocess.CompletedProcess:

@@ -7,6 +7,7 @@ from itertools import takewhile
 
 import pytest
 
+from slurm_synergy.cluster.localbox import MULTI_PARTITION
 from slurm_synergy.model.comment import decision
 from slurm_synergy.model.units import mem_mb
 from slurm_synergy.submission.csvjobs import load_jobs
@@ -14,7 +15,8 @@ from slurm_synergy.submission.csvjobs import load_jobs
 from .conftest import ROOT, executable, finish, job_names_in_queue, submitted_ids, synergy
 
 TORCHLOADER = ROOT / "jobs_csv"
-TIMES = ("JobID", "JobName", "State", "Submit", "Eligible", "Start", "End", "AllocTRES", "Comment")
+TIMES = ("JobID", "JobName", "Partition", "State", "Submit", "Eligible", "Start", "End", "AllocTRES",
+         "Comment")
 
 
 def when(text: str) -> datetime:
@@ -23,17 +25,22 @@ def when(text: str) -> datetime:
 
 @pytest.fixture(scope="module")
 def torchloader_runs(slurm, tmp_path_factory):
-    """All four torchloader README job lists, submitted unchanged at once, run to the end."""
+    """All four torchloader README job lists, submitted unchanged at once, run to the end.
+    Their user picks the partition of every node with sbatch's own SBATCH_PARTITION (no
+    row names one): twelve unprofiled jobs need not queue on the default partition's one
+    node."""
     out = tmp_path_factory.mktemp("torchloader")
     runs = {}
     for name, extra in (("sequential", ["--sequential"]), ("simultaneous", []),
                         ("intervals", []), ("multi_device", [])):
         csv = TORCHLOADER / f"torchloader_{name}.csv"
-        ids = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(out / name), *extra))
+        ids = submitted_ids(synergy("submit", "--no-profile", str(csv), "--out", str(out / name),
+                                    *extra, env={"SBATCH_PARTITION": MULTI_PARTITION}))
         runs[name] = (csv, out / name, list(ids.values()))
     every = [i for _, _, ids in runs.values() for i in ids]
     finish(slurm, every, timeout=1200)
     acct = {r["JobID"]: r for r in slurm.sacct(every, TIMES)}
+    assert {r["Partition"] for r in acct.values()} == {MULTI_PARTITION}
     return {name: (csv, folder, [acct[i] for i in ids]) for name, (csv, folder, ids) in runs.items()}
 
 

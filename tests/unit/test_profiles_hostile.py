@@ -314,6 +314,13 @@ def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_pat
     monkeypatch.setenv("SYNERGY_STATE", str(tmp_path / "state"))
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.delenv("SYNERGY_DECISIONS", raising=False)
+    # The site's policy where every user reads it, as on a cluster (the checkout's own
+    # is in a folder this user cannot enter either, when the suite runs from mktemp's).
+    site_etc = Path(tempfile.mkdtemp(prefix="synergy-site-"))
+    site_etc.chmod(0o755)
+    policy = shutil.copy(ROOT / "etc" / "policy.toml", site_etc / "policy.toml")
+    Path(policy).chmod(0o644)
+    monkeypatch.setenv("SYNERGY_POLICY", str(policy))
     assert paths.slurm_conf() == tmp_path / "state" / "etc" / "slurm.conf"    # root's
     assert as_user(VICTIM, paths.slurm_conf) == "None"
     lines: list[str] = []
@@ -322,7 +329,10 @@ def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_pat
         sync_decisions(lines.append)
         return "\n".join(lines)
 
-    out = as_user(VICTIM, sync_as_user)
+    try:
+        out = as_user(VICTIM, sync_as_user)
+    finally:
+        shutil.rmtree(site_etc)
     # Slurm's own default config, which this machine lacks: one line, the job goes on.
     assert out.startswith("offline_profiler: decision table not updated: sinfo failed"), out
 

@@ -3,7 +3,6 @@ local processes (the Slurm-step runs are in tests/integration/test_profiling.py)
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ import pytest
 from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.model.noise import unsettled
 from slurm_synergy.model.policy import Policy
+from slurm_synergy.probe.records import LEAST_STEPS
+from slurm_synergy.measure.offline.session import Session
 from slurm_synergy.measure.offline.sweep import core_sweep, repeat_sweep
 from slurm_synergy.measure.offline.gpu import power_limits_to_try, visible_indices
 from slurm_synergy.profiles import ProfileStore
@@ -337,22 +338,50 @@ def test_the_jobs_own_workers_are_measured_at_every_core_count(tmp_path, fake):
     assert "1 cores, 3 worker(s) per process" in proc.stderr
 
 
-def test_a_first_run_too_short_to_count_is_measured_again_at_the_window(tmp_path, fake):
-    # No count asked for: the fake's first 10 iterations take well under a second, so its
-    # rate comes from a second run of as many iterations as fill a second at least; its
-    # memory is the first's, which started the script anew.
-    proc = profile(tmp_path, "--fingerprint", "00000000000000ae", "--budget", "0",
-                   "--repeats", "1", "--window", "1", str(fake), cores="0,1")
-    assert proc.returncode == 0, proc.stderr
-    assert re.search(r"the first run measured 0\.\d\ds, under 1s: its rate is a second "
-                     r"run's, of (\d+) iterations", proc.stderr), proc.stderr
-    steps = sorted(f.name for f in (tmp_path / "work").glob("step*"))
-    assert steps[1:4] == ["step02-train-2c", "step03-train-2c", "step04-train-1c"]
-    argv = json.loads((tmp_path / "work" / "step04-train-1c" / "argv.json").read_text())
-    assert int(argv[argv.index("--max-iterations") + 1]) > 20 + 3
-    p = own_store(tmp_path).load("00000000000000ae")
-    top = next(x for x in p.points if x.measure == "train" and x.cores == 2)
-    assert not top.forked and top.peak_rss_mb > 0
+class ScriptedRunner:
+    """A step runner that answers each run with the next of `answers` (the probe's
+    measurement) and notes how it was asked: how a session reads its runs, with no
+    machine's speed in it."""
+
+    def __init__(self, *answers: dict) -> None:
+        self.answers, self.calls = list(answers), []
+        self.iterations, self.steps_run = 20, 0
+
+    def run(self, step, fresh=False, peak_s=0.0):
+        self.calls.append((step, fresh, peak_s, self.iterations))
+        self.steps_run += 1
+        return self.answers.pop(0), 2.0
+
+
+def scripted_session(runner: ScriptedRunner, lines: list[str]) -> Session:
+    return Session(runner, top=2, procs=1, mem_mb=3072, gpus=[], workers_at=lambda k: 1,
+                   window_s=30.0, max_iterations=20, least_s=1.0, budget_s=600.0, steps=4,
+                   desc="test", log=lines.append, t0=0.0)
+
+
+def test_a_first_run_too_short_to_count_is_measured_again_at_the_window():
+    """No count asked for: a first run whose 10 measured iterations took 0.05 s is run
+    again with as many as fill a second at its rate (200), not started anew; the rate is
+    the second run's, the memory the first's (the script's own start)."""
+    first = {"steps": 10, "seconds": 0.05, "samples_per_s": 1600.0, "peak_rss_mb": 900.0}
+    again = {"steps": 200, "seconds": 1.1, "samples_per_s": 1450.0, "peak_rss_mb": 400.0,
+             "forked": True}
+    runner, lines = ScriptedRunner(first, again), []
+    session = scripted_session(runner, lines)
+    assert session.measure(2) == 1450.0
+    (_, fresh, peak_s, counted), (step, fresh_again, peak_again, window) = runner.calls
+    assert fresh and peak_s > 0 and counted == 20
+    assert (step.cores, fresh_again, peak_again, window) == (2, False, 0.0, 200)
+    (point,) = session.runs[2]
+    assert point.peak_rss_mb == 900.0 and not point.forked and point.step_s == 4.0
+    assert "the first run measured 0.05s, under 1s: its rate is a second run's, of 200 " \
+        "iterations" in "\n".join(lines)
+    # A first run long enough counts as it is; a slow one sets fewer iterations for the
+    # next runs, as many as fill the window (30 s at 0.2 a second), never under LEAST_STEPS.
+    runner, lines = ScriptedRunner({"steps": 10, "seconds": 50.0, "samples_per_s": 1.6}), []
+    assert scripted_session(runner, lines).measure(2) == 1.6
+    assert len(runner.calls) == 1 and runner.iterations == max(LEAST_STEPS, 6)
+    assert not any("second run" in line for line in lines), lines
 
 
 def test_steps_started_anew_pair_on_one_core_too(tmp_path, fake):

@@ -246,6 +246,17 @@ def open_tmp():
 
 
 @pytest.fixture
+def site_policy(open_tmp, monkeypatch) -> Path:
+    """The site's policy where every user can read it, as on a cluster (a checkout, and so
+    its own etc/policy.toml, may be root's alone: mktemp makes CI's clone 0700)."""
+    policy = open_tmp / "policy.toml"
+    shutil.copy(ROOT / "etc" / "policy.toml", policy)
+    policy.chmod(0o644)
+    monkeypatch.setenv("SYNERGY_POLICY", str(policy))
+    return policy
+
+
+@pytest.fixture
 def site(open_tmp, monkeypatch):
     """A site's store as docs/install.md makes it: root's, mode 1777."""
     site = open_tmp / "profiles"
@@ -279,16 +290,12 @@ def test_as_users_each_files_their_own_and_cannot_touch_the_others(site):
     assert set(made) == {(VICTIM, FP), (ATTACKER, FP)} and not skipped
 
 
-def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tmp, monkeypatch):
+def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tmp, site_policy,
+                                                                        monkeypatch):
     from slurm_synergy.measure.lock import sync_decisions
     table = open_tmp / "synergy-decisions.tbl"
     table.write_text("root's\n")
     monkeypatch.setenv("SYNERGY_DECISIONS", str(table))
-    # The site's policy, where every user can read it (a checkout may be root's alone).
-    policy = open_tmp / "policy.toml"
-    shutil.copy(ROOT / "etc" / "policy.toml", policy)
-    policy.chmod(0o644)
-    monkeypatch.setenv("SYNERGY_POLICY", str(policy))
     lines: list[str] = []
 
     def sync_as_user():
@@ -300,7 +307,7 @@ def test_a_profiling_job_that_cannot_write_the_table_logs_it_and_goes_on(open_tm
     assert table.read_text() == "root's\n"
 
 
-def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_path,
+def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_path, site_policy,
                                                                          monkeypatch):
     """A checkout root keeps to itself (mode 0700, as mktemp makes one) with its local
     cluster up: a user's process there finds no slurm.conf of its own, and a profiling
@@ -314,13 +321,6 @@ def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_pat
     monkeypatch.setenv("SYNERGY_STATE", str(tmp_path / "state"))
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.delenv("SYNERGY_DECISIONS", raising=False)
-    # The site's policy where every user reads it, as on a cluster (the checkout's own
-    # is in a folder this user cannot enter either, when the suite runs from mktemp's).
-    site_etc = Path(tempfile.mkdtemp(prefix="synergy-site-"))
-    site_etc.chmod(0o755)
-    policy = shutil.copy(ROOT / "etc" / "policy.toml", site_etc / "policy.toml")
-    Path(policy).chmod(0o644)
-    monkeypatch.setenv("SYNERGY_POLICY", str(policy))
     assert paths.slurm_conf() == tmp_path / "state" / "etc" / "slurm.conf"    # root's
     assert as_user(VICTIM, paths.slurm_conf) == "None"
     lines: list[str] = []
@@ -329,10 +329,7 @@ def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_pat
         sync_decisions(lines.append)
         return "\n".join(lines)
 
-    try:
-        out = as_user(VICTIM, sync_as_user)
-    finally:
-        shutil.rmtree(site_etc)
+    out = as_user(VICTIM, sync_as_user)
     # Slurm's own default config, which this machine lacks: one line, the job goes on.
     assert out.startswith("offline_profiler: decision table not updated: sinfo failed"), out
 

@@ -64,14 +64,20 @@ submit: setup
 report: setup
 	$(SYNERGY) report --out runs/report $(ARGS)
 
-# The unit tests first, before the local cluster exists (none of them needs it), spread
-# over worker processes: most of their time is spent waiting on the small trainings and
-# timeouts they start, not computing. The integration tests share one cluster, one test
-# at a time.
+# The integration tests share one cluster, one test at a time, and leave about one of
+# the machine's cores idle (they wait on Slurm and on their jobs): the unit tests run
+# beside them at the lowest CPU priority, spread over worker processes (none needs the
+# cluster), so they take only the idle core. Their output follows the integration
+# tests'; either part failing fails the target.
 UNIT_WORKERS ?= 3
 test: setup lint
-	$(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit
-	$(PY) -m pytest -q tests/integration
+	@unit_log=$$(mktemp); \
+	nice -n 19 $(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit > $$unit_log 2>&1 & unit=$$!; \
+	$(PY) -m pytest -q tests/integration; integration=$$?; \
+	wait $$unit; unit_rc=$$?; \
+	echo "== tests/unit (beside the integration tests): pytest exit $$unit_rc"; \
+	cat $$unit_log; rm -f $$unit_log; \
+	exit $$(( integration != 0 || unit_rc != 0 ))
 
 lint: setup
 	$(PY) -m ruff check slurm_synergy profiler tests bench

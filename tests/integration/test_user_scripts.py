@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from profiler.datagen import ensure_image_dataset
+from slurm_synergy.cluster.localbox import MULTI_PARTITION
 from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 from slurm_synergy.profiles import ProfileStore
@@ -168,12 +169,17 @@ def bad(slurm, tmp_path_factory):
     csv.write_text("name,script,cpus,mem,time\n" + "".join(
         f"{name},{CORPUS / script},2,2G,{'00:01:00' if state == 'TIMEOUT' else '00:05:00'}\n"
         for name, (script, state, _) in BAD.items()))
+    # Nothing of theirs is measured or right-sized, so they run side by side on every
+    # node (sbatch's own SBATCH_PARTITION) instead of queueing on the default one.
     proc = subprocess.run([*SYNERGY, "submit", str(csv), "--out", str(out), "--profile",
                            "--on-profiled", "resubmit"],
                           capture_output=True, text=True,
-                          env=dict(os.environ, SYNERGY_POLICY=str(policy)))
+                          env=dict(os.environ, SYNERGY_POLICY=str(policy),
+                                   SBATCH_PARTITION=MULTI_PARTITION))
     ids = submitted_ids(proc)
     recs = finish(slurm, ids.values(), timeout=900)
+    assert {r["Partition"] for r in slurm.sacct(list(ids.values()), ("JobID", "Partition"))} \
+        == {MULTI_PARTITION}
     specs = {s.name: s for s in load_jobs(csv)}
     return out, ids, recs, specs
 

@@ -18,6 +18,7 @@ from typing import Iterator
 
 import pytest
 
+from slurm_synergy.cluster.localbox import MULTI_PARTITION
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.decisions.table import TABLE_NAME, read
 
@@ -28,8 +29,8 @@ from .conftest import ROOT, TENANT_PYTHON, Tenant, finish, synergy
 pytestmark = pytest.mark.cluster
 
 VENV = ROOT / ".venv"
-ACCT = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "AllocCPUS", "ReqMem", "Comment",
-        "AdminComment")
+ACCT = ("JobID", "JobIDRaw", "JobName", "Partition", "State", "ExitCode", "AllocCPUS", "ReqMem",
+        "Comment", "AdminComment")
 # A user's training script: a DataLoader over squares of numbers (or, with --manual,
 # slices of one tensor and no loader), for --seconds (TRAIN_SECONDS in its environment
 # wins: a rerun that need not be measured is kept short); it prints what it trained.
@@ -159,6 +160,7 @@ def mem_mb(text: str) -> int:
 class Rounds:
     folder: Path                            # the user's scripts and the jobs' logs
     site: Path                              # the site's profile store
+    policy: Path                            # the site's policy (root's copy of hers)
     alice: Tenant
     one: dict[str, list[dict[str, str]]]    # each style's sacct records, first round
     two: dict[str, list[dict[str, str]]]    # ... second round
@@ -167,7 +169,7 @@ class Rounds:
 
 
 @pytest.fixture(scope="module")
-def rounds(box, slurm, tenants) -> Iterator[Rounds]:
+def rounds(box, slurm, tenants, tmp_path_factory) -> Iterator[Rounds]:
     """Every style submitted once, the site's sync, then every style again."""
     tag = f"{time.time_ns() % 10**6:06d}"
     site = tenants.shared / f"plain-profiles-{tag}"
@@ -178,18 +180,30 @@ def rounds(box, slurm, tenants) -> Iterator[Rounds]:
     folder.mkdir()
     scripts = write_scripts(folder, tag, alice.uid)
     # The sweep's windows short (each count still three times), as a site might set them
-    # for short jobs.
+    # for short jobs. Every round runs on every node (sbatch's own SBATCH_PARTITION, part
+    # of each key), side by side on the machine's shared cores, and the site's sync sizes
+    # the decisions for that partition (the shim leaves jobs of any other alone): what
+    # this module checks is that each style is measured and right-sized, not its
+    # figures, so a window's noise or the model's error refuses nothing here
+    # (test_profiling's refusals do).
     policy = folder / "policy.toml"
-    policy.write_text(site_policy_with(sweep_window_s="1.0"))
+    policy.write_text(site_policy_with(sweep_window_s="1.0", max_spread="1.0",
+                                       max_model_error="1.0"))
     policy.chmod(0o644)
-    env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy)}
+    # Root's sync reads a policy where root alone can write (it refuses hers).
+    site_policy = tmp_path_factory.mktemp("plain-site") / "policy.toml"
+    site_policy.write_text(policy.read_text())
+    env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy),
+           "SBATCH_PARTITION": MULTI_PARTITION}
     first = submit_all(tenants, alice, folder, scripts, env)
     finish(slurm, first.values(), timeout=1200)
     one = accounted(slurm, first)
-    # The site's cron: root compiles every user's folder of the store.
+    # The site's cron: root compiles every user's folder of the store, under the same
+    # policy, for the partition the jobs ran in.
     os.environ["SYNERGY_PROFILES"] = str(site)
     try:
-        synced = synergy("plugin", "sync")
+        synced = synergy("plugin", "sync", "--partition", MULTI_PARTITION,
+                         env={"SYNERGY_POLICY": str(site_policy)})
     finally:
         os.environ["SYNERGY_PROFILES"] = ""
     assert synced.returncode == 0, synced.stderr
@@ -199,7 +213,7 @@ def rounds(box, slurm, tenants) -> Iterator[Rounds]:
     second = submit_all(tenants, alice, folder, scripts, {**env, "TRAIN_SECONDS": "4"})
     finish(slurm, second.values(), timeout=1200)
     two = accounted(slurm, second)
-    yield Rounds(folder, site, alice, one, two, table, synced.stdout)
+    yield Rounds(folder, site, site_policy, alice, one, two, table, synced.stdout)
     assert synergy("plugin", "sync").returncode == 0     # the session's table back
 
 
@@ -216,6 +230,7 @@ def test_every_job_completes_and_trains_to_its_end(rounds):
             for r in recs:
                 assert r["State"] == "COMPLETED" and r["ExitCode"] == "0:0", \
                     (style, r, log_of(folder, r)[-3000:])
+                assert r["Partition"] == MULTI_PARTITION, r
             if style in PYTHON_STYLES:
                 assert all("trained" in log_of(folder, r) for r in recs), style
     assert all(len(r["array"]) == 2 for r in (one, two))
@@ -310,7 +325,7 @@ def edited(rounds, box, slurm, tenants) -> Edited:
     os.utime(cfg, (time.time() - 300,) * 2)
     script = {"configured": folder / "configured.sh"}
     env = {"SYNERGY_PROFILES": str(rounds.site),
-           "SYNERGY_POLICY": str(folder / "policy.toml")}
+           "SYNERGY_POLICY": str(folder / "policy.toml"), "SBATCH_PARTITION": MULTI_PARTITION}
     third = submit_all(tenants, alice, folder, script, env)
     held = tenants.run(alice, ["sbatch", "--parsable", "--hold", str(script["configured"])],
                        env=env)
@@ -320,7 +335,8 @@ def edited(rounds, box, slurm, tenants) -> Edited:
     three = accounted(slurm, third)["configured"]
     os.environ["SYNERGY_PROFILES"] = str(rounds.site)
     try:
-        assert synergy("plugin", "sync").returncode == 0
+        assert synergy("plugin", "sync", "--partition", MULTI_PARTITION,
+                       env={"SYNERGY_POLICY": str(rounds.policy)}).returncode == 0
     finally:
         os.environ["SYNERGY_PROFILES"] = ""
     table = read(box.etc / TABLE_NAME)[1]

@@ -18,11 +18,13 @@ from slurm_synergy.model.errors import SlurmError, SlurmUnreachable
 
 # What Slurm's commands print when slurmctld does not answer (down, restarting, failing over).
 # A controller killed mid-request resets the connection instead of refusing it, or leaves
-# the socket unconnected (ENOTCONN) when it dies between accept and reply.
+# the socket unconnected (ENOTCONN) when it dies between accept and reply, or closed
+# (Slurm's SLURM_COMMUNICATIONS_MISSING_SOCKET_ERROR, seen with slurmctld SIGKILLed
+# during a 300-row submission).
 _UNREACHABLE = ("Unable to contact slurm controller", "Connection refused",
                 "Connection reset by peer", "Broken pipe", "Socket timed out",
                 "Zero Bytes were transmitted", "Connection timed out",
-                "Transport endpoint is not connected")
+                "Transport endpoint is not connected", "Unexpected missing socket error")
 # How long an idempotent call keeps trying a controller that does not answer; Slurm's
 # own client already waits several seconds per try.
 RETRY_S = 15.0

@@ -24,6 +24,7 @@ def _fake(tmp_path, monkeypatch, message):
     "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
     "sbatch: error: Batch job submission failed: Zero Bytes were transmitted or received",
     "sbatch: error: Batch job submission failed: Transport endpoint is not connected",
+    "sbatch: error: Batch job submission failed: Unexpected missing socket error",
 ])
 def test_a_controller_that_is_gone_is_unreachable(tmp_path, monkeypatch, message):
     slurm = _fake(tmp_path, monkeypatch, message)

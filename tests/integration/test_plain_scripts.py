@@ -161,11 +161,21 @@ class Rounds:
     folder: Path                            # the user's scripts and the jobs' logs
     site: Path                              # the site's profile store
     policy: Path                            # the site's policy (root's copy of hers)
+    env: dict[str, str]                     # what her submissions run with
     alice: Tenant
     one: dict[str, list[dict[str, str]]]    # each style's sacct records, first round
     two: dict[str, list[dict[str, str]]]    # ... second round
     table: dict                             # the decision table after the site's sync
     synced: str                             # what the sync said
+
+
+def site_sync(site: Path, policy: Path) -> str:
+    """The site's cron: root compiles every user's folder of the store `site`, under
+    `policy`, for the partition the jobs ran in; what it said."""
+    synced = synergy("plugin", "sync", "--partition", MULTI_PARTITION,
+                     env={"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy)})
+    assert synced.returncode == 0, synced.stderr
+    return synced.stdout
 
 
 @pytest.fixture(scope="module")
@@ -198,22 +208,14 @@ def rounds(box, slurm, tenants, tmp_path_factory) -> Iterator[Rounds]:
     first = submit_all(tenants, alice, folder, scripts, env)
     finish(slurm, first.values(), timeout=1200)
     one = accounted(slurm, first)
-    # The site's cron: root compiles every user's folder of the store, under the same
-    # policy, for the partition the jobs ran in.
-    os.environ["SYNERGY_PROFILES"] = str(site)
-    try:
-        synced = synergy("plugin", "sync", "--partition", MULTI_PARTITION,
-                         env={"SYNERGY_POLICY": str(site_policy)})
-    finally:
-        os.environ["SYNERGY_PROFILES"] = ""
-    assert synced.returncode == 0, synced.stderr
+    synced = site_sync(site, site_policy)
     table = read(box.etc / TABLE_NAME)[1]
     # Decided already, not measured again: trained for a few seconds only (the script and
     # its arguments, which make the key, are the first round's).
     second = submit_all(tenants, alice, folder, scripts, {**env, "TRAIN_SECONDS": "4"})
     finish(slurm, second.values(), timeout=1200)
     two = accounted(slurm, second)
-    yield Rounds(folder, site, site_policy, alice, one, two, table, synced.stdout)
+    yield Rounds(folder, site, site_policy, env, alice, one, two, table, synced)
     assert synergy("plugin", "sync").returncode == 0     # the session's table back
 
 
@@ -324,8 +326,7 @@ def edited(rounds, box, slurm, tenants) -> Edited:
     cfg.write_text("lr: 0.05\n")
     os.utime(cfg, (time.time() - 300,) * 2)
     script = {"configured": folder / "configured.sh"}
-    env = {"SYNERGY_PROFILES": str(rounds.site),
-           "SYNERGY_POLICY": str(folder / "policy.toml"), "SBATCH_PARTITION": MULTI_PARTITION}
+    env = rounds.env
     third = submit_all(tenants, alice, folder, script, env)
     held = tenants.run(alice, ["sbatch", "--parsable", "--hold", str(script["configured"])],
                        env=env)
@@ -333,12 +334,7 @@ def edited(rounds, box, slurm, tenants) -> Edited:
     fourth = {"configured": held.stdout.strip()}
     finish(slurm, third.values(), timeout=600)
     three = accounted(slurm, third)["configured"]
-    os.environ["SYNERGY_PROFILES"] = str(rounds.site)
-    try:
-        assert synergy("plugin", "sync", "--partition", MULTI_PARTITION,
-                       env={"SYNERGY_POLICY": str(rounds.policy)}).returncode == 0
-    finally:
-        os.environ["SYNERGY_PROFILES"] = ""
+    site_sync(rounds.site, rounds.policy)
     table = read(box.etc / TABLE_NAME)[1]
     released = tenants.run(alice, ["scontrol", "release", fourth["configured"]])
     assert released.returncode == 0, released.stderr

@@ -7,7 +7,8 @@ peak resident memory and CPU time, getrusage) to a record. The truth a report li
 held to comes from those records: per node, the tasks of a step there together, the
 worst node's over the 2 GB a node each shape asks; and the tasks' CPU seconds over the
 line's cores times its run time. Cores shared with other jobs (the local cluster's nodes
-share the machine's) change the CPU a task gets, not the truth, which is what it got.
+share the machine's) change the CPU a task gets, not the truth, which is what it got; so
+every shape runs in the partition of every node (MULTI_PARTITION), side by side.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurm_synergy.cluster.localbox import MULTI_PARTITION
 from slurm_synergy.hooks.records import stats_path
 from slurm_synergy.report.memory import expand_nodes
 
@@ -63,7 +65,7 @@ class Shape:
 
 
 SHAPES = (
-    Shape("multi-node", ("--partition=multi", "--nodes=2", "--ntasks-per-node=1",
+    Shape("multi-node", ("--nodes=2", "--ntasks-per-node=1",
                          "--cpus-per-task=1", "--mem=2G"),
           "srun $HOLD 1000 25 1"),
     Shape("tasks-per-node", ("--nodes=1", "--ntasks=2", "--cpus-per-task=1", "--mem=2G"),
@@ -73,9 +75,9 @@ SHAPES = (
     Shape("array", ("--array=0-2", "--cpus-per-task=1", "--mem=2G"),
           "$HOLD $((400 + 400 * SLURM_ARRAY_TASK_ID)) 15 1", lines=3),
     # Slurm gives each component nodes of its own.
-    Shape("hetjob", ("--partition=multi", "--cpus-per-task=1", "--mem=2G"),
+    Shape("hetjob", ("--cpus-per-task=1", "--mem=2G"),
           "srun --het-group=0 $HOLD 500 15 1 +0 &\nsrun --het-group=1 $HOLD 900 15 1 +1 &\nwait",
-          lines=2, hetjob=("--partition=multi", "--cpus-per-task=1", "--mem=2G")),
+          lines=2, hetjob=("--cpus-per-task=1", "--mem=2G")),
     Shape("short-step", ("--cpus-per-task=1", "--mem=2G"), "srun $HOLD 800 1 1\nsleep 12",
           sampled=False),
 )
@@ -101,9 +103,10 @@ def script(shape: Shape, holder: Path, python: str = "/usr/bin/python3") -> str:
     """The shape's batch script, running `holder` with `python`."""
     lines = ["#!/bin/bash", f"#SBATCH --job-name=shape-{shape.name}", "#SBATCH --time=5",
              "#SBATCH --output=/dev/null"]
-    lines += [f"#SBATCH {o}" for o in shape.options]
+    lines += [f"#SBATCH {o}" for o in (f"--partition={MULTI_PARTITION}", *shape.options)]
     if shape.hetjob:
-        lines += ["#SBATCH hetjob", *(f"#SBATCH {o}" for o in shape.hetjob)]
+        lines += ["#SBATCH hetjob",
+                  *(f"#SBATCH {o}" for o in (f"--partition={MULTI_PARTITION}", *shape.hetjob))]
     lines += [f"HOLD='{python} {holder}'", shape.body, ""]
     return "\n".join(lines)
 

@@ -7,6 +7,9 @@ store nothing, and their jobs run as submitted."""
 import json
 import os
 import subprocess
+import time
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -54,8 +57,19 @@ def corpus_rows(images, inet, hungry) -> dict[str, str]:
     }
 
 
+class Corpus(NamedTuple):
+    specs: dict          # each row's JobSpec by name
+    first: dict          # each row's first job's sacct line by name
+    second: dict         # its resubmission's
+    out: Path
+    bad: tuple           # submit_bad's answer
+
+
 @pytest.fixture(scope="module")
 def corpus(slurm, box, data, tmp_path_factory):
+    """Every style's first job and its resubmission. The scripts that cannot be measured
+    are submitted once the first of these runs (the bad fixture waits for them): they
+    run on the other nodes meanwhile, not after this module's measuring jobs."""
     out = tmp_path_factory.mktemp("corpus")
     rows = corpus_rows(*data)
     csv = out / "jobs.csv"
@@ -76,13 +90,14 @@ def corpus(slurm, box, data, tmp_path_factory):
     # there (torchloader's timing CSV, the trainer's summary): from a folder of the test's.
     first = submitted_ids(synergy("submit", str(csv), "--out", str(out), "--profile",
                                   "--on-profiled", "resubmit", cwd=out))
+    bad = submit_bad(slurm, tmp_path_factory.mktemp("bad-scripts"), started=first["u-examples"])
     finish(slurm, first.values(), timeout=2400)
     second = {name: resubmitted(job) for name, job in first.items()}
     finish(slurm, second.values(), timeout=2400)
     acct = {r["JobID"]: r for r in slurm.sacct([*first.values(), *second.values()], ACCT)}
     specs = {s.name: s for s in load_jobs(csv)}
-    yield (specs, {n: acct[j] for n, j in first.items()},
-           {n: acct[j] for n, j in second.items()}, out)
+    yield Corpus(specs, {n: acct[j] for n, j in first.items()},
+                 {n: acct[j] for n, j in second.items()}, out, bad)
     del os.environ["SYNERGY_POLICY"]
 
 
@@ -91,7 +106,7 @@ STYLES = ["u-examples", "u-synergy", "u-torchloader", "u-plain", "u-dali", "u-dd
 
 @pytest.mark.parametrize("name", STYLES)
 def test_each_style_is_profiled_and_resubmitted_with_its_decision(box, corpus, name):
-    specs, first, second, out = corpus
+    specs, first, second, out, _ = corpus
     spec = specs[name]
     log = (out / "logs").glob(f"*-{first[name]['JobID']}.out")
     assert first[name]["State"] == "COMPLETED", next(log).read_text()[-3000:]
@@ -115,7 +130,7 @@ def test_each_style_is_profiled_and_resubmitted_with_its_decision(box, corpus, n
 
 
 def test_the_probe_gives_scripts_without_a_worker_option_the_decided_workers(box, corpus):
-    specs, _, second, out = corpus
+    specs, _, second, out, _ = corpus
     for name in ("u-plain", "u-dali"):
         decision = entries_of(read(box.etc / TABLE_NAME)[1])[specs[name].fingerprint]
         result = json.loads((out / name / "probe.json").read_text())
@@ -126,7 +141,7 @@ def test_the_probe_gives_scripts_without_a_worker_option_the_decided_workers(box
 
 
 def test_the_ddp_script_is_probed_in_every_rank(corpus):
-    specs, _, _, _ = corpus
+    specs, *_ = corpus
     profile = ProfileStore.default().load(specs["u-ddp"].fingerprint)
     assert profile.allocation.procs == 2
     # Two ranks with one worker each at two cores.
@@ -134,7 +149,7 @@ def test_the_ddp_script_is_probed_in_every_rank(corpus):
 
 
 def test_the_builtin_and_its_own_file_as_a_users_script_decide_alike(box, corpus):
-    specs, _, second, _ = corpus
+    specs, _, second, *_ = corpus
     table = entries_of(read(box.etc / TABLE_NAME)[1])
     builtin, script = (table[specs[n].fingerprint] for n in ("u-builtin", "u-trainpy"))
     assert specs["u-builtin"].fingerprint != specs["u-trainpy"].fingerprint
@@ -159,9 +174,11 @@ BAD = {
 }
 
 
-@pytest.fixture(scope="module")
-def bad(slurm, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bad-scripts")
+def submit_bad(slurm, out, started: str):
+    """The scripts that cannot be measured, submitted once job `started` (a measuring
+    job on the default partition's node) runs. Nothing of theirs is measured or
+    right-sized, so they run side by side on every node (sbatch's own SBATCH_PARTITION),
+    where the default one is full: the other nodes. Returns their folder, CSV and ids."""
     policy = out / "policy.toml"
     policy.write_text((ROOT / "etc" / "policy.toml").read_text().replace(
         "first_batch_timeout_s = 300", "first_batch_timeout_s = 10"))
@@ -169,14 +186,26 @@ def bad(slurm, tmp_path_factory):
     csv.write_text("name,script,cpus,mem,time\n" + "".join(
         f"{name},{CORPUS / script},2,2G,{'00:01:00' if state == 'TIMEOUT' else '00:05:00'}\n"
         for name, (script, state, _) in BAD.items()))
-    # Nothing of theirs is measured or right-sized, so they run side by side on every
-    # node (sbatch's own SBATCH_PARTITION) instead of queueing on the default one.
+    wait_running(slurm, started)
     proc = subprocess.run([*SYNERGY, "submit", str(csv), "--out", str(out), "--profile",
                            "--on-profiled", "resubmit"],
                           capture_output=True, text=True,
                           env=dict(os.environ, SYNERGY_POLICY=str(policy),
                                    SBATCH_PARTITION=MULTI_PARTITION))
-    ids = submitted_ids(proc)
+    return out, csv, submitted_ids(proc)
+
+
+def wait_running(slurm, job: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while slurm.run(["squeue", "--noheader", f"--jobs={job}", "--format=%T"]).strip() \
+            == "PENDING":
+        assert time.monotonic() < deadline, f"job {job} did not start"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def bad(slurm, corpus):
+    out, csv, ids = corpus.bad
     recs = finish(slurm, ids.values(), timeout=900)
     assert {r["Partition"] for r in slurm.sacct(list(ids.values()), ("JobID", "Partition"))} \
         == {MULTI_PARTITION}

@@ -65,19 +65,23 @@ report: setup
 	$(SYNERGY) report --out runs/report $(ARGS)
 
 # The integration tests share one cluster, one test at a time, and leave about one of
-# the machine's cores idle (they wait on Slurm and on their jobs): the unit tests run
-# beside them at the lowest CPU priority, spread over worker processes (none needs the
-# cluster), so they take only the idle core. Their output follows the integration
-# tests'; either part failing fails the target.
+# the machine's cores idle (they wait on Slurm and on their jobs): the lint and then the
+# unit tests run beside them at the lowest CPU priority, the tests spread over worker
+# processes (none needs the cluster), so they take only the idle core. Their output
+# follows the integration tests', with the slowest integration tests' times; any part
+# failing fails the target.
 UNIT_WORKERS ?= 3
-test: setup lint
-	@unit_log=$$(mktemp); \
-	nice -n 19 $(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit > $$unit_log 2>&1 & unit=$$!; \
-	$(PY) -m pytest -q tests/integration; integration=$$?; \
-	wait $$unit; unit_rc=$$?; \
-	echo "== tests/unit (beside the integration tests): pytest exit $$unit_rc"; \
-	cat $$unit_log; rm -f $$unit_log; \
-	exit $$(( integration != 0 || unit_rc != 0 ))
+test: setup
+	@beside_log=$$(mktemp); \
+	( nice -n 19 $(MAKE) --no-print-directory lint; lint=$$?; \
+	  nice -n 19 $(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit; \
+	  exit $$(( lint != 0 || $$? != 0 )) ) > $$beside_log 2>&1 & \
+	beside=$$!; \
+	$(PY) -m pytest -q --durations=25 tests/integration; integration=$$?; \
+	wait $$beside; beside_rc=$$?; \
+	echo "== lint and tests/unit (beside the integration tests): exit $$beside_rc"; \
+	cat $$beside_log; rm -f $$beside_log; \
+	exit $$(( integration != 0 || beside_rc != 0 ))
 
 lint: setup
 	$(PY) -m ruff check slurm_synergy profiler tests bench

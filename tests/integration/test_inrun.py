@@ -5,6 +5,7 @@ dependencies hold); nothing is resubmitted, nothing trains twice."""
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -14,10 +15,12 @@ import pytest
 from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 
+from tests.helpers import site_policy_with
+
 from .conftest import finish, submitted_ids, synergy
 
 ROWS = 8
-FIRST_ITERATIONS = 260          # long enough for the sweep's seven windows of 5 s
+FIRST_ITERATIONS = 110          # long enough for the sweep's seven windows of 1 s
 LATER_ITERATIONS = 24
 ACCT = ("JobID", "JobName", "State", "Start", "End", "AllocCPUS", "ReqMem", "Comment")
 
@@ -37,8 +40,16 @@ def trained(out: Path, name: str) -> int:
 @pytest.fixture(scope="module")
 def sweep(slurm, box, tmp_path_factory, request):
     """An 8-row sweep of a workload nobody has measured (a Transformer on a data set of
-    its own size), and a plain job that runs only after row 1 succeeded."""
+    its own size), and a plain job that runs only after row 1 succeeded. The sweep's
+    windows are short (each count still three times), as a site might set them for
+    short jobs: this module checks the flow, not the figures, so a window's noise or
+    the model's error refuses nothing here (test_profiling's refusals do). The policy
+    reaches the jobs and `explain` through the module's environment."""
     out = tmp_path_factory.mktemp("sweep")
+    policy = out / "policy.toml"
+    policy.write_text(site_policy_with(sweep_window_s="1.0", max_spread="1.0",
+                                       max_model_error="1.0"))
+    os.environ["SYNERGY_POLICY"] = str(policy)
     # Names of this run's own: sacct keeps earlier runs' jobs (another clone's test run
     # an hour ago has a sweep0 folder too).
     tag = uuid.uuid4().hex[:8]
@@ -55,7 +66,8 @@ def sweep(slurm, box, tmp_path_factory, request):
     recs = finish(slurm, [*ids.values(), dependent], timeout=1500)
     acct = {r["JobID"]: r for r in slurm.sacct([*ids.values(), dependent], ACCT)}
     fp = load_jobs(csv)[0].fingerprint
-    return out, names, ids, recs, acct, dependent, fp
+    yield out, names, ids, recs, acct, dependent, fp
+    del os.environ["SYNERGY_POLICY"]
 
 
 def test_every_row_is_one_job_that_trains_in_full(slurm, sweep):

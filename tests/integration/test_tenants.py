@@ -131,19 +131,31 @@ def test_a_user_without_an_association_cannot_submit(tenants):
     assert ran.returncode != 0 and "Invalid account" in ran.stderr, (ran.stdout, ran.stderr)
 
 
-def test_an_ordinary_user_measures_and_right_sizes_her_own_sweep(box, slurm, tenants, site):
+def test_an_ordinary_user_measures_and_right_sizes_her_own_sweep(box, slurm, tenants, site,
+                                                               tmp_path):
     """The default flow as an ordinary user: her first job is measured while it trains,
     the profile is hers alone, her pending rows are right-sized in place by her own job,
-    and the table (root's) takes her decision at the site's next sync."""
+    and the table (root's) takes her decision at the site's next sync. The sweep's
+    windows are short, and neither noise nor the model's error refuses a decision (the
+    flow is checked here, the refusals in test_profiling): her jobs read the policy
+    from her environment, root's sync from a root-owned copy (it refuses a policy file
+    a user can write)."""
     alice = tenants.alice
+    text = site_policy_with(sweep_window_s="1.0", max_spread="1.0", max_model_error="1.0")
+    policy = tenants.shared / f"policy-{os.urandom(3).hex()}.toml"
+    policy.write_text(text)
+    policy.chmod(0o644)
+    root_policy = tmp_path / "policy.toml"
+    root_policy.write_text(text)
     out = tenants.shared / "alice-sweep"
     names = [f"alice{os.urandom(3).hex()}-{i}" for i in range(1, 4)]
     csv = tenants.shared / "alice-sweep.csv"
     csv.write_text("name,arch,batch,workers,gpus,cpus,mem,time,iterations,args\n" + "".join(
-        f"{n},transformer,32,1,1,2,3G,00:20:00,{260 if i == 0 else 24},"
+        f"{n},transformer,32,1,1,2,3G,00:20:00,{110 if i == 0 else 24},"
         f"--dataset-size 1536 --lr 0.0{i + 1}\n" for i, n in enumerate(names)))
     csv.chmod(0o644)
-    env = {"SYNERGY_PROFILES": str(site), "SYNERGY_DATA": str(tenants.shared / "alice-data")}
+    env = {"SYNERGY_PROFILES": str(site), "SYNERGY_DATA": str(tenants.shared / "alice-data"),
+           "SYNERGY_POLICY": str(policy)}
     sub = tenants.synergy(alice, "submit", str(csv), "--out", str(out), env=env)
     ids = submitted_ids(sub)
     finish(slurm, ids.values(), timeout=1200)
@@ -161,7 +173,7 @@ def test_an_ordinary_user_measures_and_right_sizes_her_own_sweep(box, slurm, ten
     assert "decision table not updated" in log and "belongs to uid 0" in log
     for n in names[1:]:
         assert f"by={first}" in acct[ids[n]]["Comment"], acct[ids[n]]
-    ran = synergy("plugin", "sync")
+    ran = synergy("plugin", "sync", env={"SYNERGY_POLICY": str(root_policy)})
     assert ran.returncode == 0, ran.stderr
     d = decision_table(box)[(alice.uid, fp)]
     assert all(int(acct[ids[n]]["AllocCPUS"]) == d.cpus for n in names[1:])

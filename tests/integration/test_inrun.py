@@ -15,7 +15,7 @@ import pytest
 from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 
-from tests.helpers import site_policy_with
+from tests.helpers import flow_policy
 
 from .conftest import finish, submitted_ids, synergy
 
@@ -40,15 +40,12 @@ def trained(out: Path, name: str) -> int:
 @pytest.fixture(scope="module")
 def sweep(slurm, box, tmp_path_factory, request):
     """An 8-row sweep of a workload nobody has measured (a Transformer on a data set of
-    its own size), and a plain job that runs only after row 1 succeeded. The sweep's
-    windows are short (each count still three times), as a site might set them for
-    short jobs: this module checks the flow, not the figures, so a window's noise or
-    the model's error refuses nothing here (test_profiling's refusals do). The policy
-    reaches the jobs and `explain` through the module's environment."""
+    its own size), and a plain job that runs only after row 1 succeeded. The module
+    checks the flow, not the figures (flow_policy); the policy reaches the jobs and
+    `explain` through the module's environment."""
     out = tmp_path_factory.mktemp("sweep")
     policy = out / "policy.toml"
-    policy.write_text(site_policy_with(sweep_window_s="1.0", max_spread="1.0",
-                                       max_model_error="1.0"))
+    policy.write_text(flow_policy())
     os.environ["SYNERGY_POLICY"] = str(policy)
     # Names of this run's own: sacct keeps earlier runs' jobs (another clone's test run
     # an hour ago has a sweep0 folder too).

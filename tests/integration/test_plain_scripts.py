@@ -22,7 +22,7 @@ from slurm_synergy.cluster.localbox import MULTI_PARTITION
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.decisions.table import TABLE_NAME, read
 
-from tests.helpers import site_policy_with
+from tests.helpers import flow_policy
 
 from .conftest import ROOT, TENANT_PYTHON, Tenant, finish, synergy
 
@@ -189,16 +189,12 @@ def rounds(box, slurm, tenants, tmp_path_factory) -> Iterator[Rounds]:
     folder = tenants.shared / f"alice-plain-{tag}"
     folder.mkdir()
     scripts = write_scripts(folder, tag, alice.uid)
-    # The sweep's windows short (each count still three times), as a site might set them
-    # for short jobs. Every round runs on every node (sbatch's own SBATCH_PARTITION, part
+    # This module checks that each style is measured and right-sized, not its figures
+    # (flow_policy). Every round runs on every node (sbatch's own SBATCH_PARTITION, part
     # of each key), side by side on the machine's shared cores, and the site's sync sizes
-    # the decisions for that partition (the shim leaves jobs of any other alone): what
-    # this module checks is that each style is measured and right-sized, not its
-    # figures, so a window's noise or the model's error refuses nothing here
-    # (test_profiling's refusals do).
+    # the decisions for that partition (the shim leaves jobs of any other alone).
     policy = folder / "policy.toml"
-    policy.write_text(site_policy_with(sweep_window_s="1.0", max_spread="1.0",
-                                       max_model_error="1.0"))
+    policy.write_text(flow_policy())
     policy.chmod(0o644)
     # Root's sync reads a policy where root alone can write (it refuses hers).
     site_policy = tmp_path_factory.mktemp("plain-site") / "policy.toml"

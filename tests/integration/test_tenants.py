@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_profile, site_policy_with
+from tests.helpers import flow_policy, make_profile, site_policy_with
 
 from .conftest import (FP, ROOT, TENANT_ACCOUNT, TENANT_PYTHON, Tenant, accounted,
                        decision_table, finish, profile_file, save_as, sbatch_as, submitted_ids,
@@ -135,13 +135,12 @@ def test_an_ordinary_user_measures_and_right_sizes_her_own_sweep(box, slurm, ten
                                                                tmp_path):
     """The default flow as an ordinary user: her first job is measured while it trains,
     the profile is hers alone, her pending rows are right-sized in place by her own job,
-    and the table (root's) takes her decision at the site's next sync. The sweep's
-    windows are short, and neither noise nor the model's error refuses a decision (the
-    flow is checked here, the refusals in test_profiling): her jobs read the policy
-    from her environment, root's sync from a root-owned copy (it refuses a policy file
-    a user can write)."""
+    and the table (root's) takes her decision at the site's next sync. The flow is
+    checked here, not the figures (flow_policy): her jobs read that policy from her
+    environment, root's sync from a root-owned copy (it refuses a policy file a user
+    can write)."""
     alice = tenants.alice
-    text = site_policy_with(sweep_window_s="1.0", max_spread="1.0", max_model_error="1.0")
+    text = flow_policy()
     policy = tenants.shared / f"policy-{os.urandom(3).hex()}.toml"
     policy.write_text(text)
     policy.chmod(0o644)

@@ -239,6 +239,23 @@ def epilogs_done(box, *job_ids: str, timeout: float = 60) -> str:
         time.sleep(0.3)
 
 
+def queued(slurm: Slurm, job: str):
+    """Job `job` as squeue has it (slurm.QueuedJob), None once it left the queue."""
+    return next((j for j in slurm.queue() if j.job_id == job), None)
+
+
+def wait_state(slurm: Slurm, job: str, state: str, timeout: float = 60, reasons=None):
+    """Job `job` once squeue shows it in `state` (for a pending one, with one of
+    `reasons` if given)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        j = queued(slurm, job)
+        if j is not None and j.state == state and (reasons is None or j.reason in reasons):
+            return j
+        time.sleep(1)
+    raise AssertionError(f"job {job} never reached {state}: {queued(slurm, job)}")
+
+
 def resubmitted(job: str) -> str:
     """The job that `job` submitted after profiling, from the recorded chain."""
     links = [c for c in read_chains(Slurm().cluster_name()) if c.profiled_job == job]

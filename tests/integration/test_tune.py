@@ -7,28 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
 
-from .conftest import SYNERGY, finish
+from .conftest import SYNERGY, finish, queued, wait_state
 
 pytestmark = pytest.mark.cluster
-
-
-def _queued(slurm, job):
-    return next((j for j in slurm.queue() if j.job_id == job), None)
-
-
-def _wait_state(slurm, job, state, timeout=60, reasons=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        j = _queued(slurm, job)
-        if j is not None and j.state == state and (reasons is None or j.reason in reasons):
-            return j
-        time.sleep(1)
-    raise AssertionError(f"job {job} never reached {state}: {_queued(slurm, job)}")
 
 
 def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_path, tag,
@@ -42,7 +27,7 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
         blocker = slurm.run(["sbatch", "--parsable", f"--job-name=blocker-{tag}", out,
                              f"-c{node.cpus - 1}", "--gres=gpu:1", "--mem=1000", "--time=10",
                              "--comment=running-as-asked", "--wrap", "sleep 300"]).strip()
-        _wait_state(slurm, blocker, "RUNNING")
+        wait_state(slurm, blocker, "RUNNING")
         mine = slurm.run(["sbatch", "--parsable", f"--job-name=ideal-{tag}", out,
                           f"-c{node.cpus}", "--gres=gpu:1", "--mem=4000", "--time=2",
                           "--comment=synergy:fp=0123456789abcdef decision=c2,m4000,g1,w1",
@@ -52,15 +37,15 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
                                  "sleep 5"])
         assert theirs_sub.returncode == 0, theirs_sub.stderr
         theirs = theirs_sub.stdout.strip()
-        _wait_state(slurm, mine, "PENDING", reasons=("Resources", "Priority"))
-        _wait_state(slurm, theirs, "PENDING", reasons=("Resources", "Priority"))
+        wait_state(slurm, mine, "PENDING", reasons=("Resources", "Priority"))
+        wait_state(slurm, theirs, "PENDING", reasons=("Resources", "Priority"))
         # Without admin rights: only bob's own job is considered, and it is tuned.
         ran = tenants.synergy(bob, "tune", env={"SYNERGY_TUNE_LOG": str(shared / "tune.jsonl")})
         assert ran.returncode == 0, ran.stderr
         assert "own jobs only" in ran.stderr
         assert f"tuned {theirs} ({bob.name})" in ran.stdout, ran.stdout
         assert mine not in ran.stdout
-        untouched = _queued(slurm, mine)
+        untouched = queued(slurm, mine)
         assert (untouched.state, untouched.cpus_per_task, untouched.mem_mb) == \
             ("PENDING", node.cpus, 4000)
         assert "tuned=" not in slurm.comment(mine)
@@ -86,7 +71,7 @@ def test_tune_starts_a_blocked_job_at_its_share_and_leaves_the_rest(slurm, tmp_p
         assert (records[-1]["cpus_before"], records[-1]["cpus_after"]) == (node.cpus, share_c)
 
         # The running job kept what it asked for, and a finished job cannot be put back.
-        still = _queued(slurm, blocker)
+        still = queued(slurm, blocker)
         assert (still.state, still.cpus_per_task) == ("RUNNING", node.cpus - 1)
         # The shim keyed it as a plain script; what its user wrote is kept, untuned.
         assert "running-as-asked" in slurm.comment(blocker)
@@ -111,13 +96,13 @@ def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, co
     job = slurm.run(args + ([f"--comment={comment}"] if comment else [])).strip()
     log = tmp_path / "tune.jsonl"
     try:
-        before = _queued(slurm, job)
+        before = queued(slurm, job)
         # As slurmctld holds it: the shim keys a plain script, the user's words kept.
         submitted = slurm.comment(job)
         assert comment in submitted and submitted.startswith("synergy:fp=")
         change = Resize(job, before.user, "vm", 2, 3000, 1, 1000, 1, "test")
         assert applying.apply(slurm, change, log) is None
-        tuned = _queued(slurm, job)
+        tuned = queued(slurm, job)
         assert (tuned.cpus_per_task, tuned.mem_mb) == (1, 1000)
         assert slurm.comment(job) == f"{submitted} tuned=c1,m1000"
         # Tuned once, it is not tuned again before it is put back.
@@ -125,7 +110,7 @@ def test_revert_puts_a_pending_job_back_comment_and_all(slurm, tmp_path, tag, co
         back = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,
                               text=True, env=dict(os.environ, SYNERGY_TUNE_LOG=str(log)))
         assert back.returncode == 0, back.stderr
-        after = _queued(slurm, job)
+        after = queued(slurm, job)
         assert (after.state, after.cpus_per_task, after.mem_mb, slurm.comment(job)) == \
             ("PENDING", 2, 3000, submitted)
         again = subprocess.run([*SYNERGY, "tune", "--revert", job], capture_output=True,

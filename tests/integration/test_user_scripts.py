@@ -7,7 +7,6 @@ store nothing, and their jobs run as submitted."""
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,7 +18,8 @@ from slurm_synergy.submission.csvjobs import load_jobs
 from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 from slurm_synergy.profiles import ProfileStore
 
-from .conftest import SYNERGY, ROOT, finish, resubmitted, submitted_ids, synergy
+from .conftest import (SYNERGY, ROOT, finish, resubmitted, submitted_ids, synergy,
+                       wait_state)
 
 CORPUS = ROOT / "tests" / "corpus"
 ACCT = ("JobID", "JobName", "State", "AllocCPUS", "ExitCode", "Comment")
@@ -186,21 +186,13 @@ def submit_bad(slurm, out, started: str):
     csv.write_text("name,script,cpus,mem,time\n" + "".join(
         f"{name},{CORPUS / script},2,2G,{'00:01:00' if state == 'TIMEOUT' else '00:05:00'}\n"
         for name, (script, state, _) in BAD.items()))
-    wait_running(slurm, started)
+    wait_state(slurm, started, "RUNNING", timeout=300)
     proc = subprocess.run([*SYNERGY, "submit", str(csv), "--out", str(out), "--profile",
                            "--on-profiled", "resubmit"],
                           capture_output=True, text=True,
                           env=dict(os.environ, SYNERGY_POLICY=str(policy),
                                    SBATCH_PARTITION=MULTI_PARTITION))
     return out, csv, submitted_ids(proc)
-
-
-def wait_running(slurm, job: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while slurm.run(["squeue", "--noheader", f"--jobs={job}", "--format=%T"]).strip() \
-            == "PENDING":
-        assert time.monotonic() < deadline, f"job {job} did not start"
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,10 +79,15 @@ json.dump({"stream": sorted(int(x) for x in stream), "stream_workers": stream.nu
 
 
 @pytest.fixture
-def task(tmp_path: Path) -> dict[str, str]:
+def task(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment a task of a keyed plain job has once the TaskProlog ran: the
-    probe's boot folder first on PYTHONPATH, the installation's interpreter named."""
-    (tmp_path / "tmp").mkdir()
+    probe's boot folder first on PYTHONPATH, the installation's interpreter named.
+
+    Its TMPDIR is a short folder of its own, not one under tmp_path: the DataLoader's
+    workers hand tensors back through a Unix socket made under TMPDIR, whose path may
+    not pass 107 bytes, and tmp_path's length grows with pytest's run counter (the
+    scripts hung in CI at pytest-105, one digit past what a fresh machine reaches)."""
+    tmp = tempfile.mkdtemp(prefix="synergy-task-", dir="/tmp")
     policy = tmp_path / "policy.toml"
     policy.write_text(site_policy_with(sweep_window_s="0.5", sweep_repeats="1"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SYNERGY_"))}
@@ -87,8 +95,9 @@ def task(tmp_path: Path) -> dict[str, str]:
     env.update(PYTHONPATH=str(BOOT), SYNERGY_TASK_PYTHON=PYTHON, SYNERGY_FINGERPRINT=FP,
                SYNERGY_PLAIN=FP,
                SYNERGY_HOME=str(tmp_path / "home"), SYNERGY_POLICY=str(policy),
-               SYNERGY_DECISIONS=str(tmp_path / "table.tbl"), TMPDIR=str(tmp_path / "tmp"))
-    return env
+               SYNERGY_DECISIONS=str(tmp_path / "table.tbl"), TMPDIR=tmp)
+    yield env
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run(script: str, args: list[str], env: dict[str, str], tmp_path: Path,
@@ -105,16 +114,16 @@ def run(script: str, args: list[str], env: dict[str, str], tmp_path: Path,
                                        log.read_text())
 
 
-def result(tmp_path: Path, timeout_s: float = 60.0) -> dict:
+def result(tmp_path: Path, task: dict[str, str], timeout_s: float = 60.0) -> dict:
     """The run's probe result once its supervisor, which outlives the script by a moment,
-    has written it and gone, leaving no records folder behind."""
+    has written it and gone, leaving no records folder behind in the task's TMPDIR."""
     path = tmp_path / "home" / "runs" / "unknown" / "probe.json"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and (
-            not path.exists() or list((tmp_path / "tmp").glob("synergy-*"))):
+            not path.exists() or list(Path(task["TMPDIR"]).glob("synergy-*"))):
         time.sleep(0.2)
     assert path.exists(), "no probe result"
-    assert not list((tmp_path / "tmp").glob("synergy-*")), "the records folder stays"
+    assert not list(Path(task["TMPDIR"]).glob("synergy-*")), "the records folder stays"
     return json.loads(path.read_text())
 
 
@@ -123,7 +132,7 @@ def test_a_plain_scripts_training_is_watched_in_its_own_processes(task, tmp_path
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "trained\n" and "slurm-synergy" not in proc.stderr
     assert json.loads((tmp_path / "out.json").read_text())["total_is_finite"]
-    res = result(tmp_path)
+    res = result(tmp_path, task)
     assert res["ok"] and res["mode"] == "watch" and res["exit_status"] is None
     m = res["measurement"]
     assert m["processes"] == 1 and m["samples_per_s"] > 0 and 0 <= m["data_wait_share"] <= 1
@@ -134,7 +143,7 @@ def test_a_marked_job_is_measured_while_it_trains(task, tmp_path):
     proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "14", "0"],
                dict(task, SYNERGY_PROFILE="1"), tmp_path)
     assert proc.returncode == 0 and proc.stdout == "trained\n", proc.stderr
-    result(tmp_path)
+    result(tmp_path, task)
     env_home = tmp_path / "home"
     store = ProfileStore(env_home / "profiles")
     assert store.has(FP), proc.stderr
@@ -148,7 +157,7 @@ def test_a_marked_job_is_measured_while_it_trains(task, tmp_path):
 def test_a_script_that_batches_by_hand_is_counted_by_its_optimizer_steps(task, tmp_path):
     proc = run(MANUAL_SCRIPT, ["3"], task, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    res = result(tmp_path)
+    res = result(tmp_path, task)
     (rec,) = res["processes"]
     assert rec["loaders"] == ["optimizer"] and not rec["batch_size_known"]
     assert res["ok"] and res["measurement"]["steps"] > 10
@@ -170,7 +179,7 @@ def test_an_iterable_datasets_workers_are_never_changed(task, tmp_path):
 def test_a_process_that_never_trains_starts_nothing_and_leaves_nothing(task, tmp_path):
     proc = run("print('hello')", [], task, tmp_path)
     assert proc.returncode == 0 and proc.stdout == "hello\n" and proc.stderr == ""
-    assert not list((tmp_path / "tmp").iterdir())
+    assert not list(Path(task["TMPDIR"]).iterdir())
     assert not (tmp_path / "home" / "runs").exists()
 
 
@@ -196,7 +205,7 @@ def test_a_caller_reading_the_scripts_output_to_its_end_gets_the_supervisors_lin
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0 and proc.stdout == "trained\n"
     assert "inrun: " in proc.stderr, proc.stderr
-    result(tmp_path)
+    result(tmp_path, task)
 
 
 def test_the_supervisor_lets_go_of_a_log_pipe_once_the_run_has_ended(tmp_path):
@@ -226,7 +235,7 @@ def test_processes_bound_to_cores_of_their_own_are_not_swept(task, tmp_path):
     proc = run(bound + LOADER_SCRIPT, [str(tmp_path / "out.json"), "8", "0"],
                dict(task, SYNERGY_PROFILE="1"), tmp_path)
     assert proc.returncode == 0 and proc.stdout == "trained\n"
-    result(tmp_path)
+    result(tmp_path, task)
     assert "keep cores of their own" in proc.stderr and "no sweep" in proc.stderr
     assert not (tmp_path / "home" / "profiles" / f"{FP}.json").exists()
 
@@ -258,7 +267,7 @@ def test_under_our_own_supervisor_no_second_one_starts(task, tmp_path):
     assert json.loads((tmp_path / "probe.json").read_text())["ok"]
     time.sleep(2)
     assert not (tmp_path / "home" / "runs").exists(), "a second supervisor wrote a result"
-    assert not list((tmp_path / "tmp").glob("synergy-*"))
+    assert not list(Path(task["TMPDIR"]).glob("synergy-*"))
 
 
 # --- the TaskProlog --------------------------------------------------------------------

@@ -67,22 +67,16 @@ report: setup
 # The integration tests share one cluster, one test at a time, and leave about one of
 # the machine's cores idle (they wait on Slurm and on their jobs): the lint and then the
 # unit tests run beside them at the lowest CPU priority, the tests spread over worker
-# processes (none needs the cluster), so they take only the idle core. Nice alone does
-# not do that where the kernel groups processes by session (sched_autogroup, on in
-# Debian's kernels): each session then gets its share whatever its processes' nice, and
-# the jobs' sessions lost half the cores to the unit tests' one. So the part beside runs
-# in a session of its own whose group is niced to 19 too; an interrupted target ends it
-# with its session. Its output follows the integration tests', with the slowest
-# integration tests' times; any part failing fails the target.
+# processes (none needs the cluster), so they take only the idle core. Their output
+# follows the integration tests', with the slowest integration tests' times; any part
+# failing fails the target.
 UNIT_WORKERS ?= 3
 test: setup
 	@beside_log=$$(mktemp); \
-	setsid -w sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; \
-	  nice -n 19 $(MAKE) --no-print-directory lint; lint=$$?; \
+	( nice -n 19 $(MAKE) --no-print-directory lint; lint=$$?; \
 	  nice -n 19 $(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit; \
-	  exit $$(( lint != 0 || $$? != 0 ))' > $$beside_log 2>&1 & \
+	  exit $$(( lint != 0 || $$? != 0 )) ) > $$beside_log 2>&1 & \
 	beside=$$!; \
-	trap 'kill -- -$$beside 2>/dev/null' INT TERM; \
 	$(PY) -m pytest -q --durations=25 tests/integration; integration=$$?; \
 	wait $$beside; beside_rc=$$?; \
 	echo "== lint and tests/unit (beside the integration tests): exit $$beside_rc"; \

@@ -239,11 +239,18 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
     took = max((r.batches for r in records), default=0)
     errors = [r.error for r in records if r.error]
     reason = ""
+    # A script that hands its training to processes the hooks never reached: said so
+    # whether they ended in time or were still starting when the step was stopped (on a
+    # busy node a child's imports alone can outlast the step).
+    spawned = (f"{script} took no batch in its own processes; it started processes the "
+               f"probe cannot follow ({'; '.join(unprobed)}): launch the ranks with torchrun "
+               "or srun, or keep the training loop in the script")
     if config.mode == "watch":
         if measurement is None:
             reason = f"{script}: no measured step (it took {took} batch(es))"
     elif timed_out_after is not None:
-        reason = (f"{script} took no batch from a PyTorch DataLoader or a DALI iterator, "
+        reason = (f"{spawned} (stopped after {timed_out_after:.0f}s)" if unprobed else
+                  f"{script} took no batch from a PyTorch DataLoader or a DALI iterator, "
                   f"nor stepped an optimizer, in {timed_out_after:.0f}s and was stopped; "
                   "the probe measures training loops")
     elif all(r.state != "measured" for r in records):
@@ -261,9 +268,7 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
         elif rc != 0:
             reason = f"{script} exited with status {rc} before its first batch (see its output)"
         elif unprobed:
-            reason = (f"{script} took no batch in its own processes; it started processes "
-                      f"the probe cannot follow ({'; '.join(unprobed)}): launch the ranks "
-                      "with torchrun or srun, or keep the training loop in the script")
+            reason = spawned
         else:
             reason = (f"{script} ended without taking a batch from a PyTorch DataLoader or a "
                       "DALI iterator, or stepping an optimizer: nothing to measure")

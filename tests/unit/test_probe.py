@@ -235,6 +235,10 @@ def test_a_script_that_batches_by_hand_is_measured_by_its_optimizer_steps(tmp_pa
                                "optimizer: nothing to measure"),
     ("bad_spawns.py", [], "bad_spawns.py took no batch in its own processes; it started "
                           "processes the probe cannot follow ("),
+    # Stopped while its child still imports and trains: the child is named all the same.
+    ("bad_spawns.py", ["--time-limit", "3"], "bad_spawns.py took no batch in its own "
+                                             "processes; it started processes the probe "
+                                             "cannot follow ("),
     ("bad_forever.py", ["--time-limit", "5"], "bad_forever.py took no batch from a PyTorch "
                                               "DataLoader or a DALI iterator, nor stepped an "
                                               "optimizer, in 5s"),

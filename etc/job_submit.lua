@@ -733,11 +733,11 @@ local function apply(job_desc, p)
 		if p.profile then
 			env.SYNERGY_PROFILE = "1"
 		end
-		if p.entry then
-			env.SYNERGY_WORKERS = tostring(p.workers)
-			if p.power_w > 0 then
-				env.SYNERGY_POWER_LIMIT_W = tostring(p.power_w)
-			end
+		-- The decision's loader workers are not set here: the comment holds them, and
+		-- the node prolog hands them to the tasks (hooks/taskenv.py), the one route for
+		-- a decision made now and for one made in place while the job waits.
+		if p.entry and p.power_w > 0 then
+			env.SYNERGY_POWER_LIMIT_W = tostring(p.power_w)
 		end
 	end
 	return result

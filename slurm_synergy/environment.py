@@ -74,10 +74,13 @@ OWN: tuple[Variable, ...] = (
               "slurm_synergy/submission/render.py", "slurm_synergy/submission/resubmit.py",
               "slurm_synergy/submission/submit.py", USER),
              ("slurm_synergy/probe/task.py",)),
-    Variable("SYNERGY_WORKERS", "the decision's data-loader workers",
-             ("etc/job_submit.lua", "templates/sbatch.sh.j2",
-              "slurm_synergy/submission/resubmit.py"),
-             ("slurm_synergy/probe/task.py", "slurm_synergy/decisions/pending.py")),
+    Variable("SYNERGY_WORKERS", "the decision's data-loader workers: the TaskProlog "
+             "exports what the prolog read in the job's comment (the shim clears an "
+             "inherited one; user mode's script carries its own for clusters without "
+             "the hooks)",
+             ("slurm_synergy/hooks/taskenv.py", "etc/job_submit.lua",
+              "templates/sbatch.sh.j2", "slurm_synergy/submission/resubmit.py"),
+             ("slurm_synergy/probe/task.py",)),
     Variable("SYNERGY_POWER_LIMIT_W", "the decision's GPU power limit, W",
              ("etc/job_submit.lua", "slurm_synergy/submission/resubmit.py",
               "slurm_synergy/submission/render.py"), ()),

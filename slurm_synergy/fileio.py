@@ -32,19 +32,20 @@ class UntrustedFile(SynergyError):
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644, durable: bool = True,
-                      group: int | None = None) -> None:
+                      group: int | None = None, owner: int | None = None) -> None:
     """Write `text` to `path` so that a reader sees the old file or the new one, never half;
     on disk before it is renamed unless `durable` is false (messages between running
     processes, rewritten several times a second: a crash loses nothing they need, and a
-    sync on a shared file system can hold a training step). `group`: the file's group
-    (root gives a record to the group that may read it)."""
+    sync on a shared file system can hold a training step). `group`, `owner`: the file's
+    group and user (root gives a record to those who may read it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as fh:
             # By descriptor: in a folder others may write, a path could be swapped.
-            if group is not None:
-                os.fchown(fh.fileno(), -1, group)
+            if group is not None or owner is not None:
+                os.fchown(fh.fileno(), -1 if owner is None else owner,
+                          -1 if group is None else group)
             os.fchmod(fh.fileno(), mode)
             fh.write(text)
             fh.flush()

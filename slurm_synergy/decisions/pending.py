@@ -123,10 +123,11 @@ def undo_pending(fingerprint: str, by_job: str, slurm: Slurm,
     decides at its start from the environment it was submitted with, which Slurm does not
     update, so it runs as asked, unmeasured; the workload's next submission is marked. A
     resource the job left to Slurm (asked= says -) keeps the decision's value: Slurm's
-    default cannot be asked for again. Neither gets back its own loader workers where the
-    submission's environment set the decision's (SYNERGY_WORKERS), nor a `synergy tune`
-    change (its tuned= mark is dropped, so that tune --revert does not bring the dropped
-    decision back)."""
+    default cannot be asked for again. Its loader workers are its own again (the node
+    prolog hands a job's tasks the decision its comment holds when it starts:
+    hooks/taskenv.py, save a user-mode script's own copy of it); a `synergy tune` change is
+    not given back (its tuned= mark is dropped, so that tune --revert does not bring the
+    dropped decision back)."""
     done = Undone()
     for job, comment in _ours_pending(fingerprint, by_job, slurm, done.left):
         before, after = comment_format.asked(comment), comment_format.decision(comment)

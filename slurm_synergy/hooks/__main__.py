@@ -1,5 +1,6 @@
 """Entry points for slurm.conf's Prolog= and Epilog= (through the wrappers that
-`synergy hooks install` writes) and for the sampler the prolog starts.
+`synergy hooks install` writes) and for the sampler the prolog starts. The prolog hands
+the job's decision to its tasks first (hooks/taskenv.py), the epilog takes it back.
 
     python -m slurm_synergy.hooks prolog|epilog
     python -m slurm_synergy.hooks sample --job ID --gpus [UUID[,UUID...]] [--uid UID]
@@ -19,7 +20,7 @@ import traceback
 
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.gpu import open_backend
-from slurm_synergy.hooks import epilog, jobcgroup, prolog, sampling
+from slurm_synergy.hooks import epilog, jobcgroup, prolog, sampling, taskenv
 from slurm_synergy.hooks.context import HookLog, context, log_path
 
 # Exit status when a hook fails in a way it did not foresee, or runs out of time: the
@@ -39,13 +40,19 @@ def run_hook(hook: str) -> int:
     settled: list[int] = []       # the epilog's status once the GPUs are dealt with
 
     def work() -> None:
-        """Run the hook on this node's GPUs; a failure is logged, leaving `result` empty."""
+        """Hand the job's decision to its tasks (prolog) or take it back (epilog), and run
+        the hook on this node's GPUs; a failure is logged, leaving `result` empty."""
         try:
+            if hook == "prolog":
+                taskenv.hand_over(ctx)     # before NVML, which can hang on a failing GPU
             backend = open_backend()
             result.append(prolog.run(ctx, backend) if hook == "prolog"
                           else epilog.run(ctx, backend, settled.append))
         except Exception:
             ctx.log(f"failed: {traceback.format_exc(limit=4).strip()}".replace("\n", " | "))
+        finally:
+            if hook == "epilog":
+                taskenv.take_back(ctx)
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()

@@ -4,11 +4,11 @@ applied with --apply.
 The wrappers go beside slurm.conf (one file each, naming this installation's Python and
 the folders the hooks use); slurm.conf gets Prolog=, Epilog=, TaskProlog= and a
 PrologEpilogTimeout that leaves the hooks' own deadline room. The TaskProlog runs as each
-job's user and only prints where the probe is (etc/task_prolog.sh.j2). A site that runs
-its own prolog already keeps it: install then says how to call ours from it instead of
-replacing it. The hooks run as root, so --apply refuses an interpreter, package or
-policy file that another user could change (hooks/trust.py); every job's Python loads the
-probe from the same package.
+job's user and only prints the decision the prolog handed on and where the probe is
+(etc/task_prolog.sh.j2). A site that runs its own prolog already keeps it: install then
+says how to call ours from it instead of replacing it. The hooks run as root, so --apply
+refuses an interpreter, package or policy file that another user could change
+(hooks/trust.py); every job's Python loads the probe from the same package.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from slurm_synergy.slurmconf import ConfChange, read_conf, write_conf
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.templating import environment
+from slurm_synergy.hooks import taskenv
 from slurm_synergy.hooks.trust import untrusted
 from slurm_synergy.probe.records import BOOT
 
@@ -65,6 +66,13 @@ class HookPaths:
                    Path("/run/slurm-synergy"), policy_path())
 
 
+def task_prolog_text(run_dir: Path, python: Path = Path(sys.executable),
+                     boot: Path = BOOT) -> str:
+    """The TaskProlog for nodes whose hooks keep their files in `run_dir`."""
+    return environment(paths.ETC).get_template("task_prolog.sh.j2").render(
+        boot=boot, python=python, tasks=taskenv.folder(run_dir), names=taskenv.NAMES)
+
+
 def render_wrappers(conf_dir: Path, where: HookPaths,
                     python: Path = Path(sys.executable)) -> list[ConfChange]:
     """Write the prolog, epilog and TaskProlog wrappers into `conf_dir` (0755) where they
@@ -75,8 +83,7 @@ def render_wrappers(conf_dir: Path, where: HookPaths,
         hook=hook, key=CONF_KEYS[name], python=python, policy=where.policy,
         stats_dir=where.stats_dir, log=where.log, run_dir=where.run_dir,
         kill_after_s=kill_after_s(timeout)) for hook, name in WRAPPERS.items()}
-    texts[TASK_PROLOG] = env.get_template("task_prolog.sh.j2").render(
-        boot=BOOT, python=python)
+    texts[TASK_PROLOG] = task_prolog_text(where.run_dir, python)
     changes = []
     for name, text in texts.items():
         target = conf_dir / name

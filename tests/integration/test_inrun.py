@@ -96,8 +96,10 @@ def test_the_first_job_is_measured_and_the_pending_ones_right_sized_in_place(box
         assert f"asked=c2,m3072,g1 decision=c{d.cpus},m{d.mem_mb},g{d.gpus},w{d.workers}" \
             in row["Comment"]
         assert "profile=1" not in row["Comment"]
-        assert "right-sized in place while it waited" in \
-            (out / "logs" / f"{n}-{ids[n]}.out").read_text()
+        # Its workers came from the comment, through the prolog and the TaskProlog: the
+        # job's environment was fixed before there was a decision.
+        log = (out / "logs" / f"{n}-{ids[n]}.out").read_text()
+        assert f"workers={d.workers} (decided)" in log and "trains as decided" in log
 
 
 def test_a_dependent_of_row_one_starts_only_after_row_one_trained(sweep):

@@ -64,6 +64,34 @@ def test_an_ordinary_users_short_job_gets_its_exact_peak_from_its_cgroup(box, sl
     assert row["mem_eff"] == pytest.approx(row["max_rss_mb"] / 1024)
 
 
+def test_a_decided_jobs_tasks_get_its_workers_from_its_comment(box, slurm, tenants):
+    """The one route of a decision's loader workers: the prolog reads the job's comment
+    and the TaskProlog exports them to the batch script and to every srun task, whatever
+    the environment the job was submitted with said; the epilog removes the file."""
+    script = executable(tenants.shared / f"workers-{os.urandom(3).hex()}.sh",
+                        "#!/bin/sh\necho \"batch ${SYNERGY_WORKERS:-none}\"\n"
+                        "srun sh -c 'echo \"step ${SYNERGY_WORKERS:-none}\"'\n")
+    outs, jobs = {}, {}
+    for name, comment in (("decided", "decision=c1,m256,g0,w3"), ("none", "")):
+        outs[name] = script.with_suffix(f".{name}.out")
+        ran = tenants.run(tenants.alice, ["sbatch", "--parsable", "--mem=256M",
+                                          f"--output={outs[name]}",
+                                          *([f"--comment={comment}"] if comment else []),
+                                          str(script)], env={"SYNERGY_WORKERS": "7"})
+        assert ran.returncode == 0, ran.stderr
+        jobs[name] = ran.stdout.strip().split(";")[0]
+    finish(slurm, jobs.values())
+    log = epilogs_done(box, *jobs.values())
+    assert f"prolog job={jobs['decided']} tasks get SYNERGY_WORKERS=3" in log
+    assert outs["decided"].read_text().split("\n")[:2] == ["batch 3", "step 3"]
+    assert outs["none"].read_text().split("\n")[:2] == ["batch none", "step none"]
+    tasks = box.hook_paths.run_dir / "tasks"
+    deadline = time.monotonic() + 10
+    while (tasks / jobs["decided"]).exists():
+        assert time.monotonic() < deadline, "the epilog left the job's file"
+        time.sleep(0.2)
+
+
 def test_the_epilog_removes_records_past_the_sites_keep(box, slurm, tmp_path):
     """A record older than stats_keep_days (365, as etc/policy.toml ships it) is removed by
     the first epilog past the folder's day; a recent one stays. Ids no job here reaches."""

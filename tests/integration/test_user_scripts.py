@@ -137,7 +137,7 @@ def test_the_probe_gives_scripts_without_a_worker_option_the_decided_workers(box
         assert result["mode"] == "watch" and result["measurement"]["samples_per_s"] > 0
         assert {p["workers_set"] for p in result["processes"]} == {decision.workers}
         log = next((out / "logs").glob(f"*-{second[name]['JobID']}.out")).read_text()
-        assert f"workers={decision.workers}" in log and "samples/s over" in log
+        assert f"workers={decision.workers} (decided)" in log and "samples/s over" in log
 
 
 def test_the_ddp_script_is_probed_in_every_rank(corpus):

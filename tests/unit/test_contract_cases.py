@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_synergy.hooks import taskenv
 from slurm_synergy.decisions.table import Owned, render
 from slurm_synergy.model import comment as c
 from slurm_synergy.model.engine import NodeShape
@@ -53,7 +54,9 @@ def through_both(tmp_path, case: dict, tbl: str, sized) -> None:
     assert int(out["min_cpus"]) == int(out["pn_min_cpus"]) == sized.cpus
     assert out.get("tres_per_node") == (f"gres:{sized.gres}" if sized.gpus
                                         else job.get("tres_per_node"))
-    assert int(out["env.SYNERGY_WORKERS"]) == sized.workers
+    # The workers travel in the comment alone: the node prolog hands them to the tasks.
+    assert "env.SYNERGY_WORKERS" not in out
+    assert taskenv.lines(out["comment"]) == f"SYNERGY_WORKERS={sized.workers}\n"
     assert out["comment"] == c.with_marks(comment, asked=sized.asked, decision=sized.decided)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_synergy.hooks import taskenv
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.decisions.table import Owned, render
@@ -16,13 +17,14 @@ from slurm_synergy.decisions.table import Owned, render
 from tests.shim import DEFAULT_SHAPE, FP, OURS, UID, decision, run, table, unchanged
 
 
-def test_a_decided_job_is_rewritten_and_told_its_workers(tmp_path):
+def test_a_decided_job_is_rewritten_and_its_comment_tells_its_workers(tmp_path):
     (job,), logs = run(tmp_path, [OURS], table(decision(FP, cpus=5, mem_mb=1280, gpus=1,
                                                          workers=4, power_limit_w=250)))
     assert job["rc"] == "0"
     assert (job["cpus_per_task"], job["min_cpus"], job["pn_min_cpus"]) == ("5", "5", "5")
     assert job["pn_min_memory"] == "1280" and job["tres_per_node"] == "gres:gpu:1"
-    assert job["env.SYNERGY_WORKERS"] == "4" and job["env.SYNERGY_POWER_LIMIT_W"] == "250"
+    # Its workers reach its tasks from the comment (hooks/taskenv.py), not the environment.
+    assert "env.SYNERGY_WORKERS" not in job and job["env.SYNERGY_POWER_LIMIT_W"] == "250"
     # The request as asked is kept beside the decision, for reports.
     assert job["comment"] == (f"synergy:fp={FP} req=cpus,mem asked=c2,m3072,g2 "
                               "decision=c5,m1280,g1,w4,p250")
@@ -161,7 +163,7 @@ def test_pinned_cores_keep_their_workers_and_the_comment_tells_the_truth(tmp_pat
     (job,), _ = run(tmp_path, [dict(OURS, comment=f"synergy:fp={FP} req=cpus,gpus")],
                     table(decision(FP, cpus=5, mem_mb=1280, gpus=1, workers=4),
                           policy=Policy(user_request_wins=True)))
-    assert job["cpus_per_task"] == "2" and job["env.SYNERGY_WORKERS"] == "1"
+    assert job["cpus_per_task"] == "2" and taskenv.lines(job["comment"]) == "SYNERGY_WORKERS=1\n"
     assert job["tres_per_node"] == "gres:gpu:2" and job["pn_min_memory"] == "1280"
     assert job["comment"].endswith("decision=c2,m1280,g2,w1")
 

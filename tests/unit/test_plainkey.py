@@ -5,6 +5,7 @@ CSV row, leaving alone what the user or the site opted out."""
 
 import pytest
 
+from slurm_synergy.hooks import taskenv
 from slurm_synergy.model.plainkey import KEY_BUDGET, KEY_VERSION, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
 from tests.shim import BATCH, UID, decision, key_of, python_key, run, table
@@ -57,7 +58,8 @@ def test_a_decided_plain_job_is_right_sized(tmp_path):
     assert job["comment"] == (f"synergy:fp={fp} plain=1 req=cpus,mem,gpus asked=c4,m8192,g1 "
                               "decision=c2,m1024,g1,w1")
     # The key the job runs under is the shim's, whatever the user's environment said.
-    assert job["env.SYNERGY_FINGERPRINT"] == fp and job["env.SYNERGY_WORKERS"] == "1"
+    assert job["env.SYNERGY_FINGERPRINT"] == fp and taskenv.lines(job["comment"]) == \
+        "SYNERGY_WORKERS=1\n"
     assert "env.SYNERGY_PROFILE" not in job
 
 

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_synergy import paths
+from slurm_synergy.hooks.install import task_prolog_text
 from slurm_synergy.probe.records import BOOT
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.templating import environment
 from tests.helpers import site_policy_with
 
 FP = "00000000000000a7"
@@ -272,10 +271,14 @@ def test_under_our_own_supervisor_no_second_one_starts(task, tmp_path):
 
 # --- the TaskProlog --------------------------------------------------------------------
 
+# What the TaskProlog prints for every task before anything else: no decision's workers
+# where the prolog left none for the job (tests/unit/test_taskenv.py: where it did).
+NO_DECISION = "unset SYNERGY_WORKERS\n"
+
+
 def task_prolog(tmp_path: Path, boot: Path = BOOT, python: str = PYTHON) -> Path:
     path = tmp_path / "task_prolog"
-    path.write_text(environment(paths.ETC).get_template("task_prolog.sh.j2").render(
-        boot=boot, python=python))
+    path.write_text(task_prolog_text(tmp_path / "run", Path(python), boot))
     path.chmod(0o755)
     return path
 
@@ -291,12 +294,12 @@ def test_the_task_prolog_puts_the_probe_first_on_a_keyed_jobs_path(tmp_path):
                                  "PYTHONPATH": "/mine"})
     assert out.returncode == 0 and out.stderr == ""
     fresh = "unset SYNERGY_PROBE_DIR\nunset SYNERGY_PROBE_CONFIG\nunset SYNERGY_TASK_ANCHOR\n"
-    assert out.stdout == (f"export PYTHONPATH={BOOT}:/mine\n"
+    assert out.stdout == (NO_DECISION + f"export PYTHONPATH={BOOT}:/mine\n"
                           f"export SYNERGY_TASK_PYTHON={PYTHON}\n" + fresh)
     # An srun step inside the batch script has it already: not twice.
     again = prolog_output(script, {"SYNERGY_FINGERPRINT": FP, "SYNERGY_PLAIN": FP,
                                    "PYTHONPATH": f"{BOOT}:/mine"})
-    assert again.stdout == f"export SYNERGY_TASK_PYTHON={PYTHON}\n" + fresh
+    assert again.stdout == NO_DECISION + f"export SYNERGY_TASK_PYTHON={PYTHON}\n" + fresh
 
 
 @pytest.mark.parametrize("fingerprint", ["", "0123", "00000000000000A7", "00000000000$(id)",
@@ -304,7 +307,7 @@ def test_the_task_prolog_puts_the_probe_first_on_a_keyed_jobs_path(tmp_path):
 def test_the_task_prolog_prints_nothing_for_other_jobs(tmp_path, fingerprint):
     out = prolog_output(task_prolog(tmp_path), {"SYNERGY_FINGERPRINT": fingerprint,
                                                 "SYNERGY_PLAIN": fingerprint})
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, NO_DECISION, "")
 
 
 @pytest.mark.parametrize("plain", [None, "", "0000000000000001"])
@@ -313,7 +316,7 @@ def test_the_task_prolog_leaves_a_job_lists_row_to_its_own_probe(tmp_path, plain
     # from inside a plain job inherits that job's key as SYNERGY_PLAIN.
     env = {"SYNERGY_FINGERPRINT": FP, **({} if plain is None else {"SYNERGY_PLAIN": plain})}
     out = prolog_output(task_prolog(tmp_path), env)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, NO_DECISION, "")
 
 
 @pytest.mark.parametrize("fault", ["no probe folder", "no interpreter", "output closed"])
@@ -327,5 +330,5 @@ def test_a_task_prolog_that_cannot_work_never_fails_the_task(tmp_path, fault):
                              text=True, timeout=10)
     else:
         out = prolog_output(script, env)
-        assert out.stdout == ""
+        assert out.stdout == NO_DECISION
     assert out.returncode == 0

@@ -1,7 +1,7 @@
 """The first job of an unknown workload, measured while it trains.
 
     python -m slurm_synergy.measure.inrun.supervisor --fingerprint FP --job-name NAME --out FILE
-        [--workers N] [--workers-option OPT] -- COMMAND...
+        [--workers N] -- COMMAND...
 
 The job script runs this in place of the probe for a job the plugin marked (profile=1).
 The job's command runs as submitted, in the job's folder and environment, under the
@@ -16,11 +16,12 @@ decision table is compiled and this user's pending jobs of the workload are righ
 in place (decisions/pending.py).
 
 A job that was right-sized in place while it waited trains with the decision's loader
-workers; a workload measured already, or being measured by another job now, trains
-watched only. Every job of a measured workload has its memory followed to its end, as
-the measured one has: a workload's peak can come long after the first seconds (a heap
-that grows over epochs, a validation pass), and a job that peaks above its workload's
-profile raises it, so that the decision and the jobs still pending cover that peak.
+workers (the node prolog hands them to its tasks: hooks/taskenv.py); a workload measured
+already, or being measured by another job now, trains watched only. Every job of a
+measured workload has its memory followed to its end, as the measured one has: a
+workload's peak can come long after the first seconds (a heap that grows over epochs, a
+validation pass), and a job that peaks above its workload's profile raises it, so that
+the decision and the jobs still pending cover that peak.
 Nothing here can fail the job or change what it computes: a fault ends the measurement,
 gives every core back, and is one line in the job's log.
 
@@ -72,32 +73,17 @@ class InRunRequest:
     command: tuple[str, ...]
     out: Path                        # the probe's result file
     workers: int | None = None       # loader workers the probe sets (the command has no option)
-    workers_option: str = ""         # the option the command takes its workers by
     record_s: float = WATCH_RECORD_S   # the processes' record pace outside the windows
-
-
-def with_workers(command: Sequence[str], option: str, workers: int) -> list[str]:
-    """The command with its worker option set to `workers` (the last one wins)."""
-    return [*command, option, str(workers)]
 
 
 def run_job(req: InRunRequest, site: Site, log: Callable[[str], None]) -> int:
     """Run the job's command to its end, measured if it is this workload's first, its
     memory followed if its workload is measured already."""
-    command, workers = list(req.command), req.workers
     # The command runs once, below, whatever happens here: a fault in looking up or
     # locking the workload only means this run is not measured.
     with contextlib.ExitStack() as held:
         beside = choose(req, site, True, held, log)
-        decided = beside.decided
-        if decided is not None and decided.workers is not None:
-            if req.workers_option:
-                command = with_workers(command, req.workers_option, decided.workers)
-            else:
-                workers = decided.workers
-            log(f"{PROG}: job {beside.job_id} was right-sized in place while it waited; it "
-                f"trains with {decided.workers} loader worker(s)")
-        return _watch(req, command, workers, beside.during, beside.swept)
+        return _watch(req, list(req.command), req.workers, beside.during, beside.swept)
 
 
 @dataclass(frozen=True)
@@ -107,7 +93,6 @@ class Beside:
     job_id: str
     during: During | None           # the sweep, or following its memory; None: nothing
     swept: bool = False
-    decided: comment_format.Resources | None = None   # its comment's decision, if any
 
 
 def choose(req: InRunRequest, site: Site, marked: bool,
@@ -122,12 +107,13 @@ def choose(req: InRunRequest, site: Site, marked: bool,
         comment = site.slurm.comment(job_id) if job_id else ""
     except SynergyError as e:
         log(f"{PROG}: cannot read job {job_id}'s comment ({e}); it runs as submitted")
-    decided = comment_format.decision(comment)
     marked = may_sweep and (marked or comment_format.marks(comment).get("profile") == "1")
     store = ProfileStore.default()
     follow = Follow(req.fingerprint, site, store, job_id, log).during
-    if decided is not None:
-        return Beside(job_id, follow, decided=decided)
+    if comment_format.decision(comment) is not None:
+        log(f"{PROG}: job {job_id} trains as decided ({comment_format.marks(comment)['decision']}); "
+            "its memory is followed")
+        return Beside(job_id, follow)
     try:
         if store.has(req.fingerprint):
             log(f"{PROG}: {req.fingerprint} is measured already; job {job_id} trains as "
@@ -374,8 +360,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="the probe's result file")
     p.add_argument("--workers", type=int_at_least(0),
                    help="loader workers the probe sets (the command has no worker option)")
-    p.add_argument("--workers-option", default="",
-                   help="the command's worker option, when it has one")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = [c for c in args.command]
@@ -390,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     site = Site.load(on_bad_policy=lambda e: log(
         f"{PROG}: the default policy measures this run: {e}"))
     req = InRunRequest(args.fingerprint, args.job_name, tuple(command), args.out,
-                       args.workers, args.workers_option)
+                       args.workers)
     return run_job(req, site, log)
 
 

@@ -107,12 +107,13 @@ def choose(req: InRunRequest, site: Site, marked: bool,
         comment = site.slurm.comment(job_id) if job_id else ""
     except SynergyError as e:
         log(f"{PROG}: cannot read job {job_id}'s comment ({e}); it runs as submitted")
-    marked = may_sweep and (marked or comment_format.marks(comment).get("profile") == "1")
+    marks = comment_format.marks(comment)
+    marked = may_sweep and (marked or marks.get("profile") == "1")
     store = ProfileStore.default()
     follow = Follow(req.fingerprint, site, store, job_id, log).during
     if comment_format.decision(comment) is not None:
-        log(f"{PROG}: job {job_id} trains as decided ({comment_format.marks(comment)['decision']}); "
-            "its memory is followed")
+        log(f"{PROG}: job {job_id} trains as decided ({marks['decision']}); its memory is "
+            "followed")
         return Beside(job_id, follow)
     try:
         if store.has(req.fingerprint):

@@ -3,6 +3,10 @@
 tests'. A test that wants a shared store names one (SYNERGY_PROFILES=<folder>)."""
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,17 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("SYNERGY_DECISIONS", str(tmp_path / "table.tbl"))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     return tmp_path
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A folder of the test's own under /tmp, removed after it: a TMPDIR for processes
+    that make Unix sockets in it (multiprocessing's, a DataLoader's workers), whose
+    paths end at 107 bytes, which tmp_path's (longer as pytest's run counter grows) can
+    pass."""
+    folder = Path(tempfile.mkdtemp(prefix="synergy-test-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 # Where make test's time goes: each test file's setup, call and teardown summed (a

@@ -4,11 +4,9 @@ ends a script, what it sets, and the one-line reasons when there is nothing to m
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,18 +110,15 @@ HELD = textwrap.dedent("""\
     """)
 
 
-def test_a_script_ended_mid_epoch_leaves_no_temporary_folder(tmp_path, monkeypatch):
+def test_a_script_ended_mid_epoch_leaves_no_temporary_folder(tmp_path, monkeypatch,
+                                                              short_tmp):
     """Its loader workers, terminated at its exit, would leave their socket folders in
     the node's /tmp, one a profiling step."""
-    tmp = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))   # short: sockets go in it
-    try:
-        monkeypatch.setenv("TMPDIR", str(tmp))
-        proc, result = probe(tmp_path, "--warmup", "2", "--iterations", "5", script=HELD)
-        assert proc.returncode == 0 and result["ok"], proc.stderr
-        assert result["processes"][0]["batches"] == 7      # ended inside its first epoch
-        assert list(tmp.iterdir()) == []
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    proc, result = probe(tmp_path, "--warmup", "2", "--iterations", "5", script=HELD)
+    assert proc.returncode == 0 and result["ok"], proc.stderr
+    assert result["processes"][0]["batches"] == 7      # ended inside its first epoch
+    assert list(short_tmp.iterdir()) == []
 
 
 # Persistent workers, the loader a local freed as main() returns: PyTorch then shuts the
@@ -144,19 +139,15 @@ PERSISTENT = textwrap.dedent("""\
     """)
 
 
-def test_a_watched_run_ends_its_loader_as_it_would_alone(tmp_path, monkeypatch):
+def test_a_watched_run_ends_its_loader_as_it_would_alone(tmp_path, monkeypatch, short_tmp):
     """The hooks hold no strong reference from a loader's iterator back to the loader:
     with persistent workers that would be a cycle, alive until the interpreter's exit,
     where multiprocessing terminates the workers and each leaves a socket folder."""
-    tmp = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
-    try:
-        monkeypatch.setenv("TMPDIR", str(tmp))
-        proc, result = probe(tmp_path, "--mode", "watch", script=PERSISTENT)
-        assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr
-        assert result["processes"][0]["batches"] == 8
-        assert list(tmp.iterdir()) == []
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    proc, result = probe(tmp_path, "--mode", "watch", script=PERSISTENT)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr
+    assert result["processes"][0]["batches"] == 8
+    assert list(short_tmp.iterdir()) == []
 
 
 def test_the_workers_are_set_whatever_the_script_asks(tmp_path):

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,15 +75,13 @@ json.dump({"stream": sorted(int(x) for x in stream), "stream_workers": stream.nu
 
 
 @pytest.fixture
-def task(tmp_path: Path) -> Iterator[dict[str, str]]:
+def task(tmp_path: Path, short_tmp: Path) -> dict[str, str]:
     """The environment a task of a keyed plain job has once the TaskProlog ran: the
     probe's boot folder first on PYTHONPATH, the installation's interpreter named.
 
-    Its TMPDIR is a short folder of its own, not one under tmp_path: the DataLoader's
-    workers hand tensors back through a Unix socket made under TMPDIR, whose path may
-    not pass 107 bytes, and tmp_path's length grows with pytest's run counter (the
-    scripts hung in CI at pytest-105, one digit past what a fresh machine reaches)."""
-    tmp = tempfile.mkdtemp(prefix="synergy-task-", dir="/tmp")
+    Its TMPDIR is short_tmp, not a folder under tmp_path: the DataLoader's workers hand
+    tensors back through a Unix socket made under TMPDIR (the scripts hung in CI at
+    pytest-105, one digit past what a fresh machine reaches)."""
     policy = tmp_path / "policy.toml"
     policy.write_text(site_policy_with(sweep_window_s="0.5", sweep_repeats="1"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SYNERGY_"))}
@@ -94,9 +89,8 @@ def task(tmp_path: Path) -> Iterator[dict[str, str]]:
     env.update(PYTHONPATH=str(BOOT), SYNERGY_TASK_PYTHON=PYTHON, SYNERGY_FINGERPRINT=FP,
                SYNERGY_PLAIN=FP,
                SYNERGY_HOME=str(tmp_path / "home"), SYNERGY_POLICY=str(policy),
-               SYNERGY_DECISIONS=str(tmp_path / "table.tbl"), TMPDIR=tmp)
-    yield env
-    shutil.rmtree(tmp, ignore_errors=True)
+               SYNERGY_DECISIONS=str(tmp_path / "table.tbl"), TMPDIR=str(short_tmp))
+    return env
 
 
 def run(script: str, args: list[str], env: dict[str, str], tmp_path: Path,

@@ -7,11 +7,8 @@ one name set to a whole number reaches a task, whatever the file holds."""
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,14 +25,12 @@ NONE_YET = "unset SYNERGY_WORKERS\n"
 
 
 @pytest.fixture
-def node() -> Iterator[Path]:
+def node(short_tmp: Path) -> Path:
     """A node's folder that other users may enter (tmp_path's parents are root's alone)."""
     if os.geteuid() != 0:
         pytest.fail("runs as root, as the hooks do: it hands files to other users")
-    folder = Path(tempfile.mkdtemp(prefix="synergy-taskenv-", dir="/tmp"))
-    folder.chmod(0o711)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    short_tmp.chmod(0o711)
+    return short_tmp
 
 
 def task_prolog(node: Path, job_id: str, uid: int | None = None) -> str:

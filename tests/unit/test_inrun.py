@@ -17,6 +17,7 @@ import pytest
 
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.probe.affinity import pin
+from slurm_synergy.probe.records import ProcessRecord
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.measure.inrun import follow
 from slurm_synergy.measure.inrun.supervisor import InRunRequest, choose, run_job
@@ -111,6 +112,25 @@ def test_a_job_that_ends_inside_a_window_keeps_its_status_and_what_was_measured(
     else:
         assert any("no profile: the job ended inside a window" in line for line in lines), \
             lines
+
+
+@pytest.mark.parametrize("lives_s,why", [
+    (1.5, "the job ended inside a window"),      # its loop over, it is closing down
+    (60, "a training process took no step in a window"),    # it stopped and goes on
+])
+def test_a_window_without_a_step_says_whether_the_job_ended_or_stopped_stepping(
+        tmp_path, lives_s, why):
+    job = subprocess.Popen(["sleep", str(lives_s)])
+    try:
+        # A trainer that takes every order and then no step.
+        ProcessRecord(pid=job.pid, rank=None, argv=["train.py"], total_steps=5,
+                      clock=time.monotonic(), window=10**6).write(tmp_path)
+        windows = RunWindows(job, tmp_path, ALLOWED, print)
+        assert windows.measure(1, 0.5) is None
+        assert windows.trouble.reasons == [why]
+    finally:
+        job.kill()
+        job.wait()
 
 
 def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path):

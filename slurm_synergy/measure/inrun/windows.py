@@ -36,6 +36,12 @@ ACK_S = 30.0            # the longest a window waits for every trainer's first b
 # meanwhile.
 LOOK_S = 1.0
 PSS_LOOK_S = 5.0
+# A trainer that took no step in a window has mostly finished: its loop is over and it
+# is closing its loader workers and writing its outputs, which on a loaded node takes
+# seconds. Waiting this long for the job to end tells that apart from a trainer that
+# stopped stepping and goes on (a validation phase), at the cost of a few seconds more
+# at the window's cores for the latter.
+END_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,18 @@ class RunWindows:
             return None
         end = {r.pid: r for r in self.trainers()}
         cpu1 = _cpu_s(job_pids(self.proc.pid))
-        return _window(cores, start, end, cpu0, cpu1, self.trouble)
+        window = _window(cores, start, end, cpu0, cpu1)
+        if window is None:
+            self.trouble.add("the job ended inside a window" if self._ends(END_GRACE_S)
+                             else "a training process took no step in a window")
+        return window
+
+    def _ends(self, seconds: float) -> bool:
+        """Whether the job's process ends within `seconds`."""
+        until = time.monotonic() + seconds
+        while self.alive() and time.monotonic() < until:
+            time.sleep(0.1)
+        return not self.alive()
 
     def _acknowledged(self, order: int) -> dict[int, ProcessRecord] | None:
         deadline = time.monotonic() + ACK_S
@@ -176,7 +193,9 @@ def write_order(folder: Path, window: int, cores: int | None, of: int,
 
 
 def _window(cores: int, start: dict[int, ProcessRecord], end: dict[int, ProcessRecord],
-            cpu0: dict[int, float], cpu1: dict[int, float], trouble: Trouble) -> Window | None:
+            cpu0: dict[int, float], cpu1: dict[int, float]) -> Window | None:
+    """The window from each trainer's first and last record in it; None when a trainer
+    took no step in it."""
     spans = []
     for pid, first in start.items():
         last = end.get(pid)
@@ -184,7 +203,6 @@ def _window(cores: int, start: dict[int, ProcessRecord], end: dict[int, ProcessR
             continue
         spans.append((first, last))
     if not spans or len(spans) < len(start):
-        trouble.add("a training process took no step in a window")
         return None
     samples = sum(b.total_samples - a.total_samples for a, b in spans)
     trainers = {a.pid for a, _ in spans}

@@ -6,7 +6,8 @@
 The probe starts the command with a `sitecustomize` of its own first on PYTHONPATH, so
 every Python process beneath it (the script, each torchrun or srun rank, a process the
 script spawns) runs with small hooks on PyTorch's DataLoader iterators and DALI's PyTorch
-iterators. They count the batches and samples each process takes, time the wait on the
+iterators (and, for a script that batches by hand, on its optimizers' steps or autograd's
+backward pass). They count the batches and samples each process takes, time the wait on the
 loader apart from the rest of the step, set the loader's worker count when asked, and end
 the script cleanly once the measurement is complete. The script itself is not changed and
 declares nothing.

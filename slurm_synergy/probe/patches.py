@@ -5,8 +5,9 @@ Installed at interpreter start by the probe's sitecustomize, before the script r
 without importing torch or DALI: the patches go in when the script imports them. Patched:
 `_BaseDataLoaderIter.__next__` (every PyTorch DataLoader, map-style or iterable),
 `DataLoader.__init__` (the worker count), DALI's PyTorch iterators' `__next__` and the
-thread count its Pipeline hands its backend, and every optimizer's step (PyTorch's global
-step hook), which counts the steps of a script that slices its own batches.
+thread count its Pipeline hands its backend, every optimizer's step (PyTorch's global
+step hook), which counts the steps of a script that slices its own batches, and autograd's
+backward pass, which counts those of a script that also updates its weights by hand.
 """
 
 from __future__ import annotations
@@ -130,6 +131,24 @@ def _patch_optim(module: ModuleType) -> None:
     register(before_step)
 
 
+def _patch_autograd(module: ModuleType) -> None:
+    # Tensor.backward calls torch.autograd.backward through the module, so one wrapper
+    # sees both (Lightning, accelerate and Trainer all end in loss.backward()).
+    # Reentrant activation checkpointing runs a backward inside the backward, on
+    # autograd's own threads where the device is a GPU: only one outside any counts.
+    graph_task = getattr(sys.modules.get("torch._C"), "_current_graph_task_id", None)
+    original = module.backward
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        """Count one backward pass (the outermost), then run it."""
+        if RECORDER is not None and (graph_task is None or graph_task() == -1):
+            RECORDER.backward_pass()
+        return original(*args, **kwargs)
+
+    backward.__wrapped__ = original  # type: ignore[attr-defined]
+    module.backward = backward  # type: ignore[attr-defined]
+
+
 def _patch_dali_pipeline(module: ModuleType) -> None:
     rec = RECORDER
     assert rec is not None
@@ -175,6 +194,7 @@ def _patch_dali_pytorch(module: ModuleType) -> None:
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "torch.utils.data.dataloader": _patch_torch,
     "torch.optim.optimizer": _patch_optim,
+    "torch.autograd": _patch_autograd,
     "nvidia.dali.pipeline": _patch_dali_pipeline,
     "nvidia.dali.plugin.pytorch": _patch_dali_pytorch,
 }

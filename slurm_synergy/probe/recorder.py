@@ -3,7 +3,8 @@ and when to stop it (patches.py puts the calls into PyTorch and DALI that feed i
 
 A step is the time from one request for a batch to the next, so it holds the wait on the
 loader and the rest of the step (forward, backward, optimizer, logging); without a
-loader, from one optimizer step to the next. On CUDA the
+loader, from one optimizer step to the next; without an optimizer either (weights updated
+by hand), from one backward pass to the next, which every training loop runs. On CUDA the
 probe synchronises before it reads the clock, or the wait would absorb queued kernels.
 
 The state is one per process (patches.RECORDER): the counters, the stop decision and the
@@ -27,6 +28,7 @@ from slurm_synergy.probe.records import CONTROL_NAME, ProbeConfig, ProcessRecord
 
 CONTROL_POLL_S = 0.1    # how often a controlled process looks at its orders, at most
 OPTIMIZER = "optimizer"  # the loader kind of a script whose steps are its optimizer's
+BACKWARD = "backward"    # ... whose steps are autograd's backward passes
 
 DATA_ROOT_ATTRS = ("root", "data_dir", "root_dir", "data_root", "data_path", "folder",
                    "directory", "path")
@@ -104,6 +106,7 @@ class Recorder:
         self.counts: dict[int, int] = {}    # batches per loader, by id
         self.primary: int | None = None     # the loader steps are counted on
         self.other_wait = 0.0   # waits outside the primary's __next__ in the current step
+        self.backwards = 0      # backward passes before the steps' signal was chosen
         self.tracker: Any = None    # memory mode: PyTorch's memory tracker, while measuring
         self.rec.write(folder)
 
@@ -254,6 +257,24 @@ class Recorder:
             return          # a loader's batches count the steps
         if not self.rec.loaders:
             self.rec.loaders.append(OPTIMIZER)
+        self._step_boundary()
+        if not self.done:
+            self._took(0.0, None)
+
+    def backward_pass(self) -> None:
+        """Autograd's backward pass is about to run. In a script that takes no batch from
+        a loader and steps no optimizer (it updates its weights by hand), that is its
+        step boundary. The first pass only waits: an optimizer that steps after it is
+        the better signal (one per update, where backward may run per micro-batch)."""
+        if self.done or self.cfg.mode not in ("watch", "train"):
+            return
+        if self.rec.loaders and self.rec.loaders != [BACKWARD]:
+            return          # a loader's batches or an optimizer's steps count the steps
+        if not self.rec.loaders:
+            self.backwards += 1
+            if self.backwards < 2:
+                return
+            self.rec.loaders.append(BACKWARD)
         self._step_boundary()
         if not self.done:
             self._took(0.0, None)

@@ -251,7 +251,8 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
     elif timed_out_after is not None:
         reason = (f"{spawned} (stopped after {timed_out_after:.0f}s)" if unprobed else
                   f"{script} took no batch from a PyTorch DataLoader or a DALI iterator, "
-                  f"nor stepped an optimizer, in {timed_out_after:.0f}s and was stopped; "
+                  f"stepped no optimizer and ran no backward pass in {timed_out_after:.0f}s "
+                  "and was stopped; "
                   "the probe measures training loops")
     elif all(r.state != "measured" for r in records):
         if took and errors:
@@ -271,7 +272,8 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
             reason = spawned
         else:
             reason = (f"{script} ended without taking a batch from a PyTorch DataLoader or a "
-                      "DALI iterator, or stepping an optimizer: nothing to measure")
+                      "DALI iterator, stepping an optimizer or running a backward pass: "
+                      "nothing to measure (a forward-only loop has no training step)")
     return ProbeResult(ok=not reason, reason=reason, script=script, mode=config.mode,
                        exit_status=rc, measurement=measurement, processes=records,
                        started_processes=unprobed)

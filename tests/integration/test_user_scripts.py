@@ -170,7 +170,8 @@ BAD = {
     # Slurm's time limit ends it.
     "bad-forever": ("bad_forever.py", "TIMEOUT",
                     "bad_forever.py took no batch from a PyTorch DataLoader or a DALI "
-                    "iterator, nor stepped an optimizer, in 10s and was stopped"),
+                    "iterator, stepped no optimizer and ran no backward pass in 10s and "
+                    "was stopped"),
 }
 
 

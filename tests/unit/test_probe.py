@@ -218,12 +218,40 @@ def test_a_script_that_batches_by_hand_is_measured_by_its_optimizer_steps(tmp_pa
     assert not rec["batch_size_known"] and rec["samples"] == rec["steps"]
 
 
+def test_a_script_that_updates_its_weights_by_hand_is_measured_by_its_backward_passes(
+        tmp_path):
+    # No DataLoader, no optimizer: the steps are autograd's backward passes (the first
+    # only waits for an optimizer that might step after it).
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.probe", "--out", str(out),
+                           "--", str(CORPUS / "hand_updates.py"), "60"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    (rec,) = result["processes"]
+    assert result["ok"] and rec["loaders"] == ["backward"] and rec["steps"] == 20
+    assert rec["batches"] == 23 and not rec["batch_size_known"]
+
+
+def test_a_backward_pass_inside_a_backward_pass_is_not_a_step(tmp_path):
+    # Reentrant checkpointing runs a backward inside each step's backward: counted twice,
+    # 20 steps would reach the plan's 23 and the probe would stop the script before its end.
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.probe", "--out", str(out),
+                           "--", str(CORPUS / "hand_updates.py"), "20", "0", "checkpoint"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.endswith("done\n"), proc.stderr
+    (rec,) = json.loads(out.read_text())["processes"]
+    assert rec["loaders"] == ["backward"] and rec["batches"] == 19
+
+
 @pytest.mark.parametrize("script,options,words", [
     ("bad_import.py", [], "bad_import.py failed before its first batch: ModuleNotFoundError: "
                           "No module named 'a_module_that_does_not_exist'"),
     ("bad_no_training.py", [], "bad_no_training.py ended without taking a batch from a "
-                               "PyTorch DataLoader or a DALI iterator, or stepping an "
-                               "optimizer: nothing to measure"),
+                               "PyTorch DataLoader or a DALI iterator, stepping an "
+                               "optimizer or running a backward pass: nothing to measure "
+                               "(a forward-only loop has no training step)"),
     ("bad_spawns.py", [], "bad_spawns.py took no batch in its own processes; it started "
                           "processes the probe cannot follow ("),
     # Stopped while its child still imports and trains: the child is named all the same.
@@ -231,8 +259,8 @@ def test_a_script_that_batches_by_hand_is_measured_by_its_optimizer_steps(tmp_pa
                                              "processes; it started processes the probe "
                                              "cannot follow ("),
     ("bad_forever.py", ["--time-limit", "5"], "bad_forever.py took no batch from a PyTorch "
-                                              "DataLoader or a DALI iterator, nor stepped an "
-                                              "optimizer, in 5s"),
+                                              "DataLoader or a DALI iterator, stepped no "
+                                              "optimizer and ran no backward pass in 5s"),
 ])
 def test_scripts_with_nothing_to_measure_get_one_reason(tmp_path, script, options, words):
     out = tmp_path / "probe.json"

@@ -156,6 +156,18 @@ def test_a_script_that_batches_by_hand_is_counted_by_its_optimizer_steps(task, t
     assert res["ok"] and res["measurement"]["steps"] > 10
 
 
+def test_a_marked_job_that_updates_its_weights_by_hand_is_measured_by_its_backward_passes(
+        task, tmp_path):
+    script = (Path(__file__).parents[1] / "corpus" / "hand_updates.py").read_text()
+    proc = run(script, ["0", "20"], dict(task, SYNERGY_PROFILE="1"), tmp_path)
+    assert proc.returncode == 0 and proc.stdout.endswith("done\n"), proc.stderr
+    res = result(tmp_path, task)
+    assert res["processes"][0]["loaders"] == ["backward"], res["processes"]
+    store = ProfileStore(tmp_path / "home" / "profiles")
+    assert store.has(FP), proc.stderr
+    assert {p.cores for p in store.load(FP).train_points()} == {1, 2}, store.load(FP).notes
+
+
 def test_an_iterable_datasets_workers_are_never_changed(task, tmp_path):
     plain = run(ITERABLE_SCRIPT, [str(tmp_path / "alone.json")],
                 {k: v for k, v in task.items() if k != "PYTHONPATH"}, tmp_path)

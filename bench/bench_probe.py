@@ -11,6 +11,9 @@ single run swings by several percent, so the spread is reported with the median.
 Per batch: what the hooks add to one batch, measured directly on a loader that costs
 next to nothing (an in-memory dataset, no workers): --batches batches plain and probed,
 alternating. Divided by each workload's step time, it is the probe's share of a step.
+Per backward pass: the same for a loop with no loader and no optimizer, whose steps
+the probe counts at autograd's backward (a scalar's backward, which costs next to
+nothing itself).
 
 Figures go to bench/results/probe.json.
 
@@ -69,13 +72,26 @@ print((time.perf_counter() - t0) / n * 1e6)
 """
 
 
-def per_batch_us(folder: Path, batches: int, probed: bool) -> float:
-    script = folder / "per_batch.py"
-    script.write_text(PER_BATCH)
-    argv = [sys.executable, str(script), str(batches)]
+# Steps of a loop without loader or optimizer: one backward pass each.
+PER_BACKWARD = """
+import sys, time, torch
+w = torch.zeros(4, requires_grad=True)
+n, t0 = 0, time.perf_counter()
+while n < int(sys.argv[1]):
+    w.sum().backward()
+    n += 1
+print((time.perf_counter() - t0) / n * 1e6)
+"""
+
+
+def per_step_us(folder: Path, name: str, text: str, steps: int, probed: bool) -> float:
+    """Microseconds per step of the script `text`, plain or under the probe's watch mode."""
+    script = folder / f"{name}.py"
+    script.write_text(text)
+    argv = [sys.executable, str(script), str(steps)]
     if probed:
         argv = [sys.executable, "-m", "slurm_synergy.probe", "--mode", "watch",
-                "--out", str(folder / "per_batch.json"), "--", *argv]
+                "--out", str(folder / f"{name}.json"), "--", *argv]
     done = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=ROOT)
     return float(done.stdout.split()[-1])
 
@@ -89,15 +105,19 @@ def main() -> int:
     args = p.parse_args()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        plain_us, probed_us = [], []
-        for r in range(args.rounds):
-            for with_probe in ((False, True) if r % 2 == 0 else (True, False)):
-                (probed_us if with_probe else plain_us).append(
-                    per_batch_us(Path(tmp), args.batches, with_probe))
-        hook_us = statistics.median(b - a for a, b in zip(plain_us, probed_us))
-        print(f"per batch: {statistics.median(plain_us):.1f} us plain, "
-              f"{statistics.median(probed_us):.1f} us probed: the hooks add {hook_us:.1f} us",
-              flush=True)
+        per_step: dict[str, dict] = {}
+        for name, text in (("per_batch", PER_BATCH), ("per_backward", PER_BACKWARD)):
+            plain_us, probed_us = [], []
+            for r in range(args.rounds):
+                for with_probe in ((False, True) if r % 2 == 0 else (True, False)):
+                    (probed_us if with_probe else plain_us).append(
+                        per_step_us(Path(tmp), name, text, args.batches, with_probe))
+            added = statistics.median(b - a for a, b in zip(plain_us, probed_us))
+            per_step[name] = {"plain": plain_us, "probed": probed_us, "hooks_median": added}
+            print(f"{name.replace('_', ' ')}: {statistics.median(plain_us):.1f} us plain, "
+                  f"{statistics.median(probed_us):.1f} us probed: the hooks add "
+                  f"{added:.1f} us", flush=True)
+        hook_us = per_step["per_batch"]["hooks_median"]
         data = Path(tmp) / "data"
         for workload in WORKLOADS:        # generate the data (and warm the cache) first
             run(workload, data, Path(tmp) / "warm", 5, probed=False)
@@ -132,7 +152,7 @@ def main() -> int:
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(), "rounds": args.rounds,
         "iterations": args.iterations,
-        "per_batch_us": {"plain": plain_us, "probed": probed_us, "hooks_median": hook_us},
+        "per_batch_us": per_step["per_batch"], "per_backward_us": per_step["per_backward"],
         "workloads": results}, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0

@@ -251,30 +251,28 @@ class Recorder:
         """An optimizer is about to step. In a script that takes no batch from a loader
         (it slices its own tensors), that is its step boundary; a batch's size is not
         known then, so its samples are its steps."""
-        if self.done or self.cfg.mode not in ("watch", "train"):
-            return
-        if self.rec.loaders and self.rec.loaders != [OPTIMIZER]:
-            return          # a loader's batches count the steps
-        if not self.rec.loaders:
-            self.rec.loaders.append(OPTIMIZER)
-        self._step_boundary()
-        if not self.done:
-            self._took(0.0, None)
+        self._hand_step(OPTIMIZER)
 
     def backward_pass(self) -> None:
         """Autograd's backward pass is about to run. In a script that takes no batch from
         a loader and steps no optimizer (it updates its weights by hand), that is its
         step boundary. The first pass only waits: an optimizer that steps after it is
         the better signal (one per update, where backward may run per micro-batch)."""
-        if self.done or self.cfg.mode not in ("watch", "train"):
-            return
-        if self.rec.loaders and self.rec.loaders != [BACKWARD]:
-            return          # a loader's batches or an optimizer's steps count the steps
         if not self.rec.loaders:
             self.backwards += 1
             if self.backwards < 2:
                 return
-            self.rec.loaders.append(BACKWARD)
+        self._hand_step(BACKWARD)
+
+    def _hand_step(self, kind: str) -> None:
+        """A step boundary signalled by `kind` (OPTIMIZER, BACKWARD), in watch and train
+        modes, where no loader's batches nor another signal already count the steps."""
+        if self.done or self.cfg.mode not in ("watch", "train"):
+            return
+        if self.rec.loaders and self.rec.loaders != [kind]:
+            return
+        if not self.rec.loaders:
+            self.rec.loaders.append(kind)
         self._step_boundary()
         if not self.done:
             self._took(0.0, None)

@@ -222,12 +222,9 @@ def test_a_script_that_updates_its_weights_by_hand_is_measured_by_its_backward_p
         tmp_path):
     # No DataLoader, no optimizer: the steps are autograd's backward passes (the first
     # only waits for an optimizer that might step after it).
-    out = tmp_path / "probe.json"
-    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.probe", "--out", str(out),
-                           "--", str(CORPUS / "hand_updates.py"), "60"], capture_output=True,
-                          text=True, timeout=300)
+    proc, result = probe(tmp_path, script=(CORPUS / "hand_updates.py").read_text(),
+                         args=("60",))
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
     (rec,) = result["processes"]
     assert result["ok"] and rec["loaders"] == ["backward"] and rec["steps"] == 20
     assert rec["batches"] == 23 and not rec["batch_size_known"]
@@ -236,12 +233,10 @@ def test_a_script_that_updates_its_weights_by_hand_is_measured_by_its_backward_p
 def test_a_backward_pass_inside_a_backward_pass_is_not_a_step(tmp_path):
     # Reentrant checkpointing runs a backward inside each step's backward: counted twice,
     # 20 steps would reach the plan's 23 and the probe would stop the script before its end.
-    out = tmp_path / "probe.json"
-    proc = subprocess.run([sys.executable, "-m", "slurm_synergy.probe", "--out", str(out),
-                           "--", str(CORPUS / "hand_updates.py"), "20", "0", "checkpoint"],
-                          capture_output=True, text=True, timeout=300)
+    proc, result = probe(tmp_path, script=(CORPUS / "hand_updates.py").read_text(),
+                         args=("20", "0", "checkpoint"))
     assert proc.returncode == 0 and proc.stdout.endswith("done\n"), proc.stderr
-    (rec,) = json.loads(out.read_text())["processes"]
+    (rec,) = result["processes"]
     assert rec["loaders"] == ["backward"] and rec["batches"] == 19
 
 

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.measure.inrun import follow
 from slurm_synergy.measure.inrun.supervisor import InRunRequest, choose, run_job
 from slurm_synergy.measure.search import halving
+from slurm_synergy.measure.inrun import windows as windows_module
 from slurm_synergy.measure.inrun.windows import RunWindows
 
 from tests.helpers import FAST_INRUN as FAST, make_profile, site
@@ -116,10 +118,11 @@ def test_a_job_that_ends_inside_a_window_keeps_its_status_and_what_was_measured(
 
 @pytest.mark.parametrize("lives_s,why", [
     (1.5, "the job ended inside a window"),      # its loop over, it is closing down
-    (60, "a training process took no step in a window"),    # it stopped and goes on
+    (60, "a training process took no step in a window in 2s"),  # stopped, goes on
 ])
 def test_a_window_without_a_step_says_whether_the_job_ended_or_stopped_stepping(
-        tmp_path, lives_s, why):
+        tmp_path, monkeypatch, lives_s, why):
+    monkeypatch.setattr(windows_module, "ACK_S", 2.0)
     job = subprocess.Popen(["sleep", str(lives_s)])
     try:
         # A trainer that takes every order and then no step.
@@ -129,6 +132,30 @@ def test_a_window_without_a_step_says_whether_the_job_ended_or_stopped_stepping(
         assert windows.measure(1, 0.5) is None
         assert windows.trouble.reasons == [why]
     finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_window_shorter_than_a_step_stretches_to_the_step(tmp_path):
+    # A trainer whose one step outlasts the window (a large model, or a process at the
+    # lowest CPU priority beside busier ones, which CI's unit tests are) is measured
+    # over that whole step, not called stopped.
+    job = subprocess.Popen(["sleep", "60"])
+    record = ProcessRecord(pid=job.pid, rank=None, argv=["train.py"], total_steps=5,
+                           total_samples=40, clock=time.monotonic(), window=10**6)
+    record.write(tmp_path)
+
+    def step_ends() -> None:
+        record.total_steps, record.total_samples, record.clock = 6, 48, time.monotonic()
+        record.write(tmp_path)
+    later = threading.Timer(2.5, step_ends)
+    later.start()
+    try:
+        window = RunWindows(job, tmp_path, ALLOWED, print).measure(1, 0.5)
+        assert window is not None and (window.steps, window.samples) == (1, 8), window
+        assert window.seconds >= 2.5
+    finally:
+        later.cancel()
         job.kill()
         job.wait()
 

@@ -27,7 +27,10 @@ from slurm_synergy.probe.records import CONTROL_NAME, RECORD_S, ProcessRecord, r
 from slurm_synergy.probe.supervise import PEAK_LOOK_S, Started
 from slurm_synergy.probe.tree import ProcessTree
 
-ACK_S = 30.0            # the longest a window waits for every trainer's first boundary
+# The longest a window waits for every trainer's first boundary after an order, and
+# then for a step recorded after it: a step may take longer than a window, or a trainer
+# at the lowest CPU priority beside busier work may not run for a second or more.
+ACK_S = 30.0
 # How often a window looks at the job's processes (their memory; threads to hold) and
 # reads their proportional memory (smaps_rollup). The supervisor runs beside the job on
 # its cores: at four looks a second with smaps_rollup each time it took 5% of a core,
@@ -36,14 +39,6 @@ ACK_S = 30.0            # the longest a window waits for every trainer's first b
 # meanwhile.
 LOOK_S = 1.0
 PSS_LOOK_S = 5.0
-# A trainer that took no step in a window has mostly finished: its loop is over and it
-# is closing its loader workers and writing its outputs, which on a loaded node takes
-# seconds. Waiting this long for the job to end tells that apart from a trainer that
-# stopped stepping and goes on (a validation phase), at the cost of a few seconds more
-# at the window's cores for the latter.
-END_GRACE_S = 5.0
-
-
 @dataclass(frozen=True)
 class Window:
     """One window: the job's trainers at `cores`, summed over its training processes."""
@@ -117,8 +112,9 @@ class RunWindows:
         return False
 
     def measure(self, cores: int, seconds: float) -> Window | None:
-        """The job held to `cores` for about `seconds`; None when the run ended or a
-        trainer did not take the order (the reason is in `trouble`)."""
+        """The job held to `cores` for `seconds` or until each trainer has recorded a step
+        in it, whichever is longer; None when the run ended or a trainer did not take the
+        order or step (the reason is in `trouble`)."""
         cpus = first_cpus(self.allowed, cores)
         self._hold(cpus)
         self._command(cores, RECORD_S)
@@ -134,23 +130,34 @@ class RunWindows:
             self.tree.look()
             if cores < self.top:      # a process forked in the window: held too
                 self._hold(cpus)
-        if not self.alive():
-            self.trouble.add("the job ended inside a window")
+        end = self._stepped(start, cpus if cores < self.top else None)
+        if end is None:
+            self.trouble.add("the job ended inside a window" if not self.alive() else
+                             f"a training process took no step in a window in {ACK_S:.0f}s")
             return None
-        end = {r.pid: r for r in self.trainers()}
-        cpu1 = _cpu_s(job_pids(self.proc.pid))
-        window = _window(cores, start, end, cpu0, cpu1)
-        if window is None:
-            self.trouble.add("the job ended inside a window" if self._ends(END_GRACE_S)
-                             else "a training process took no step in a window")
-        return window
+        return _window(cores, start, end, cpu0, _cpu_s(job_pids(self.proc.pid)))
 
-    def _ends(self, seconds: float) -> bool:
-        """Whether the job's process ends within `seconds`."""
-        until = time.monotonic() + seconds
-        while self.alive() and time.monotonic() < until:
+    def _stepped(self, start: dict[int, ProcessRecord],
+                 cpus: set[int] | None) -> dict[int, ProcessRecord] | None:
+        """Every trainer's latest record once each has recorded a step after `start`:
+        a window ends on whole steps, so one shorter than a step stretches to it. None
+        when the job ended first or ACK_S passed (a trainer stopped stepping: a
+        validation phase). Processes forked meanwhile are held to `cpus`."""
+        deadline = time.monotonic() + ACK_S
+        looked = time.monotonic()
+        while self.alive():
+            end = {r.pid: r for r in self.trainers()}
+            if all(_stepped_since(a, end.get(pid)) for pid, a in start.items()):
+                return end
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(0.1)
-        return not self.alive()
+            if time.monotonic() - looked >= LOOK_S:
+                looked = time.monotonic()
+                self.tree.look()
+                if cpus is not None:
+                    self._hold(cpus)
+        return None
 
     def _acknowledged(self, order: int) -> dict[int, ProcessRecord] | None:
         deadline = time.monotonic() + ACK_S
@@ -192,16 +199,18 @@ def write_order(folder: Path, window: int, cores: int | None, of: int,
         {"window": window, "cores": cores, "of": of, "record_s": record_s}), durable=False)
 
 
+def _stepped_since(first: ProcessRecord, last: ProcessRecord | None) -> bool:
+    """Whether `last` records a step taken after `first` (a later record of one trainer)."""
+    return last is not None and last.clock > first.clock and \
+        last.total_steps > first.total_steps
+
+
 def _window(cores: int, start: dict[int, ProcessRecord], end: dict[int, ProcessRecord],
             cpu0: dict[int, float], cpu1: dict[int, float]) -> Window | None:
     """The window from each trainer's first and last record in it; None when a trainer
     took no step in it."""
-    spans = []
-    for pid, first in start.items():
-        last = end.get(pid)
-        if last is None or last.clock <= first.clock or last.total_steps <= first.total_steps:
-            continue
-        spans.append((first, last))
+    spans = [(first, end[pid]) for pid, first in start.items()
+             if _stepped_since(first, end.get(pid))]
     if not spans or len(spans) < len(start):
         return None
     samples = sum(b.total_samples - a.total_samples for a, b in spans)

@@ -105,6 +105,7 @@ class Recorder:
         self.stop_at: float | None = None   # peak_s: when the measured script is ended
         self.counts: dict[int, int] = {}    # batches per loader, by id
         self.primary: int | None = None     # the loader steps are counted on
+        self.boundary_t = 0.0   # the last step boundary (perf_counter)
         self.other_wait = 0.0   # waits outside the primary's __next__ in the current step
         self.backwards = 0      # backward passes before the steps' signal was chosen
         self.tracker: Any = None    # memory mode: PyTorch's memory tracker, while measuring
@@ -127,6 +128,7 @@ class Recorder:
             wait, samples = self.pending
             self.pending = None
             r = self.rec
+            r.longest_step_s = max(r.longest_step_s, now - self.boundary_t)
             r.total_steps += 1
             r.total_samples += samples if samples is not None else 1
             r.total_wait_s += wait + self.other_wait
@@ -139,6 +141,7 @@ class Recorder:
                 r.wait_s += wait + self.other_wait
                 r.seconds = now - self.window_t
                 r.cpu_s = time.process_time() - self.window_cpu
+        self.boundary_t = now
         self.other_wait = 0.0
         if self.tracker is not None:
             self.tracker.reset_mod_stats()  # per-module stats hold one step; the peak, all
@@ -178,6 +181,7 @@ class Recorder:
         self.control_stamp = stamp
         self._threads(cores, of)
         self.rec.window = window
+        self.rec.longest_step_s = 0.0
         self.write("iterating")
 
     def _threads(self, cores: Any, of: Any) -> None:

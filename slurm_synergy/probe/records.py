@@ -110,6 +110,7 @@ class ProcessRecord:
     total_wait_s: float = 0.0
     loader_workers: int | None = None   # the largest num_workers of its DataLoaders
     window: int = -1                # the last control window this process has applied
+    longest_step_s: float = 0.0     # its longest step since that window's order began
     threads: int | None = None      # torch's intra-op threads at `clock`, once torch is in
 
     @property

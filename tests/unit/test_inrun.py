@@ -160,6 +160,59 @@ def test_a_window_shorter_than_a_step_stretches_to_the_step(tmp_path):
         job.wait()
 
 
+def _record(pid: int, steps: int, clock: float, longest_s: float = 0.0) -> ProcessRecord:
+    return ProcessRecord(pid=pid, rank=None, argv=["train.py"], total_steps=steps,
+                         total_samples=8 * steps, clock=clock, window=10**6,
+                         longest_step_s=longest_s)
+
+
+@pytest.mark.parametrize("steps,longest_s,paused", [
+    (20, 0.10, False),      # 20 steady steps of 0.1 s
+    (20, 0.25, False),      # one of 0.25 s: a loader's hiccup, not 4 steps' worth
+    (20, 1.00, True),       # one of 1 s: a validation phase
+    (2, 1.00, False),       # two steps: neither is the usual one
+    (200, 0.09, False),     # a short blip in a window of many short steps (5%-)
+])
+def test_a_step_far_longer_than_the_windows_others_is_a_pause(steps, longest_s, paused):
+    start = _record(1, 5, 100.0)
+    # The window's steps: one of longest_s, the rest 0.1 s each (0.01 s for 200).
+    usual = 0.01 if steps == 200 else 0.1
+    end = _record(1, 5 + steps, 100.0 + longest_s + usual * (steps - 1), longest_s)
+    window = windows_module._window(1, {1: start}, {1: end}, {}, {})
+    assert window is not None and (window.pause_s > 0) is paused, window
+
+
+def test_a_window_that_held_a_pause_in_training_is_set_aside_and_measured_again(tmp_path):
+    # A trainer stepping every 50 ms that pauses once for 0.7 s (its validation phase)
+    # in its first window: that window is measured again.
+    job = subprocess.Popen(["sleep", "60"])
+    stop = threading.Event()
+
+    def trainer() -> None:
+        steps, longest, t0 = 0, 0.0, time.monotonic()
+        while not stop.is_set():
+            pause = 0.7 if steps == 4 else 0.05
+            time.sleep(pause)
+            steps, longest = steps + 1, max(longest, pause)
+            _record(job.pid, steps, time.monotonic(), longest).write(tmp_path)
+            if time.monotonic() - t0 > 1.5:
+                longest = 0.0       # as an order resets it, once the pause is over
+    thread = threading.Thread(target=trainer)
+    thread.start()
+    try:
+        while not list(tmp_path.glob("*.json")):
+            time.sleep(0.01)
+        windows = RunWindows(job, tmp_path, ALLOWED, print)
+        window = windows.measure(1, 0.5)
+        # At least the first: a step slowed by a busy machine may be called a pause too.
+        assert windows.set_aside >= 1 and window is not None, window
+    finally:
+        stop.set()
+        thread.join()
+        job.kill()
+        job.wait()
+
+
 def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path):
     # A fingerprint the store refuses (a hand-edited job script) is one log line; the
     # command still runs, exactly once, and its status is the job's.

@@ -271,8 +271,10 @@ class Sweep:
         missing = [k for k in halving(windows.top, procs) if k not in
                    {p.cores for p in points}]
         cpu_s, wall_s = self.overhead
-        notes = [f"measured in the run: {len(runs)} windows; the job lost about {lost_s:.1f}s "
-                 "of training to those at fewer cores; the supervisor used "
+        aside = (f" ({windows.set_aside} more set aside for a pause in training: a "
+                 "validation phase, an epoch's start)") if windows.set_aside else ""
+        notes = [f"measured in the run: {len(runs)} windows{aside}; the job lost about "
+                 f"{lost_s:.1f}s of training to those at fewer cores; the supervisor used "
                  f"{cpu_s / max(wall_s, 1e-9):.1%} of a core over the sweep's {wall_s:.0f}s"]
         notes += [f"incomplete: {why}" for why in windows.trouble.reasons]
         if missing and windows.trouble.reasons:

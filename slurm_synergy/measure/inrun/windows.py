@@ -39,6 +39,13 @@ ACK_S = 30.0
 # meanwhile.
 LOOK_S = 1.0
 PSS_LOOK_S = 5.0
+# A step of a window that lasted PAUSE_RATIO times its others' mean and took PAUSE_SHARE
+# of the window is a pause in training (a validation phase, an epoch's start, a
+# checkpoint): that window is set aside and measured again, up to RETRIES times, since
+# where the pause falls would decide its rate.
+PAUSE_RATIO = 4.0
+PAUSE_SHARE = 0.05
+RETRIES = 2
 @dataclass(frozen=True)
 class Window:
     """One window: the job's trainers at `cores`, summed over its training processes."""
@@ -51,6 +58,7 @@ class Window:
     wait_share: float               # of the step time waiting on data, mean of trainers
     trainer_cpu_s: float            # CPU time of the training processes
     other_cpu_s: float              # of every other process of the job (loader workers)
+    pause_s: float = 0.0            # a pause's time beyond a step, where one fell in it
 
 
 @dataclass
@@ -84,6 +92,7 @@ class RunWindows:
         self.tree = ProcessTree(proc.pid, pss_every_s=PSS_LOOK_S)
         self.trouble = Trouble()
         self.order = 0
+        self.set_aside = 0     # windows measured again for a pause in them
 
     def alive(self) -> bool:
         """Whether the job's process still runs."""
@@ -113,8 +122,18 @@ class RunWindows:
 
     def measure(self, cores: int, seconds: float) -> Window | None:
         """The job held to `cores` for `seconds` or until each trainer has recorded a step
-        in it, whichever is longer; None when the run ended or a trainer did not take the
-        order or step (the reason is in `trouble`)."""
+        in it, whichever is longer; measured again where a pause in training fell in it
+        (the last try kept); None when the run ended or a trainer did not take the order
+        or step (the reason is in `trouble`)."""
+        for _ in range(RETRIES):
+            window = self._measure(cores, seconds)
+            if window is None or not window.pause_s:
+                return window
+            self.set_aside += 1
+        return self._measure(cores, seconds)
+
+    def _measure(self, cores: int, seconds: float) -> Window | None:
+        """One window at `cores` (measure)."""
         cpus = first_cpus(self.allowed, cores)
         self._hold(cpus)
         self._command(cores, RECORD_S)
@@ -224,4 +243,19 @@ def _window(cores: int, start: dict[int, ProcessRecord], end: dict[int, ProcessR
         wait_share=sum((b.total_wait_s - a.total_wait_s) / (b.clock - a.clock)
                        for a, b in spans) / len(spans),
         trainer_cpu_s=sum(v for pid, v in used.items() if pid in trainers),
-        other_cpu_s=sum(v for pid, v in used.items() if pid not in trainers))
+        other_cpu_s=sum(v for pid, v in used.items() if pid not in trainers),
+        pause_s=max(_pause_s(a, b) for a, b in spans))
+
+
+def _pause_s(first: ProcessRecord, last: ProcessRecord) -> float:
+    """The time one trainer's longest step in the window took beyond its other steps'
+    mean, where that makes it a pause in training (PAUSE_RATIO, PAUSE_SHARE); else 0.
+    Three steps at least: with fewer, no step is the usual one."""
+    steps = last.total_steps - first.total_steps
+    span = last.clock - first.clock
+    if steps < 3:
+        return 0.0
+    usual = (span - last.longest_step_s) / (steps - 1)
+    excess = last.longest_step_s - usual
+    return excess if last.longest_step_s > PAUSE_RATIO * usual and \
+        excess > PAUSE_SHARE * span else 0.0

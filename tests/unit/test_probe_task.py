@@ -168,6 +168,28 @@ def test_a_marked_job_that_updates_its_weights_by_hand_is_measured_by_its_backwa
     assert {p.cores for p in store.load(FP).train_points()} == {1, 2}, store.load(FP).notes
 
 
+# Each framework's own loop, as its users write one (tests/corpus), for about 25 s with
+# one loader worker: Lightning's reads a batch ahead and validates every epoch,
+# accelerate's wraps the loader, the Trainer builds its own.
+@pytest.mark.parametrize("script,args", [
+    ("lightning_style.py", ["25", "1"]),
+    ("accelerate_style.py", ["25", "1"]),
+    ("hf_trainer_style.py", ["400", "1"]),
+])
+def test_a_marked_job_of_each_framework_is_measured_while_it_trains(task, tmp_path, script,
+                                                                     args):
+    source = (Path(__file__).parents[1] / "corpus" / script).read_text()
+    proc = run(source, args, dict(task, SYNERGY_PROFILE="1"), tmp_path)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("done"), proc.stderr
+    res = result(tmp_path, task)
+    assert res["processes"][0]["loaders"] == ["DataLoader"], res["processes"]
+    store = ProfileStore(tmp_path / "home" / "profiles")
+    assert store.has(FP), proc.stderr
+    profile = store.load(FP)
+    assert {p.cores for p in profile.train_points()} == {1, 2}, profile.notes
+    assert all(p.samples_per_s > 0 for p in profile.train_points())
+
+
 def test_an_iterable_datasets_workers_are_never_changed(task, tmp_path):
     plain = run(ITERABLE_SCRIPT, [str(tmp_path / "alone.json")],
                 {k: v for k, v in task.items() if k != "PYTHONPATH"}, tmp_path)

@@ -213,6 +213,26 @@ def test_a_window_that_held_a_pause_in_training_is_set_aside_and_measured_again(
         job.wait()
 
 
+@pytest.mark.parametrize("seconds,said", [
+    (8, "no training step seen in 3s (no batch from a data loader, no optimizer step, "
+        "no backward pass); no profile"),
+    (0, "the job ended before its first training step; no profile"),
+])
+def test_a_run_without_a_training_step_says_so_and_stores_nothing(home, seconds, said):
+    # A forward-only loop: no loader, no optimizer, no backward pass.
+    script = home / "infer.py"
+    script.write_text("import sys, time, torch\nm = torch.nn.Linear(4, 4)\n"
+                      "end = time.monotonic() + float(sys.argv[1])\nwith torch.no_grad():\n"
+                      "    while time.monotonic() < end:\n        m(torch.randn(8, 4))\n")
+    lines: list[str] = []
+    req = InRunRequest(FP, "t", (sys.executable, str(script), str(seconds)),
+                       home / "probe.json")
+    quick = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=3)
+    assert run_job(req, site(quick), lines.append) == 0
+    assert f"inrun: {said}" in lines, lines
+    assert not ProfileStore.default().has(FP)
+
+
 def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path):
     # A fingerprint the store refuses (a hand-edited job script) is one log line; the
     # command still runs, exactly once, and its status is the job's.

@@ -175,9 +175,13 @@ class Sweep:
             return
         program = cmdfiles.of_process(proc.pid)
         windows = RunWindows(proc, folder, allowed, self.log)
-        if not windows.wait_for_steps(time.monotonic() + self.policy.first_batch_timeout_s):
-            self.log(f"{PROG}: the job took no batch from a data loader (or ended) before "
-                     "its sweep could start; no profile")
+        wait_s = self.policy.first_batch_timeout_s
+        if not windows.wait_for_steps(time.monotonic() + wait_s):
+            self.log(f"{PROG}: " + ("the job ended before its first training step" if not
+                                    windows.alive() else
+                                    f"no training step seen in {wait_s:.0f}s (no batch from a "
+                                    "data loader, no optimizer step, no backward pass)")
+                     + "; no profile")
             return
         started = _now()
         self.log(f"{PROG}: measuring {fp} ({self.req.job_name}) while job {self.job_id} "

@@ -213,21 +213,24 @@ def test_a_window_that_held_a_pause_in_training_is_set_aside_and_measured_again(
         job.wait()
 
 
-@pytest.mark.parametrize("seconds,said", [
-    (8, "no training step seen in 3s (no batch from a data loader, no optimizer step, "
-        "no backward pass); no profile"),
-    (0, "the job ended before its first training step; no profile"),
+# A forward-only loop (no loader, no optimizer, no backward pass) still running when the
+# wait for a step ends, whatever its import took; a script that ends long before it.
+FORWARD_ONLY = ("import time, torch\nm = torch.nn.Linear(4, 4)\n"
+                "end = time.monotonic() + 8\nwith torch.no_grad():\n"
+                "    while time.monotonic() < end:\n        m(torch.randn(8, 4))\n")
+
+
+@pytest.mark.parametrize("script,wait_s,said", [
+    (FORWARD_ONLY, 3, "no training step seen in 3s (no batch from a data loader, no "
+                      "optimizer step, no backward pass); no profile"),
+    ("print('hello')\n", 60, "the job ended before its first training step; no profile"),
 ])
-def test_a_run_without_a_training_step_says_so_and_stores_nothing(home, seconds, said):
-    # A forward-only loop: no loader, no optimizer, no backward pass.
-    script = home / "infer.py"
-    script.write_text("import sys, time, torch\nm = torch.nn.Linear(4, 4)\n"
-                      "end = time.monotonic() + float(sys.argv[1])\nwith torch.no_grad():\n"
-                      "    while time.monotonic() < end:\n        m(torch.randn(8, 4))\n")
+def test_a_run_without_a_training_step_says_so_and_stores_nothing(home, script, wait_s, said):
+    path = home / "infer.py"
+    path.write_text(script)
     lines: list[str] = []
-    req = InRunRequest(FP, "t", (sys.executable, str(script), str(seconds)),
-                       home / "probe.json")
-    quick = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=3)
+    req = InRunRequest(FP, "t", (sys.executable, str(path)), home / "probe.json")
+    quick = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=wait_s)
     assert run_job(req, site(quick), lines.append) == 0
     assert f"inrun: {said}" in lines, lines
     assert not ProfileStore.default().has(FP)

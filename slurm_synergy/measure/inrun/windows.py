@@ -46,6 +46,8 @@ PSS_LOOK_S = 5.0
 PAUSE_RATIO = 4.0
 PAUSE_SHARE = 0.05
 RETRIES = 2
+
+
 @dataclass(frozen=True)
 class Window:
     """One window: the job's trainers at `cores`, summed over its training processes."""

@@ -2,7 +2,7 @@
 to `Accelerator.prepare` (which wraps the loader and reads one batch ahead of the
 step), `accelerator.backward` in place of `loss.backward`, on the CPU.
 
-Arguments: seconds to train, then the loader's workers.
+Arguments: steps to train, the loader's workers, and the most seconds to train.
 """
 import sys
 import time
@@ -28,14 +28,14 @@ class Noisy(Dataset):
         return x[:96], int(i % 10)
 
 
-def main(seconds, workers):
+def main(steps, workers, seconds):
     accelerator = Accelerator(cpu=True)
     model = nn.Sequential(nn.Linear(96, 384), nn.GELU(), nn.Linear(384, 10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     loader = DataLoader(Noisy(4096), batch_size=32, shuffle=True, num_workers=workers)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     end, step = time.monotonic() + seconds, 0
-    while time.monotonic() < end:
+    while step < steps and time.monotonic() < end:
         for x, y in loader:
             loss = nn.functional.cross_entropy(model(x), y)
             accelerator.backward(loss)
@@ -44,11 +44,12 @@ def main(seconds, workers):
             step += 1
             if step % 200 == 0:
                 accelerator.print(f"step {step} loss {loss.item():.3f}")
-            if time.monotonic() >= end:
+            if step >= steps or time.monotonic() >= end:
                 break
     accelerator.print("done")
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0,
-         int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 6000,
+         int(sys.argv[2]) if len(sys.argv) > 2 else 2,
+         float(sys.argv[3]) if len(sys.argv) > 3 else 3600.0)

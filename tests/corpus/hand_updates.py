@@ -10,7 +10,7 @@ import torch.utils.checkpoint
 
 
 def main(steps: int, seconds: float, checkpoint: bool) -> None:
-    """`steps` steps, or as many as fit in `seconds` where that is given; the LSTM's
+    """`steps` steps, fewer where `seconds` (when given) run out first; the LSTM's
     activations recomputed in the backward pass (reentrant checkpointing) where asked."""
     torch.manual_seed(0)
     vocab, hidden, bptt, batch = 200, 64, 16, 20
@@ -20,7 +20,7 @@ def main(steps: int, seconds: float, checkpoint: bool) -> None:
     lr = 5.0
     end = time.monotonic() + seconds if seconds else None
     step = 0
-    while (step < steps) if end is None else (time.monotonic() < end):
+    while step < steps and (end is None or time.monotonic() < end):
         i = (step * bptt) % (corpus.size(0) - bptt - 1)
         x, y = corpus[i:i + bptt], corpus[i + 1:i + 1 + bptt]
         if checkpoint:

@@ -2,17 +2,19 @@
 word-level tokenizer made on the spot from generated text, a small GPT-2 built from
 GPT2Config (no download), the Trainer's own DataLoader and collator, on the CPU.
 
-Arguments: steps to train (max_steps), then the loader's workers.
+Arguments: steps to train (max_steps), the loader's workers, and the most seconds to
+train (a callback that stops the Trainer, as users write one).
 """
 import random
 import sys
 import tempfile
+import time
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch.utils.data import Dataset
 from transformers import (DataCollatorForLanguageModeling, GPT2Config, GPT2LMHeadModel,
-                          PreTrainedTokenizerFast, Trainer, TrainingArguments)
+                          PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments)
 
 WORDS = ("the cluster runs jobs that train models on nodes with cores memory and gpus "
          "while users wait in queues for backfill to start them").split()
@@ -41,7 +43,15 @@ class Lines(Dataset):
         return self.tokenizer(self.lines[i], truncation=True, max_length=48)
 
 
-def main(steps, workers):
+class StopAfter(TrainerCallback):
+    def __init__(self, seconds):
+        self.end = time.monotonic() + seconds
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = time.monotonic() >= self.end
+
+
+def main(steps, workers, seconds):
     torch.manual_seed(0)
     lines = text(4000, 0)
     tokenizer = tokenizer_for(lines)
@@ -54,11 +64,13 @@ def main(steps, workers):
                                  save_strategy="no", logging_steps=100, disable_tqdm=True)
         trainer = Trainer(model=GPT2LMHeadModel(config), args=args,
                           train_dataset=Lines(lines, tokenizer),
-                          data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
+                          data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+                          callbacks=[StopAfter(seconds)])
         trainer.train()
     print("done")
 
 
 if __name__ == "__main__":
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 300,
-         int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+         int(sys.argv[2]) if len(sys.argv) > 2 else 2,
+         float(sys.argv[3]) if len(sys.argv) > 3 else 3600.0)

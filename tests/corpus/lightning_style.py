@@ -3,7 +3,8 @@ DataLoader with workers, validation every epoch, the Trainer on the CPU. Lightni
 fetches each batch one step ahead and runs its sanity check and validation loops
 between the training steps.
 
-Arguments: seconds to train (the Trainer's max_time), then the loader's workers.
+Arguments: steps to train (the Trainer's max_steps), the loader's workers, and the most
+seconds to train (its max_time).
 """
 import sys
 
@@ -49,16 +50,17 @@ class Classifier(L.LightningModule):
 
 
 if __name__ == "__main__":
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
     workers = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 3600.0
     L.seed_everything(0, verbose=False)
     train = DataLoader(Spectra(2048, 0), batch_size=32, shuffle=True, num_workers=workers,
                        persistent_workers=workers > 0)
     val = DataLoader(Spectra(256, 1), batch_size=64, num_workers=workers,
                      persistent_workers=workers > 0)
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1000,
-                        max_time={"seconds": seconds}, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1000, max_steps=steps,
+                        max_time={"seconds": seconds},
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
     trainer.fit(Classifier(), train, val)
     print("done")

@@ -34,13 +34,15 @@ class Squares(Dataset):
         x = torch.full((64,), float(i))
         for _ in range(40): x = (x * 1.0001).sin()
         return x
-total, end = 0.0, time.monotonic() + float(sys.argv[2])
+total, steps, step = 0.0, int(sys.argv[2]), 0
+end = time.monotonic() + 90
 loader = DataLoader(Squares(), batch_size=8, num_workers=1)
-while time.monotonic() < end:
+while step < steps and time.monotonic() < end:
     for batch in loader:
         total += float(batch.sum())
         torch.mm(torch.ones(120, 120), torch.ones(120, 120))
-        if time.monotonic() >= end: break
+        step += 1
+        if step >= steps or time.monotonic() >= end: break
 json.dump({"total_is_finite": total == total}, open(sys.argv[1], "w"))
 print("trained", flush=True)
 sys.exit(int(sys.argv[3]))
@@ -96,13 +98,20 @@ def task(tmp_path: Path, short_tmp: Path) -> dict[str, str]:
 def run(script: str, args: list[str], env: dict[str, str], tmp_path: Path,
         python: str = PYTHON) -> subprocess.CompletedProcess:
     """The script run as a job runs it: its standard error a file (the job's log), which
-    the supervisor writes its lines to as well."""
+    the supervisor writes its lines to as well.
+
+    The scripts train a number of steps, stopping at 90 s at the latest: beside busier
+    work (these tests run at nice 19 beside the integration tests) a step slows and a
+    window holds fewer of them, so a count that fits a sweep with room unloaded fits it
+    loaded, where a budget of 20 s ran out (CI of 2026-12-04: a run ended inside its
+    1-core window, its steps starved and its windows set aside for pauses); the 90 s
+    bound a run that starves outright."""
     path = tmp_path / "train.py"
     path.write_text(script)
     log = tmp_path / "job.log"
     with open(log, "w") as err:
         proc = subprocess.run([python, str(path), *args], env=env, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=err, text=True, timeout=180)
+                              stdout=subprocess.PIPE, stderr=err, text=True, timeout=400)
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout,
                                        log.read_text())
 
@@ -121,7 +130,7 @@ def result(tmp_path: Path, task: dict[str, str], timeout_s: float = 60.0) -> dic
 
 
 def test_a_plain_scripts_training_is_watched_in_its_own_processes(task, tmp_path):
-    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "4", "3"], task, tmp_path)
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "600", "3"], task, tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "trained\n" and "slurm-synergy" not in proc.stderr
     assert json.loads((tmp_path / "out.json").read_text())["total_is_finite"]
@@ -133,7 +142,7 @@ def test_a_plain_scripts_training_is_watched_in_its_own_processes(task, tmp_path
 
 
 def test_a_marked_job_is_measured_while_it_trains(task, tmp_path):
-    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "14", "0"],
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "2100", "0"],
                dict(task, SYNERGY_PROFILE="1"), tmp_path)
     assert proc.returncode == 0 and proc.stdout == "trained\n", proc.stderr
     result(tmp_path, task)
@@ -143,7 +152,7 @@ def test_a_marked_job_is_measured_while_it_trains(task, tmp_path):
     profile = store.load(FP)
     assert {p.cores for p in profile.train_points()} == {1, 2}
     assert profile.model.basis == "in-run" and profile.command[-3:] == (
-        str(tmp_path / "out.json"), "14", "0")
+        str(tmp_path / "out.json"), "2100", "0")
     assert f"inrun: measuring {FP}" in proc.stderr
 
 
@@ -159,7 +168,7 @@ def test_a_script_that_batches_by_hand_is_counted_by_its_optimizer_steps(task, t
 def test_a_marked_job_that_updates_its_weights_by_hand_is_measured_by_its_backward_passes(
         task, tmp_path):
     script = (Path(__file__).parents[1] / "corpus" / "hand_updates.py").read_text()
-    proc = run(script, ["0", "20"], dict(task, SYNERGY_PROFILE="1"), tmp_path)
+    proc = run(script, ["5000", "90"], dict(task, SYNERGY_PROFILE="1"), tmp_path)
     assert proc.returncode == 0 and proc.stdout.endswith("done\n"), proc.stderr
     res = result(tmp_path, task)
     assert res["processes"][0]["loaders"] == ["backward"], res["processes"]
@@ -168,13 +177,13 @@ def test_a_marked_job_that_updates_its_weights_by_hand_is_measured_by_its_backwa
     assert {p.cores for p in store.load(FP).train_points()} == {1, 2}, store.load(FP).notes
 
 
-# Each framework's own loop, as its users write one (tests/corpus), for about 25 s with
-# one loader worker: Lightning's reads a batch ahead and validates every epoch,
-# accelerate's wraps the loader, the Trainer builds its own.
+# Each framework's own loop, as its users write one (tests/corpus), about 25 s of steps
+# unloaded with one loader worker: Lightning's reads a batch ahead and validates every
+# epoch, accelerate's wraps the loader, the Trainer builds its own.
 @pytest.mark.parametrize("script,args", [
-    ("lightning_style.py", ["25", "1"]),
-    ("accelerate_style.py", ["25", "1"]),
-    ("hf_trainer_style.py", ["400", "1"]),
+    ("lightning_style.py", ["1300", "1", "90"]),
+    ("accelerate_style.py", ["3000", "1", "90"]),
+    ("hf_trainer_style.py", ["400", "1", "90"]),
 ])
 def test_a_marked_job_of_each_framework_is_measured_while_it_trains(task, tmp_path, script,
                                                                      args):
@@ -228,7 +237,7 @@ def test_a_caller_reading_the_scripts_output_to_its_end_gets_the_supervisors_lin
     # with the run (the timeout only guards the test against a hang).
     (tmp_path / "train.py").write_text(LOADER_SCRIPT)
     proc = subprocess.run([PYTHON, str(tmp_path / "train.py"), str(tmp_path / "out.json"),
-                           "3", "0"], env=dict(task, SYNERGY_PROFILE="1"), cwd=tmp_path,
+                           "450", "0"], env=dict(task, SYNERGY_PROFILE="1"), cwd=tmp_path,
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0 and proc.stdout == "trained\n"
     assert "inrun: " in proc.stderr, proc.stderr
@@ -259,7 +268,7 @@ def test_processes_bound_to_cores_of_their_own_are_not_swept(task, tmp_path):
     # As numactl or a launcher that binds each rank: the sweep would hold them all to
     # the same cores and, giving cores back, undo the binding.
     bound = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-    proc = run(bound + LOADER_SCRIPT, [str(tmp_path / "out.json"), "8", "0"],
+    proc = run(bound + LOADER_SCRIPT, [str(tmp_path / "out.json"), "1200", "0"],
                dict(task, SYNERGY_PROFILE="1"), tmp_path)
     assert proc.returncode == 0 and proc.stdout == "trained\n"
     result(tmp_path, task)
@@ -269,14 +278,14 @@ def test_processes_bound_to_cores_of_their_own_are_not_swept(task, tmp_path):
 
 def test_a_supervisor_that_cannot_start_costs_the_run_nothing(task, tmp_path):
     env = dict(task, SYNERGY_TASK_PYTHON=str(tmp_path / "no-such-python"))
-    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "2", "5"], env, tmp_path)
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "300", "5"], env, tmp_path)
     assert proc.returncode == 5 and proc.stdout == "trained\n"
     assert json.loads((tmp_path / "out.json").read_text())["total_is_finite"]
 
 
 def test_a_records_folder_that_cannot_be_made_leaves_the_run_unwatched(task, tmp_path):
     env = dict(task, TMPDIR=str(tmp_path / "no-such-folder"))
-    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "2", "6"], env, tmp_path)
+    proc = run(LOADER_SCRIPT, [str(tmp_path / "out.json"), "300", "6"], env, tmp_path)
     assert proc.returncode == 6 and proc.stdout == "trained\n"
     assert proc.stderr.startswith("slurm-synergy probe: not watching this process: ")
     assert proc.stderr.count("\n") == 1 and not (tmp_path / "home" / "runs").exists()
@@ -288,7 +297,7 @@ def test_under_our_own_supervisor_no_second_one_starts(task, tmp_path):
     (tmp_path / "train.py").write_text(LOADER_SCRIPT)
     proc = subprocess.run([PYTHON, "-m", "slurm_synergy.probe", "--mode", "watch", "--out",
                            str(tmp_path / "probe.json"), "--", PYTHON, str(tmp_path / "train.py"),
-                           str(tmp_path / "out.json"), "3", "0"],
+                           str(tmp_path / "out.json"), "450", "0"],
                           env=task, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "probe.json").read_text())["ok"]

@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,7 +46,8 @@ class ProbeStop(SystemExit):
 
 def batch_size(batch: Any, depth: int = 0) -> int | None:
     """Samples in a batch: the leading dimension of its first tensor, however nested
-    (a tensor, a tuple (inputs, labels), a dict, DALI's list of dicts)."""
+    (a tensor, a tuple (inputs, labels), a dict, DALI's list of dicts, any mapping:
+    Hugging Face collators yield a BatchEncoding, a UserDict)."""
     try:
         shape = getattr(batch, "shape", None)
     except Exception:       # a user's type with a property that raises
@@ -53,9 +56,12 @@ def batch_size(batch: Any, depth: int = 0) -> int | None:
         return int(shape[0]) if len(shape) > 0 else None
     if depth > 4:
         return None
-    values = (list(batch.values()) if isinstance(batch, dict)
-              else batch if isinstance(batch, (list, tuple)) else [])
-    for value in values[:8]:
+    try:
+        values = (list(islice(batch.values(), 8)) if isinstance(batch, Mapping)
+                  else batch[:8] if isinstance(batch, (list, tuple)) else [])
+    except Exception:       # a user's mapping whose values() raises
+        return None
+    for value in values:
         n = batch_size(value, depth + 1)
         if n is not None:
             return n

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections import UserDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,13 @@ def test_batch_size_of_nested_batches():
     assert batch_size([{"data": x, "label": x}]) == 5        # DALI's list of dicts
     assert batch_size({"ids": torch.zeros(7, 128)}) == 7
     assert batch_size(torch.tensor(3.0)) is None and batch_size(["a", "b"]) is None
+    # A Hugging Face collator's BatchEncoding is a UserDict, not a dict.
+    assert batch_size(UserDict(input_ids=torch.zeros(16, 48), labels=x)) == 16
+
+    class Hostile(UserDict):
+        def values(self):
+            raise RuntimeError("no")
+    assert batch_size(Hostile(a=x)) is None
 
 
 @pytest.mark.parametrize("argv,name", [

@@ -191,7 +191,9 @@ def test_a_marked_job_of_each_framework_is_measured_while_it_trains(task, tmp_pa
     proc = run(source, args, dict(task, SYNERGY_PROFILE="1"), tmp_path)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("done"), proc.stderr
     res = result(tmp_path, task)
-    assert res["processes"][0]["loaders"] == ["DataLoader"], res["processes"]
+    rec = res["processes"][0]
+    # Samples, not steps: each yields tuples or a Hugging Face collator's BatchEncoding.
+    assert rec["loaders"] == ["DataLoader"] and rec["batch_size_known"], rec
     store = ProfileStore(tmp_path / "home" / "profiles")
     assert store.has(FP), proc.stderr
     profile = store.load(FP)

@@ -21,8 +21,9 @@ def _gpu_text(p: Profile) -> str:
         return "none: " + p.gpu.reason.split(" (")[0]     # the reason without NVML's detail
     if p.gpu.util_pct is None:
         return "no readings"
-    return (f"{p.gpu.count}x {p.gpu.name}, {p.gpu.util_pct:.0f}% util, "
-            f"{p.gpu.avg_power_w:.0f} W")
+    power = (f", {p.gpu.avg_power_w:.0f} W" if p.gpu.avg_power_w is not None
+             else ", no power reading")    # NVML reads none on some GPUs (a MIG slice)
+    return f"{p.gpu.count}x {p.gpu.name}, {p.gpu.util_pct:.0f}% util{power}"
 
 
 def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
@@ -37,7 +38,8 @@ def rows(profiles: Sequence[Profile]) -> list[dict[str, str]]:
             "job": p.job_name or p.command[0],
             "samples/s by cores": "  ".join(f"{pt.cores}c:{pt.samples_per_s:.1f}"
                                             + (f"±{pt.spread:.0%}" if pt.spread is not None
-                                               else "") for pt in train),
+                                               else "") for pt in train)
+            + (" (steps/s: no batch size seen)" if p.per_step else ""),
             "data stall": _pct(max(train, key=lambda t: t.cores).data_stall_fraction)
             if train else "-",
             "p core-ms": f"{m.prep_core_s * 1e3:.2f}",

@@ -238,9 +238,10 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
     curve = ", ".join(f"{k}c {rates[k]:.1f}"
                       + (f" ±{spreads[k]:.0%}" if k in spreads else "")
                       + ("" if k in measured else " (model)") for k in rates)
-    why.append(f"cores: the best within the cap is {best:.1f} samples/s at {best_k} "
+    unit = profile.rate_unit
+    why.append(f"cores: the best within the cap is {best:.1f} {unit} at {best_k} "
                f"core(s); {cpus} core(s) give {chosen:.1f} ({chosen / best - 1:+.1%}), "
-               f"within the {policy.tolerance:.0%} tolerance; samples/s by cores, measured "
+               f"within the {policy.tolerance:.0%} tolerance; {unit} by cores, measured "
                f"(± the spread of its runs) unless marked: {curve}")
     floored = counted(spreads, policy.min_spread)
     rule = policy.noise

@@ -310,6 +310,15 @@ class Profile:
     raised: tuple[MemoryRaise, ...] = ()
     # What the measured run read (in-run profiles): none, nothing to compare with.
     command_files: tuple[CommandFile, ...] = ()
+    # Its rates count steps, not samples: the run's batches showed no size (a loop that
+    # slices its data by hand, a batch of a type of its own). Ratios between core counts,
+    # all a decision reads, are the same either way.
+    per_step: bool = False
+
+    @property
+    def rate_unit(self) -> str:
+        """What its rates count: "samples/s", or "steps/s" where the batch was not seen."""
+        return "steps/s" if self.per_step else "samples/s"
 
     @property
     def measured_footprint_mb(self) -> float:
@@ -336,9 +345,10 @@ class Profile:
                       key=lambda p: p.cores)
 
     def summary(self) -> str:
-        """One line for a job's log: samples/s by cores (± their runs' spread), the
-        model's held-out error where it has one."""
-        pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}/s"
+        """One line for a job's log: samples/s (or steps/s) by cores (± their runs'
+        spread), the model's held-out error where it has one."""
+        unit = " steps/s" if self.per_step else "/s"
+        pts = ", ".join(f"{p.cores}c {p.samples_per_s:.1f}{unit}"
                         + (f" ±{p.spread:.1%}" if p.spread is not None else "")
                         for p in self.train_points())
         err = self.model.mean_error

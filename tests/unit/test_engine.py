@@ -326,3 +326,15 @@ def test_workers_are_those_the_chosen_count_was_measured_with():
     hungry = decide(profile({2: 190.0, 1: 100.0}, p=0.01, g=400.0), NODE, Policy())
     assert (hungry.cpus, hungry.workers) == (5, 4)
     assert any("one core left to the trainer" in r for r in hungry.reasons)
+
+
+def test_a_profile_that_counts_steps_decides_alike_and_says_steps():
+    # A run whose batches showed no size is measured in steps/s: the ratios between
+    # core counts, all the decision reads, are the same, and its words say steps.
+    samples = profile({2: 100.0, 1: 96.0}, p=0.0005, g=100.0)
+    steps = dataclasses.replace(samples, per_step=True)
+    by_samples, by_steps = decide(samples, TWO, Policy()), decide(steps, TWO, Policy())
+    assert (by_steps.cpus, by_steps.mem_mb) == (by_samples.cpus, by_samples.mem_mb)
+    assert any("steps/s by cores" in r for r in by_steps.reasons)
+    assert not any("samples/s" in r for r in by_steps.reasons)
+    assert "1c 96.0 steps/s" in steps.summary() and "1c 96.0/s" in samples.summary()

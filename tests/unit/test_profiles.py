@@ -1,11 +1,13 @@
 """The profile record: round trip through the store, and strict refusal of bad files."""
 
+import dataclasses
 import json
 
 import pytest
 
 from slurm_synergy.model.profile import (ProfileError)
 from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profile_table import rows
 from tests.helpers import FP, make_profile
 
 
@@ -138,3 +140,19 @@ def test_the_shared_store_is_the_environments_else_the_local_clusters(tmp_path, 
     monkeypatch.delenv("SLURM_CONF")
     assert site_store_root() is None
     assert ProfileStore.default().root == paths.home_dir() / "profiles"
+
+
+def test_a_profile_in_steps_says_so_and_keeps_it(tmp_path):
+    store = ProfileStore(tmp_path)
+    steps = dataclasses.replace(make_profile(), per_step=True)
+    store.save(steps)
+    assert store.load(FP).per_step and store.load(FP).rate_unit == "steps/s"
+    row = rows([steps])[0]
+    assert "(steps/s: no batch size seen)" in row["samples/s by cores"]
+    # Its GPU read utilisation without power (NVML reads none on a MIG slice).
+    assert row["gpu"] == "1x H100, 80% util, no power reading"
+    data = json.loads(steps.to_json())
+    data["per_step"] = "yes\nnote: forged"        # only true or false reads
+    (tmp_path / f"{FP}.json").write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="per_step"):
+        store.load(FP)

@@ -305,7 +305,8 @@ class Sweep:
                             "epilog records the job's GPU energy and use"),
             started=started, finished=_now(), profiling_s=round(lost_s, 2),
             profiler_version=__version__, notes=tuple(notes),
-            command_files=program.unchanged() if program else ())
+            command_files=program.unchanged() if program else (),
+            per_step=not all(r.batch_size_known for r in windows.trainers()))
 
     def _mark_measured(self) -> None:
         """measured=run in this job's comment, so sacct and the reports tell the job

@@ -38,7 +38,7 @@ local SCRIPT_DIR = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
 -- BEGIN CONTRACT (rendered from Python at install: slurm_synergy/plugin/contract.py)
 local TABLE_NAME = "synergy-decisions.tbl"
 local TABLE_MAGIC = "synergy-decisions"
-local TABLE_FORMAT = 4
+local TABLE_FORMAT = 5
 local MAX_BYTES = 16777216
 local MAX_ENTRIES = 200000
 local HARD = { cpus = 65536, mem_mb = 67108864, gpus = 64, workers = 4096, power_w = 5000, procs = 256 }
@@ -185,7 +185,11 @@ local function is_fingerprint(fp)
 end
 
 -- One entry line, checked against the header's limits and the hard ones; nil if bad.
+-- "<uid> <fp> none": the workload's last marked run had nothing to measure.
 local function parse_entry(line, head)
+	if line:match("^%d+ %x+ none$") then
+		return { none = true }
+	end
 	local u, fp, c, m, g, t, w, p, n, sh = line:match(
 		"^(%d+) (%x+) (%d+) (%d+) (%d+) ([%w_%.%-]+) (%d+) (%d+) (%d+) ([01])$")
 	if not is_fingerprint(fp) or #t > 32 or #u > 10 then
@@ -591,6 +595,11 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 				whole_text(submit_uid), fp)
 		end
 		return nil
+	end
+	if entry ~= nil and entry.none then
+		-- Nothing to measure in its last marked run: left as asked, not marked again.
+		return { fp = fp, skip = "its last marked run had nothing to measure: left as "
+			.. "asked, not marked" }
 	end
 	local env = job_desc.environment
 	local grown = {}

@@ -8,16 +8,19 @@ each QOS; its last line repeats the generation and the count, so a table cut sho
 told from a whole one; the shim reads it again whenever the file's inode, size or times
 change.
 
-    synergy-decisions 4 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
+    synergy-decisions 5 gen=<hash> partition=gpu user_wins=0 profile_new=1 max_cpus=64
         max_mem_mb=515000 max_gpus=8 gpu_types=a100,h100 plain=1 skip_partitions=debug
         skip_accounts= skip_uids=1003 limits=1 qos=normal:c0:m0:g0,short:c4:m16000:g1
         entries=2                                                       (one line)
     <uid> <fingerprint> <cpus> <mem_mb> <gpus> <gpu_type or -> <workers>
         <power_limit_w or 0> <training processes per task> <shared: 0 or 1>
+    <uid> <fingerprint> none
     end gen=<hash> entries=2
 
 An entry is the decision from one user's profile, and the shim applies it to that
-submitting uid's jobs alone; a shared one (policy share_group: another member's profile)
+submitting uid's jobs alone; a `none` entry is a workload whose last marked run had
+nothing to measure (profiles.py's hold): its jobs keep what they ask and are not marked
+for measuring again while the hold lasts; a shared one (policy share_group: another member's profile)
 only where it grows the job (`model/rightsize.py`). A QOS's caps (0: none) are what a job
 that names it may have at most: the shim leaves such a job as asked where the decision
 is past them; a job that names no QOS was checked against its user's own at compile.
@@ -52,7 +55,7 @@ from slurm_synergy.decisions.limits import Cap
 
 TABLE_NAME = "synergy-decisions.tbl"
 MAGIC = "synergy-decisions"
-FORMAT = 4
+FORMAT = 5
 # The shim refuses a table of more entries or bytes (job_submit.lua's MAX_ENTRIES and
 # MAX_BYTES); a user's profiles past MAX_PER_USER are left out (decisions/sync.py).
 MAX_ENTRIES = 200000
@@ -62,6 +65,7 @@ MAX_PER_USER = 2000
 QOS_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ENTRY_RE = re.compile(rf"^(\d{{1,10}}) ({FINGERPRINT}) (\d{{1,5}}) (\d{{1,8}}) (\d{{1,2}}) "
                       rf"({GRES_TYPE}|-) (\d{{1,4}}) (\d{{1,4}}) (\d{{1,3}}) ([01])$")
+HELD_RE = re.compile(rf"^(\d{{1,10}}) ({FINGERPRINT}) none$")
 END_RE = re.compile(r"^end gen=([0-9a-f]+) entries=(\d+)$")
 
 
@@ -73,6 +77,21 @@ class Owned:
     uid: int
     decision: Decision
     shared: bool = False
+
+    @property
+    def fingerprint(self) -> str:
+        """The workload the decision is of."""
+        return self.decision.fingerprint
+
+
+@dataclass(frozen=True)
+class Held:
+    """A workload of `uid` whose last marked run had nothing to measure (no training
+    step, or processes on cores of their own): the shim leaves its jobs as asked and
+    no longer marks them for measuring (its `none` line)."""
+
+    uid: int
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -106,10 +125,17 @@ def entry_of(owned: Owned) -> TableEntry:
                       owned.shared)
 
 
-def line_of(e: TableEntry) -> str:
+def line_of(e: TableEntry | Held) -> str:
     """An entry's line in the table, as the shim reads it ("-" for no GPU type)."""
+    if isinstance(e, Held):
+        return f"{e.uid} {e.fingerprint} none\n"
     return (f"{e.uid} {e.fingerprint} {e.cpus} {e.mem_mb} {e.gpus} {e.gpu_type or '-'} "
             f"{e.workers} {e.power_limit_w} {e.procs} {int(e.shared)}\n")
+
+
+def row_of(row: Owned | Held) -> TableEntry | Held:
+    """What a row of the compiled table is as an entry."""
+    return row if isinstance(row, Held) else entry_of(row)
 
 
 def table_path() -> Path:
@@ -126,11 +152,12 @@ def qos_text(caps: Mapping[str, Cap]) -> str:
                     for name, c in sorted(caps.items()) if QOS_NAME.fullmatch(name))
 
 
-def render(owned: Sequence[Owned], policy: Policy, shape: NodeShape, partition: str = "",
-           qos: Mapping[str, Cap] | None = None) -> str:
-    """The table's text; `owned` must fit (`fit`). `qos`: each QOS's caps where Slurm
-    enforces accounting's limits, None where it does not."""
-    lines = sorted((entry_of(o) for o in owned), key=lambda e: (e.uid, e.fingerprint))
+def render(owned: Sequence[Owned | Held], policy: Policy, shape: NodeShape,
+           partition: str = "", qos: Mapping[str, Cap] | None = None) -> str:
+    """The table's text; `owned` must fit (`fit`) and name each (uid, fingerprint) once.
+    `qos`: each QOS's caps where Slurm enforces accounting's limits, None where it does
+    not."""
+    lines = sorted((row_of(o) for o in owned), key=lambda e: (e.uid, e.fingerprint))
     body = "".join(map(line_of, lines))
     gen = hashlib.sha256(body.encode()).hexdigest()[:12]
     head = (f"{MAGIC} {FORMAT} gen={gen} partition={partition} "
@@ -150,15 +177,16 @@ def render(owned: Sequence[Owned], policy: Policy, shape: NodeShape, partition: 
 HEADER_ROOM = 64 * 1024
 
 
-def fit(owned: Sequence[Owned], max_entries: int = MAX_ENTRIES,
-        max_bytes: int = MAX_BYTES - HEADER_ROOM) -> tuple[list[Owned], dict[int, int]]:
+def fit(owned: Sequence[Owned | Held], max_entries: int = MAX_ENTRIES,
+        max_bytes: int = MAX_BYTES - HEADER_ROOM
+        ) -> tuple[list[Owned | Held], dict[int, int]]:
     """`owned` within the table's limits: where it is past them, the users with the most
     entries are cut first (each to the same most, the last ones by fingerprint), so a
     user of few decisions keeps them all. Returns what is kept and how many entries each
     cut user lost."""
-    size = {id(o): len(line_of(entry_of(o))) for o in owned}
-    by_uid: dict[int, list[Owned]] = {}
-    for o in sorted(owned, key=lambda o: (o.uid, o.decision.fingerprint)):
+    size = {id(o): len(line_of(row_of(o))) for o in owned}
+    by_uid: dict[int, list[Owned | Held]] = {}
+    for o in sorted(owned, key=lambda o: (o.uid, o.fingerprint)):
         by_uid.setdefault(o.uid, []).append(o)
 
     def within(most: int) -> bool:
@@ -189,7 +217,7 @@ def uids_of(names: Sequence[str]) -> list[int]:
     return out
 
 
-def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry]]:
+def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry | Held]]:
     """The header's fields and the entries by (uid, fingerprint); SynergyError naming the
     line if malformed, or where the table is not whole."""
     try:
@@ -203,8 +231,12 @@ def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry]]
     if end is None or end.groups() != (header.get("gen"), header.get("entries")):
         raise SynergyError(f"{path} is not whole: its last line does not close its "
                            "generation")
-    entries = {}
+    entries: dict[tuple[int, str], TableEntry | Held] = {}
     for number, line in enumerate(lines[1:-1], start=2):
+        held = HELD_RE.match(line)
+        if held:
+            entries[int(held[1]), held[2]] = Held(int(held[1]), held[2])
+            continue
         m = ENTRY_RE.match(line)
         if not m:
             raise SynergyError(f"{path} line {number} is malformed: {line[:80]!r}")
@@ -215,11 +247,13 @@ def read(path: Path) -> tuple[dict[str, str], dict[tuple[int, str], TableEntry]]
     return header, entries
 
 
-def entries_of(entries: dict[tuple[int, str], TableEntry],
+def entries_of(entries: dict[tuple[int, str], TableEntry | Held],
                uid: int | None = None) -> dict[str, TableEntry]:
-    """The entries that size the jobs `uid` (the caller) submits, by fingerprint."""
+    """The entries that size the jobs `uid` (the caller) submits, by fingerprint (a
+    held workload's none, which sizes nothing, left out)."""
     uid = os.geteuid() if uid is None else uid
-    return {fp: e for (owner, fp), e in entries.items() if owner == uid}
+    return {fp: e for (owner, fp), e in entries.items()
+            if owner == uid and isinstance(e, TableEntry)}
 
 
 def owned_by_other(path: Path) -> tuple[int, int] | None:

@@ -172,7 +172,7 @@ def test_install_on_the_local_cluster_is_already_done(box):
 
 FP = "00000000000000aa"
 ME = os.getuid()        # the tests submit as this user
-HEAD = ("synergy-decisions 4 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
+HEAD = ("synergy-decisions 5 gen={gen} user_wins=0 profile_new=1 max_cpus=2 "
         "max_mem_mb=20000 max_gpus=4 entries=1\n")
 END = "end gen={gen} entries=1\n"
 
@@ -185,7 +185,7 @@ def table(gen: str, line: str, end: bool = True) -> str:
 GOOD = table("a1", f"{ME} {FP} 1 700 0 - 1 0 1 0\n")
 FAULTS = {
     "missing": (None, "cannot open the decision table"),
-    "corrupt": ("}{ not a table\n", "is not a version 4 decision table"),
+    "corrupt": ("}{ not a table\n", "is not a version 5 decision table"),
     "negative cores": (table("b2", f"{ME} {FP} -1 700 0 - 1 0 1 0\n"), "malformed line"),
     "10^12 MB": (table("c3", f"{ME} {FP} 1 1000000000000 0 - 1 0 1 0\n"), "malformed line"),
     "gres injection": (table("d4", f'{ME} {FP} 1 700 1 a";os.exit(1) 1 0 1 0\n'),

@@ -9,8 +9,8 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.decisions.limits import Cap
-from slurm_synergy.decisions.table import (MAX_BYTES, MAX_POWER_W, MAX_PROCS, MAX_WORKERS, Owned,
-                                           entries_of, fit, read, render, write)
+from slurm_synergy.decisions.table import (MAX_BYTES, MAX_POWER_W, MAX_PROCS, MAX_WORKERS, Held,
+                                           Owned, entries_of, fit, read, render, write)
 from slurm_synergy import paths
 from tests.shim import decision
 
@@ -67,6 +67,22 @@ def test_reading_a_tampered_or_cut_table_names_the_fault(tmp_path):
     path.write_text("\n".join([head, line, ""]))
     with pytest.raises(SynergyError, match="not whole"):
         read(path)
+
+
+def test_a_held_workload_is_a_none_line_that_sizes_nothing(tmp_path):
+    rows = [Owned(1000, decision()), Held(1000, "00000000000000aa"), Held(999, FP)]
+    path = tmp_path / "t.tbl"
+    write(path, render(rows, Policy(), NodeShape(8, 32000, 4)))
+    header, entries = read(path)
+    assert header["entries"] == "3" and "1000 00000000000000aa none" in path.read_text()
+    assert entries[1000, "00000000000000aa"] == Held(1000, "00000000000000aa")
+    assert set(entries_of(entries, 1000)) == {FP} and entries_of(entries, 999) == {}
+    lines = path.read_text().splitlines()[1:-1]
+    assert lines == sorted(lines, key=lambda line: (int(line.split()[0]), line.split()[1]))
+    # A user's holds count toward the limits as their decisions do.
+    flood = [Held(1, f"{i:016x}") for i in range(1, 31)] + [Owned(2, decision())]
+    kept, cut = fit(flood, max_entries=11)
+    assert cut == {1: 20} and Owned(2, decision()) in kept
 
 
 def test_past_the_shims_limits_the_users_with_the_most_entries_are_cut_first():

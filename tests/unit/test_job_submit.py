@@ -12,7 +12,7 @@ import pytest
 from slurm_synergy.hooks import taskenv
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.policy import Policy
-from slurm_synergy.decisions.table import Owned, render
+from slurm_synergy.decisions.table import Held, Owned, render
 
 from tests.shim import DEFAULT_SHAPE, FP, OURS, UID, decision, run, table, unchanged
 
@@ -58,6 +58,14 @@ def test_without_a_decision_the_job_is_marked_for_profiling(tmp_path):
     assert jobs[1]["env.SYNERGY_PROFILE"] == "0" and jobs[1]["comment"] == OURS["comment"]
 
 
+def test_a_held_workloads_job_is_left_as_asked_and_not_marked(tmp_path):
+    # Its last marked run had nothing to measure: the table's none line, not a size.
+    tbl = render([Held(UID, FP)], Policy(), DEFAULT_SHAPE)
+    (job,), logs = run(tmp_path, [OURS], tbl)
+    assert unchanged(job), job
+    assert any(f"fp {FP}" in line and "nothing to measure" in line for line in logs), logs
+
+
 def test_site_policy_can_turn_profiling_off(tmp_path):
     (job,), _ = run(tmp_path, [OURS], table(policy=Policy(profile_new=False)))
     assert unchanged(job)
@@ -86,7 +94,7 @@ def test_multi_task_jobs_are_left_as_asked(tmp_path):
     assert job["cpus_per_task"] == "2" and any("more than one task" in line for line in logs)
 
 
-HEAD = ("synergy-decisions 4 gen=abc user_wins=0 profile_new=1 max_cpus=16 "
+HEAD = ("synergy-decisions 5 gen=abc user_wins=0 profile_new=1 max_cpus=16 "
         "max_mem_mb=64000 max_gpus=4 entries=1\n")
 END = "end gen=abc entries=1\n"
 HOSTILE = {
@@ -179,7 +187,7 @@ def fifo(path: Path) -> None:
 @pytest.mark.parametrize("make,why", [
     (fifo, "is not a regular file"),
     (Path.mkdir, "is not a regular file"),
-    (lambda p: p.write_bytes(os.urandom(4096)), "is not a version 4 decision table"),
+    (lambda p: p.write_bytes(os.urandom(4096)), "is not a version 5 decision table"),
 ])
 def test_a_fifo_directory_or_noise_at_the_tables_path_blocks_nothing(tmp_path, make, why):
     # A FIFO would block an open() without O_NONBLOCK for ever; run() would time out.

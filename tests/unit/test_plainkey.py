@@ -5,10 +5,11 @@ CSV row, leaving alone what the user or the site opted out."""
 
 import pytest
 
+from slurm_synergy.decisions.table import Held, Owned, render
 from slurm_synergy.hooks import taskenv
 from slurm_synergy.model.plainkey import KEY_BUDGET, KEY_VERSION, PlainJob, normalised, plain_key
 from slurm_synergy.model.policy import Policy
-from tests.shim import BATCH, UID, decision, key_of, python_key, run, table
+from tests.shim import BATCH, DEFAULT_SHAPE, UID, decision, key_of, python_key, run, table
 from tests.shim import submit_script as submit
 
 
@@ -61,6 +62,24 @@ def test_a_decided_plain_job_is_right_sized(tmp_path):
     assert job["env.SYNERGY_FINGERPRINT"] == fp and taskenv.lines(job["comment"]) == \
         "SYNERGY_WORKERS=1\n"
     assert "env.SYNERGY_PROFILE" not in job
+
+
+def test_a_held_plain_job_is_keyed_and_left_as_asked_unmarked(tmp_path):
+    # Its last marked run had nothing to measure (the table's none line): keyed, so the
+    # reports and the TaskProlog still know it, but neither sized nor marked again.
+    fp = python_key(SCRIPT)
+    assert fp is not None
+    tbl = render([Held(UID, fp), Owned(UID, decision("fedcba9876543210"))], Policy(),
+                 DEFAULT_SHAPE)
+    job, logs = submit(tmp_path, SCRIPT, tbl, comment="lr sweep")
+    assert job["comment"] == f"synergy:fp={fp} plain=1 req=cpus,mem,gpus lr sweep"
+    assert job["env.SYNERGY_FINGERPRINT"] == fp and "env.SYNERGY_PROFILE" not in job
+    assert (job["cpus_per_task"], job["pn_min_memory"]) == ("4", "8192")
+    assert any("nothing to measure" in line for line in logs), logs
+    # Another user's hold of the same key holds nothing of this user's.
+    theirs = render([Held(UID + 1, fp)], Policy(), DEFAULT_SHAPE)
+    job, _ = submit(tmp_path, SCRIPT, theirs)
+    assert job["comment"].endswith(" profile=1") and job["env.SYNERGY_PROFILE"] == "1"
 
 
 def test_an_admins_own_admin_comment_is_kept(tmp_path):

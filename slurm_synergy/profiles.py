@@ -8,13 +8,21 @@ measured it: the table sync compiles a folder's profiles for that uid's jobs alo
 only from regular files that uid owns (docs/install.md).
 Profiles are read while profilers write new ones, so they are written whole (temporary
 file + rename), readable by their owner alone (they hold the user's command line).
+
+Beside them, a hold (<fingerprint>.unmeasured.json) says that a workload's marked run had
+nothing to measure (no training step, processes on cores of their own): the table sync
+gives it a `none` entry, so its jobs are not marked for measuring run after run, until
+HOLD_S after the hold was written, a profile of it is saved, or its user forgets it
+(`synergy profiles --forget`). The sync reads only its name and times, never its text.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -34,6 +42,33 @@ PROFILE_MODE = 0o600
 # no longer one that decisions come from (its name is no fingerprint's).
 SUPERSEDED = ".superseded.json"
 USER_FOLDER_MODE = 0o700
+HOLD = ".unmeasured.json"
+HOLD_S = 7 * 86400.0        # a week: a script's next version, a longer run, measured then
+MAX_HOLD_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """Why a workload's marked run measured nothing: written by the in-run supervisor as
+    the job's user, shown by `synergy profiles`."""
+
+    fingerprint: str
+    why: str
+    job_id: str
+    at: str                     # when, ISO 8601 UTC
+
+    def to_json(self) -> str:
+        """The hold as its file holds it."""
+        return json.dumps(asdict(self), sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "Unmeasured":
+        """A hold from its file's text; ValueError where it is not one."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or set(data) != {"fingerprint", "why", "job_id", "at"} \
+                or not all(isinstance(v, str) for v in data.values()):
+            raise ValueError("not a hold record")
+        return cls(**data)
 
 
 def site_store_root() -> Path | None:
@@ -113,11 +148,71 @@ class ProfileStore:
         return profile
 
     def save(self, profile: Profile) -> Path:
-        """Write the profile (0600) into the store, made first where needed; returns its path."""
+        """Write the profile (0600) into the store, made first where needed; returns its
+        path. A hold of its workload goes: it is measured now."""
         self.claim()
         path = self.path(profile.fingerprint)
         atomic_write_text(path, profile.to_json(), PROFILE_MODE)
+        self.forget(profile.fingerprint)
         return path
+
+    def hold(self, record: Unmeasured) -> Path:
+        """File the hold of a workload whose marked run measured nothing (0600)."""
+        self.claim()
+        path = self.path(record.fingerprint).with_name(f"{record.fingerprint}{HOLD}")
+        atomic_write_text(path, record.to_json(), PROFILE_MODE)
+        return path
+
+    def forget(self, fingerprint: str) -> bool:
+        """Remove the workload's hold; whether there was one."""
+        try:
+            os.unlink(self.path(fingerprint).with_name(f"{fingerprint}{HOLD}"))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def held(self, most: int | None = None, now: float | None = None) -> list[str]:
+        """The fingerprints of the holds filed here that still hold (changed less than
+        HOLD_S ago: a time nobody sets back), regular files of the store's owner, from their names and
+        times alone (the sync reads no hold's text); up to `most` names looked at."""
+        now = time.time() if now is None else now
+        out: list[str] = []
+        try:
+            with os.scandir(self.root) as it:
+                for n, entry in enumerate(it):
+                    if most is not None and n >= most:
+                        break
+                    fp = entry.name[:-len(HOLD)]
+                    if not entry.name.endswith(HOLD) or not FINGERPRINT_RE.fullmatch(fp):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == self.owner and \
+                            now - st.st_ctime < HOLD_S:
+                        out.append(fp)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(out)
+
+    def is_held(self, fingerprint: str, now: float | None = None) -> bool:
+        """Whether a hold of `fingerprint` still holds (as `held` tells one)."""
+        try:
+            st = self.path(fingerprint).with_name(f"{fingerprint}{HOLD}").lstat()
+        except FileNotFoundError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_uid == self.owner and \
+            (time.time() if now is None else now) - st.st_ctime < HOLD_S
+
+    def holds(self) -> list[tuple[str, Unmeasured | None]]:
+        """Each hold that still holds with its record, None where the file is not one."""
+        out: list[tuple[str, Unmeasured | None]] = []
+        for fp in self.held():
+            try:
+                text = read_untrusted(self.root / f"{fp}{HOLD}", MAX_HOLD_BYTES, self.owner)
+                record: Unmeasured | None = Unmeasured.from_json(text)
+            except (OSError, UntrustedFile, ValueError):
+                record = None
+            out.append((fp, record if record and record.fingerprint == fp else None))
+        return out
 
     def retire(self, fingerprint: str) -> Path | None:
         """Set the profile aside as <fingerprint>.superseded.json; None when it is gone

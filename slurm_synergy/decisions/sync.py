@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 from slurm_synergy.decisions.limits import Cap
 from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
 from slurm_synergy.decisions.timelimits import RAISE_LEFT_S, raise_left_s, tick
-from slurm_synergy.decisions.table import (MAX_PER_USER, Owned, fit, owned_by_other, render,
-                                           table_path, uids_of, write)
+from slurm_synergy.decisions.table import (MAX_PER_USER, Held, Owned, fit, owned_by_other,
+                                           render, table_path, uids_of, write)
 from slurm_synergy.fileio import locked, shown
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.profiles import (MAX_NAMES_LISTED, MAX_PROFILE_BYTES, ProfileStore,
@@ -61,6 +61,19 @@ class _Turns:
 class Compiled:
     owned: list[Owned] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    # Workloads whose marked run measured nothing (profiles.py's holds), where no
+    # decision of that user's is in `owned`.
+    held: list[Held] = field(default_factory=list)
+
+
+def _held(store: ProfileStore, skipped: list[str]) -> list[Held]:
+    """A user's holds, from their names and times alone, up to MAX_PER_USER."""
+    try:
+        fps = store.held(MAX_NAMES_LISTED)
+    except OSError as e:
+        skipped.append(f"{shown(store.root)}: holds not read: {e.strerror}")
+        return []
+    return [Held(store.owner, fp) for fp in fps[:MAX_PER_USER]]
 
 
 def _listed(store: ProfileStore, skipped: list[str]) -> list[str]:
@@ -101,6 +114,9 @@ def compile_decisions(stores: Sequence[ProfileStore], service: DecisionService,
             out.skipped.append(f"{shown(t.store.root)}: {left} profile(s) not reached within "
                                f"the sync's {budget_s:.0f} s")
     out.owned = service.share(out.owned, out.skipped)
+    decided = {(o.uid, o.fingerprint) for o in out.owned}
+    out.held = [h for s in stores for h in _held(s, out.skipped)
+                if (h.uid, h.fingerprint) not in decided]
     return out
 
 
@@ -170,12 +186,13 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     # store's table land last.
     with locked(path.with_name(f".{path.name}.lock")):
         done = compile_decisions(stores, service, partition)
-        kept, cut = fit(done.owned)
+        kept, cut = fit([*done.owned, *done.held])
         write(path, render(kept, service.policy, shape, partition, qos))
+        decisions = [o for o in kept if isinstance(o, Owned)]
         timed = ""
         if time_limits:
             try:
-                timed = tick(service.slurm, kept, service.policy.time_rule, path,
+                timed = tick(service.slurm, decisions, service.policy.time_rule, path,
                              raise_left_s(every_s) if every_s else RAISE_LEFT_S)
             except SynergyError as e:
                 timed = f"time limits not looked at: {e}"
@@ -190,7 +207,10 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
         where = f"{len(stores)} user folder(s) of the shared store {shared}"
     else:
         where = str(stores[0].root) if len(stores) == 1 else f"{len(stores)} stores"
-    line = f"decision table {path}: {len(kept)} decision(s) from {where}"
+    line = f"decision table {path}: {len(decisions)} decision(s) from {where}"
+    if len(kept) > len(decisions):
+        line += (f", {len(kept) - len(decisions)} workload(s) held: their marked run "
+                 "measured nothing")
     if timed:
         line += f"; {timed}"
     if skipped:

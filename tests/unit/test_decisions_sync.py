@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -16,11 +17,11 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from slurm_synergy.decisions.sync import compile_decisions, sync
-from slurm_synergy.decisions.table import read
+from slurm_synergy.decisions.table import Held, TableEntry, read
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.profile import (Allocation, GpuReadings, Point, Profile,
                                          ThroughputModel, combine)
-from slurm_synergy.profiles import ProfileStore, user_stores
+from slurm_synergy.profiles import HOLD_S, ProfileStore, Unmeasured, user_stores
 from slurm_synergy.slurm import user_name
 
 from tests.helpers import make_profile, offline_service
@@ -262,3 +263,44 @@ def test_the_timer_logs_each_change_once_and_outlives_a_failed_round(monkeypatch
     assert rounds == [7.5] * 4
     assert [line.split(" ", 1)[1] for line in logged] == [
         "table: 0", "sync failed: SynergyError: slurmctld down", "table: 1"]
+
+
+def test_a_workload_whose_marked_run_measured_nothing_is_held_in_its_users_name(tmp_path):
+    # The victim's hold, as the supervisor files it (as that user), and what an attacker
+    # puts in the victim's name or their own: a link, a FIFO, a file of another uid, a
+    # name that is no fingerprint, a hold of a workload the attacker has a decision for.
+    victim = folder(tmp_path, str(VICTIM), VICTIM)
+    attacker = folder(tmp_path, str(ATTACKER), ATTACKER)
+    held = "00000000000000aa"
+    file_as(victim / f"{held}.unmeasured.json", VICTIM,
+            Unmeasured(held, "no training step seen in 300s", "7", "t").to_json())
+    file_as(victim / f"{'b' * 16}.unmeasured.json", ATTACKER, "{}")       # not the victim's
+    (victim / f"{'c' * 16}.unmeasured.json").symlink_to(victim / f"{held}.unmeasured.json")
+    os.mkfifo(attacker / f"{'d' * 16}.unmeasured.json")
+    file_as(attacker / "x.unmeasured.json", ATTACKER, "")
+    file_as(attacker / f"{FP}.unmeasured.json", ATTACKER, b"\xff" * 10_000)
+    saved(tmp_path, ATTACKER, make_profile())           # decided: the hold is dropped
+    stores, _ = user_stores(tmp_path)
+    done = compile_decisions(stores, offline_service(SHAPE))
+    assert [(h.uid, h.fingerprint) for h in done.held] == [(VICTIM, held)]
+    table = tmp_path / "t.tbl"
+    line = sync(stores, service=offline_service(SHAPE), path=table, partition="p")
+    assert "1 workload(s) held" in line, line
+    _, entries = read(table)
+    assert entries[VICTIM, held] == Held(VICTIM, held)
+    assert isinstance(entries[ATTACKER, FP], TableEntry)
+    # A hold lasts HOLD_S from when it was written; a saved profile ends it at once.
+    store = ProfileStore(victim, VICTIM)
+    assert store.is_held(held) and not store.is_held(held, now=time.time() + HOLD_S)
+    assert store.held(now=time.time() + HOLD_S) == []
+    assert [(fp, r.why if r else None) for fp, r in store.holds()] == [
+        (held, "no training step seen in 300s")]
+    store.save(replace(make_profile(), fingerprint=held))
+    assert not store.is_held(held) and store.held() == []
+
+
+def test_a_hold_file_that_is_not_a_hold_is_shown_as_unreadable(tmp_path):
+    store = ProfileStore(tmp_path)
+    (tmp_path / f"{FP}.unmeasured.json").write_text('{"fingerprint": "x"}')
+    assert store.holds() == [(FP, None)]
+    assert store.forget(FP) and not store.forget(FP) and store.holds() == []

@@ -16,6 +16,11 @@ class ProfilingError(SynergyError):
     """Profiling could not finish; nothing was stored."""
 
 
+class NothingToMeasure(ProfilingError):
+    """The script ran without a training step the probe can see (a forward-only loop,
+    training in processes it cannot follow): a run of it measures nothing again."""
+
+
 class UsageError(ProfilingError):
     """The command line or the allocation cannot be profiled."""
 

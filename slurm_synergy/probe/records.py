@@ -222,6 +222,9 @@ class ProbeResult:
     measurement: Measurement | None
     processes: list[ProcessRecord]
     started_processes: list[str]    # commands the script started that ran unprobed
+    # Not measured, and a run of it never will be: it ran without a step the probe sees
+    # (no loader batch, optimizer step or backward pass in its own processes).
+    no_step: bool = False
 
     def write(self, path: Path) -> None:
         """Write the result to `path` (0600), whole."""

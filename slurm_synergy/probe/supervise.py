@@ -234,6 +234,7 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
     """The run's result from its exit status and records: ok, or the one-line reason nothing
     was measured."""
     script = script_name(argv)
+    no_step = False         # it ran, but with no step the probe can see: it will not
     measurement = measure(records, tree.memory())
     unprobed = tree.unprobed({r.pid for r in records})
     took = max((r.batches for r in records), default=0)
@@ -249,6 +250,7 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
         if measurement is None:
             reason = f"{script}: no measured step (it took {took} batch(es))"
     elif timed_out_after is not None:
+        no_step = True
         reason = (f"{spawned} (stopped after {timed_out_after:.0f}s)" if unprobed else
                   f"{script} took no batch from a PyTorch DataLoader or a DALI iterator, "
                   f"stepped no optimizer and ran no backward pass in {timed_out_after:.0f}s "
@@ -269,11 +271,12 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
         elif rc != 0:
             reason = f"{script} exited with status {rc} before its first batch (see its output)"
         elif unprobed:
-            reason = spawned
+            no_step, reason = True, spawned
         else:
+            no_step = True
             reason = (f"{script} ended without taking a batch from a PyTorch DataLoader or a "
                       "DALI iterator, stepping an optimizer or running a backward pass: "
                       "nothing to measure (a forward-only loop has no training step)")
     return ProbeResult(ok=not reason, reason=reason, script=script, mode=config.mode,
                        exit_status=rc, measurement=measurement, processes=records,
-                       started_processes=unprobed)
+                       started_processes=unprobed, no_step=no_step)

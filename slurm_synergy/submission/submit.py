@@ -227,7 +227,8 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, site: Site,
     if mode == "shim":
         return mode, {**choices,
                       **{u.name: (None, opts.profile in ("always", "only")) for u in units}}
-    service = DecisionService.for_site(site, own_store(ProfileStore.default()))
+    store = ProfileStore.default()
+    service = DecisionService.for_site(site, own_store(store))
     for unit in units:
         head = unit.tasks[0].spec
         answer = service.decide(DecisionRequest(os.geteuid(), head.fingerprint, head.partition))
@@ -237,8 +238,10 @@ def _decisions(units: Sequence[Unit], opts: SubmitOptions, site: Site,
         sized = None if decision is None else rightsize(
             Asked(head.cpus, head.mem_mb, head.gpus, head.gpu_type, pinned=head.pinned),
             decision, site.policy.user_request_wins)
+        # A workload whose marked run measured nothing lately is not marked (profiles.py).
         profile = opts.profile in ("always", "only") or (
-            opts.profile == "auto" and decision is None and site.policy.profile_new)
+            opts.profile == "auto" and decision is None and site.policy.profile_new
+            and not store.is_held(head.fingerprint))
         choices[unit.name] = (sized, profile)
     decided = sum(d is not None for d, _ in choices.values())
     marked = sum(p for _, p in choices.values())

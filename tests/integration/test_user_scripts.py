@@ -216,3 +216,38 @@ def test_a_script_that_cannot_be_measured_is_named_and_runs_as_submitted(bad, na
     assert "running the job as submitted" in log
     assert recs[ids[name]].state == state, log
     assert not ProfileStore.default().has(specs[name].fingerprint)
+
+
+# Those with no step the probe sees, whose next runs would measure nothing again; a
+# script that failed may be mended, and is marked again.
+HELD = {"bad-notraining", "bad-spawns", "bad-forever"}
+
+
+def test_a_script_with_nothing_to_measure_is_not_marked_again_and_is_listed(bad, slurm):
+    out, ids, recs, specs = bad
+    store = ProfileStore.default()
+    for name in BAD:
+        assert store.is_held(specs[name].fingerprint) is (name in HELD), name
+    log = next((out / "logs").glob(f"*-{ids['bad-notraining']}.out")).read_text()
+    assert "its next jobs are not marked for measuring for 7 days" in log, log
+    synced = synergy("plugin", "sync")
+    assert synced.returncode == 0 and "workload(s) held" in synced.stdout, synced
+    # Through the real shim: a held workload's job is left as asked, unmarked; the job of
+    # one whose script failed is marked for measuring.
+    jobs = {}
+    for name in ("bad-notraining", "bad-import"):
+        ran = subprocess.run(["sbatch", "--parsable", "--hold", "-p", MULTI_PARTITION,
+                              "--comment", f"synergy:fp={specs[name].fingerprint}",
+                              "--wrap", "true"], capture_output=True, text=True)
+        assert ran.returncode == 0, ran.stderr
+        jobs[name] = ran.stdout.strip()
+    try:
+        assert "profile=1" not in slurm.comment(jobs["bad-notraining"])
+        assert slurm.comment(jobs["bad-import"]).endswith(" profile=1")
+    finally:
+        slurm.cancel(list(jobs.values()))
+    listed = synergy("profiles")
+    assert listed.returncode == 0, listed.stderr
+    for name in HELD:
+        assert f"  {specs[name].fingerprint}  job {ids[name]} at " in listed.stdout, \
+            listed.stdout

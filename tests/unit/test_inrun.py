@@ -222,7 +222,9 @@ FORWARD_ONLY = ("import time, torch\nm = torch.nn.Linear(4, 4)\n"
 
 @pytest.mark.parametrize("script,wait_s,said", [
     (FORWARD_ONLY, 3, "no training step seen in 3s (no batch from a data loader, no "
-                      "optimizer step, no backward pass); no profile"),
+                      "optimizer step, no backward pass); no profile; its next jobs are not "
+                      "marked for measuring for 7 days (`synergy profiles --forget "
+                      f"{FP}` measures the next one)"),
     ("print('hello')\n", 60, "the job ended before its first training step; no profile"),
 ])
 def test_a_run_without_a_training_step_says_so_and_stores_nothing(home, script, wait_s, said):
@@ -233,7 +235,17 @@ def test_a_run_without_a_training_step_says_so_and_stores_nothing(home, script, 
     quick = Policy(sweep_window_s=0.5, sweep_repeats=1, first_batch_timeout_s=wait_s)
     assert run_job(req, site(quick), lines.append) == 0
     assert f"inrun: {said}" in lines, lines
-    assert not ProfileStore.default().has(FP)
+    store = ProfileStore.default()
+    assert not store.has(FP)
+    # A loop that runs without a step is held from measuring; one that ended (a short
+    # or failed run) is not: its next run may train.
+    assert [(fp, r.why if r else None) for fp, r in store.holds()] == (
+        [(FP, said.split("; its next")[0])] if script == FORWARD_ONLY else [])
+    if store.is_held(FP):
+        # Its next marked job trains as submitted, with one line saying why.
+        again: list[str] = []
+        assert run_job(req, site(quick), again.append) == 0
+        assert any("had nothing to measure lately" in line for line in again), again
 
 
 def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path):

@@ -236,6 +236,14 @@ def test_failing_scripts_store_nothing(tmp_path, fake, mode, args, rc, words):
     for word in words:
         assert word in proc.stderr
     assert stored(tmp_path) == []
+    # A script with no step the probe sees (no loader, none in 3 s) is held from being
+    # marked again, with one line; one that crashed or outran its step limit is not.
+    held = [fp for fp, _ in own_store(tmp_path).holds()]
+    if mode == "no-loader" or "--first-batch-timeout" in args:
+        assert len(held) == 1 and "its next jobs are not marked for measuring" in \
+            proc.stderr, proc.stderr
+    else:
+        assert held == [], proc.stderr
 
 
 @pytest.mark.parametrize("args,words", [

@@ -275,6 +275,8 @@ def test_scripts_with_nothing_to_measure_get_one_reason(tmp_path, script, option
     assert not result["ok"] and words in result["reason"]
     assert f"probe: error: {result['reason']}" in proc.stderr
     assert result["measurement"] is None
+    # A run of it measures nothing again (its workload is held), unless it failed.
+    assert result["no_step"] is (script != "bad_import.py")
 
 
 def test_a_script_shorter_than_the_plan_is_measured_on_the_steps_it_had(tmp_path):

@@ -54,7 +54,7 @@ from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.affinity import job_pids
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
 from slurm_synergy.probe.supervise import PEAK_S, During, Started, run, watch_exit
-from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiles import HOLD_S, ProfileStore, Unmeasured
 from slurm_synergy.measure.inrun.follow import PROG, Follow, tree_memory
 from slurm_synergy.measure.search import below_plateau, halving
 from slurm_synergy.measure.lock import profiling_lock
@@ -122,6 +122,11 @@ def choose(req: InRunRequest, site: Site, marked: bool,
             return Beside(job_id, follow)
         if not marked:
             return Beside(job_id, None)
+        if store.is_held(req.fingerprint):
+            log(f"{PROG}: a marked run of {req.fingerprint} had nothing to measure lately; "
+                f"job {job_id} trains as submitted (`synergy profiles --forget "
+                f"{req.fingerprint}` measures the next)")
+            return Beside(job_id, None)
         if not held.enter_context(profiling_lock(store, req.fingerprint)):
             log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
                 "as submitted")
@@ -170,18 +175,18 @@ class Sweep:
             # A launcher that binds each rank to cores of its own (numactl, DeepSpeed's
             # --bind_cores_to_rank): windows would hold every rank to the same cores,
             # and giving the cores back would undo the binding.
-            self.log(f"{PROG}: job {self.job_id}'s processes keep cores of their own "
-                     f"({bound}): no sweep, no profile")
+            self._hold(f"job {self.job_id}'s processes keep cores of their own ({bound}): "
+                       "no sweep, no profile")
             return
         program = cmdfiles.of_process(proc.pid)
         windows = RunWindows(proc, folder, allowed, self.log)
         wait_s = self.policy.first_batch_timeout_s
         if not windows.wait_for_steps(time.monotonic() + wait_s):
-            self.log(f"{PROG}: " + ("the job ended before its first training step" if not
-                                    windows.alive() else
-                                    f"no training step seen in {wait_s:.0f}s (no batch from a "
-                                    "data loader, no optimizer step, no backward pass)")
-                     + "; no profile")
+            if not windows.alive():     # a short run, or one that failed: the next may train
+                self.log(f"{PROG}: the job ended before its first training step; no profile")
+            else:
+                self._hold(f"no training step seen in {wait_s:.0f}s (no batch from a data "
+                           "loader, no optimizer step, no backward pass); no profile")
             return
         started = _now()
         self.log(f"{PROG}: measuring {fp} ({self.req.job_name}) while job {self.job_id} "
@@ -211,6 +216,20 @@ class Sweep:
         follow.apply(profile)
         # The job trains on: a later peak (validation, a bigger epoch) must count.
         follow.until_it_ends(windows.tree, windows.proc)
+
+    def _hold(self, why: str) -> None:
+        """Say why nothing is measured, in one line, and file the workload's hold: a run
+        of its program would measure nothing again, so its jobs are not marked for
+        measuring while the hold lasts (profiles.py)."""
+        fp = self.req.fingerprint
+        try:
+            self.store.hold(Unmeasured(fp, why, self.job_id, _now()))
+        except (OSError, ProfileError) as e:
+            self.log(f"{PROG}: {why} (no hold filed: {e})")
+            return
+        self.log(f"{PROG}: {why}; its next jobs are not marked for measuring for "
+                 f"{HOLD_S / 86400:.0f} days (`synergy profiles --forget {fp}` measures the "
+                 "next one)")
 
     def _windows(self, windows: RunWindows) -> list[Window]:
         """The schedule: a warm-up window left out, then full, k, full, k', full, ...;

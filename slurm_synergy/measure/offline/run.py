@@ -19,7 +19,7 @@ from slurm_synergy.model.policy import Policy, load_site
 from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
 from slurm_synergy.model.throughput import fit_components
 from slurm_synergy.paths import policy_path
-from slurm_synergy.measure.errors import PROG, Busy, UsageError
+from slurm_synergy.measure.errors import PROG, Busy, NothingToMeasure, UsageError
 from slurm_synergy.measure.offline.fetch import fetch_rates_for
 from slurm_synergy.model.jobspec import BUILTIN_SCRIPT
 from slurm_synergy.measure.offline.gpu import open_gpus
@@ -31,6 +31,7 @@ from slurm_synergy.measure.offline.session import (FIRST_ITERATIONS, LEAST_MEASU
 from slurm_synergy.measure.offline.steps import Runner, Step
 from slurm_synergy.measure.lock import profiling_lock, sync_decisions
 from slurm_synergy.measure.offline.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
+from slurm_synergy.profiles import HOLD_S, Unmeasured
 from slurm_synergy.slurm import Slurm
 
 
@@ -59,10 +60,27 @@ def profile_workload(req: ProfileRequest, log: Callable[[str], None]) -> Profile
             raise UsageError(f"the allocation has {p.top} core(s); a CPU sweep needs at "
                              "least 2 (submit the profiling job with --cpus-per-task=2 or "
                              "more)")
-        profile = _profile(req, p, log)
+        try:
+            profile = _profile(req, p, log)
+        except NothingToMeasure as e:
+            _hold(p, str(e).splitlines()[0], log)
+            raise
         if p.limits.job_id:
             sync_decisions(log)
         return profile
+
+
+def _hold(plan: Plan, why: str, log: Callable[[str], None]) -> None:
+    """File the workload's hold: a run of it measures nothing, so its jobs are not
+    marked for measuring while the hold lasts (profiles.py)."""
+    fp = plan.fingerprint
+    try:
+        plan.store.hold(Unmeasured(fp, why, plan.limits.job_id, _now()))
+    except (OSError, ProfileError) as e:
+        log(f"{PROG}: {fp}: no hold filed ({e})")
+        return
+    log(f"{PROG}: {fp}: its next jobs are not marked for measuring for "
+        f"{HOLD_S / 86400:.0f} days (`synergy profiles --forget {fp}` measures the next one)")
 
 
 def _profile(req: ProfileRequest, plan: Plan, log: Callable[[str], None]) -> Profile:

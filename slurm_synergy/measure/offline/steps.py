@@ -20,7 +20,7 @@ import psutil
 from slurm_synergy.model.profile import Point
 from slurm_synergy.probe.records import read_result
 from slurm_synergy.probe.supervise import command_for, runs_warm
-from slurm_synergy.measure.errors import ProfilingError
+from slurm_synergy.measure.errors import NothingToMeasure, ProfilingError
 from slurm_synergy.slurm import Slurm
 
 
@@ -325,8 +325,8 @@ def _result(step: Step, out: Path, rc: int, log: Path) -> dict[str, Any]:
     if not result["ok"]:
         tail = f"; last lines of {log}:\n{_tail(log)}" if result["exit_status"] else \
             f" (log: {log})"
-        raise ProfilingError(f"the {_describe(step)} step measured nothing: "
-                             f"{result['reason']}{tail}")
+        error = NothingToMeasure if result.get("no_step") is True else ProfilingError
+        raise error(f"the {_describe(step)} step measured nothing: {result['reason']}{tail}")
     return dict(result["measurement"])
 
 

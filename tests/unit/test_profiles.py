@@ -6,7 +6,8 @@ import json
 import pytest
 
 from slurm_synergy.model.profile import (ProfileError)
-from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.cli import main
+from slurm_synergy.profiles import ProfileStore, Unmeasured
 from slurm_synergy.profile_table import rows
 from tests.helpers import FP, make_profile
 
@@ -156,3 +157,20 @@ def test_a_profile_in_steps_says_so_and_keeps_it(tmp_path):
     (tmp_path / f"{FP}.json").write_text(json.dumps(data))
     with pytest.raises(ProfileError, match="per_step"):
         store.load(FP)
+
+
+def test_synergy_profiles_lists_held_workloads_and_forgets_them(tmp_path, capsys):
+    store = ProfileStore(tmp_path)
+    store.save(make_profile())
+    held = "00000000000000aa"
+    store.hold(Unmeasured(held, "no training step seen in 300s\n(forged line)", "41", "t"))
+    assert main(["profiles", "--store", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert FP in out and "not measured (their jobs keep what they ask" in out
+    # What the record says is shown on its own line, its control characters escaped.
+    assert f"  {held}  job 41 at t: no training step seen in 300s\\n(forged line)" in out
+    assert main(["profiles", "--store", str(tmp_path), "--forget", held]) == 0
+    assert "hold dropped" in capsys.readouterr().out and store.holds() == []
+    assert main(["profiles", "--store", str(tmp_path), "--forget", held]) == 1
+    assert main(["profiles", "--store", str(tmp_path), "--forget"]) == 1
+    assert "--forget takes the fingerprints" in capsys.readouterr().err

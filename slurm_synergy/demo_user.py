@@ -21,7 +21,7 @@ from pathlib import Path
 from slurm_synergy import paths
 from slurm_synergy.cluster.users import ensure_user
 from slurm_synergy.decisions.sync import TIMER_EVERY_S
-from slurm_synergy.decisions.table import read, table_path
+from slurm_synergy.decisions.table import entries_of, read, table_path
 from slurm_synergy.jobs import job_table, records, wait
 from slurm_synergy.model.comment import decision, fingerprint
 from slurm_synergy.model.errors import SynergyError
@@ -101,7 +101,7 @@ def plain_sbatch_twice(slurm: Slurm, user: str, out: Path) -> bool:
     (row,) = slurm.sacct([first], ["End"])
     ended = datetime.fromisoformat(row["End"]).timestamp()
     table = table_path()
-    while (account.pw_uid, key) not in read(table)[1]:
+    while key not in entries_of(read(table)[1], account.pw_uid):
         if time.time() - ended > DECISION_WAIT_S:
             print(f"no decision for {key} within {DECISION_WAIT_S:.0f} s of job {first}'s "
                   f"end; the sync timer's log: {paths.state_dir() / 'log' / 'sync.log'}")

@@ -80,6 +80,10 @@ SHAPES = (
           lines=2, hetjob=("--cpus-per-task=1", "--mem=2G")),
     Shape("short-step", ("--cpus-per-task=1", "--mem=2G"), "srun $HOLD 800 1 1\nsleep 12",
           sampled=False),
+    # Its work in a step on one of its two cores, as srun without -c runs where it does
+    # not take the job's cores a task: the report's advice says so.
+    Shape("narrow-step", ("--nodes=1", "--ntasks=1", "--cpus-per-task=2", "--mem=2G"),
+          "srun -c 1 $HOLD 300 15 1"),
 )
 
 

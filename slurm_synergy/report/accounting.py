@@ -82,11 +82,14 @@ COLUMNS = ("job_id", "raw_id", "array_id", "name", "user", "partition", "state",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
            "fingerprint", "from_job", "sized_by", "measured", "profiling", "limit_s",
            "time_min_s", "predicted_s", "time_back_s", "nodes", "one_node",
-           "one_task",
+           "one_task", "narrow_step",
            "comment")
 
 
 WORKED_CPU_S = 0.1
+# A job's one-task srun step on fewer cores than the job holds, that ran this long and
+# for half the job's time at least, is where its work was (`narrow_step`).
+NARROW_STEP_S = 10.0
 
 
 def _joules(text: str) -> float | None:
@@ -140,6 +143,8 @@ class Fold:
     def __init__(self, rows: Iterable[dict[str, str]]) -> None:
         self._steps: dict[str, list[StepMemory]] = {}
         self._spread: set[str] = set()    # jobs with a step of several tasks or nodes
+        # job -> "step:cores" of its longest one-task srun step on fewer cores than it holds
+        self._narrow: dict[str, tuple[float, str]] = {}
         self._jobs: dict[str, dict[str, Any]] = {}
         self._open: set[str] = set()      # jobs whose memory is not folded yet
         for row in rows:
@@ -157,6 +162,8 @@ class Fold:
             self._steps.setdefault(job, []).append(step_memory(r))
             if (r.get("NTasks") or "1") != "1" or (r.get("NNodes") or "1") != "1":
                 self._spread.add(job)
+            elif job in self._jobs:
+                self._narrower(self._jobs[job], r)
             if job in self._jobs:
                 self._open.add(job)
             return
@@ -164,6 +171,18 @@ class Fold:
             self._fold_memory(self._jobs[job])
         self._jobs[raw] = _job_record(r)
         self._open = {raw}
+
+    def _narrower(self, rec: dict[str, Any], r: dict[str, str]) -> None:
+        """Note a one-task srun step (not the batch script's) that held fewer cores than
+        its job and did its work: srun without -c (or SRUN_CPUS_PER_TASK) in a job of
+        several cores a task runs there on fewer of them."""
+        step = r["JobIDRaw"].split(".", 1)[1]
+        cpus, ran = r["AllocCPUS"], float(r["ElapsedRaw"] or 0)
+        if not (step.isdigit() and cpus.isdigit() and 0 < int(cpus) < (rec["alloc_cpus"] or 0)
+                and ran >= max(NARROW_STEP_S, 0.5 * rec["elapsed_s"])):
+            return
+        if ran > self._narrow.get(rec["raw_id"], (0.0, ""))[0]:
+            self._narrow[rec["raw_id"]] = (ran, f"{step}:{cpus}")
 
     def _fold_memory(self, rec: dict[str, Any]) -> None:
         raw = rec["raw_id"]
@@ -176,7 +195,8 @@ class Fold:
                    mem_note=memory.why_unknown,
                    # the worst node's peak over what the job may hold there
                    mem_eff=worst.efficiency if worst else None,
-                   one_task=raw not in self._spread and rec["one_node"])
+                   one_task=raw not in self._spread and rec["one_node"],
+                   narrow_step=self._narrow.get(raw, (0.0, ""))[1])
 
     def frame(self) -> pd.DataFrame:
         """One row per job, the last job's steps folded in first (columns COLUMNS)."""

@@ -47,7 +47,14 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
             out.append(f"asked {_mem_text(mem)}{' a node' if where else ''}, used "
                        f"{_mem_text(rss)}{where}: --mem={_mem_text(enough)} is enough")
     cpus, used = j["alloc_cpus"], j["total_cpu_s"]
-    if cpus and cpus > 1 and used is not None and j["elapsed_s"] and state == "COMPLETED" \
+    if j["narrow_step"]:
+        # Its work had fewer cores than it paid for: fewer cores is not the advice.
+        step, had = j["narrow_step"].split(":")
+        out.append(f"its step {step} ran on {had} of the job's {cpus} cores (srun without -c "
+                   f"in a job of several cores a task): the job paid for cores its training "
+                   f"never had; `srun -c $SLURM_CPUS_PER_TASK`, or export "
+                   f"SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun")
+    elif cpus and cpus > 1 and used is not None and j["elapsed_s"] and state == "COMPLETED" \
             and j["elapsed_s"] >= 60 and j["one_task"]:
         busy = used / j["elapsed_s"]
         if busy < 0.5 * cpus:
@@ -80,7 +87,8 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
 # What for_job reads: only these are turned into dicts (a report has thousands of rows).
 _READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resubmitted_as",
           "max_rss_mb", "node_mem_mb", "mem_estimated", "one_node", "peak_node", "alloc_cpus",
-          "total_cpu_s", "elapsed_s", "one_task", "gpus", "gpu_util_pct", "gpu_sm_active_pct",
+          "total_cpu_s", "elapsed_s", "one_task", "narrow_step", "gpus", "gpu_util_pct",
+          "gpu_sm_active_pct",
           "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus", "time_min_s",
           "predicted_s", "time_back_s", "limit_s", "fingerprint")
 

@@ -246,6 +246,11 @@ def test_every_job_shape_reads_within_three_points_of_the_truth(box, slurm, tmp_
     node_stats_done(node_stats(box, slurm), json.loads(proc.stdout)["jobs"])
     proc = synergy("report", "--jobs", ",".join(ids.values()), "--format", "json")
     assert proc.returncode == 0, proc.stderr
+    # The job that trained on one of its two cores is told so, and not to ask for fewer.
+    said = [a["advice"] for a in json.loads(proc.stdout)["advice"]
+            if a["job_id"] == ids["narrow-step"]]
+    assert any(a.startswith("its step 0 ran on 1 of the job's 2 cores") for a in said), said
+    assert not any("--cpus-per-task=" in a for a in said), said
     views = {"cgroup": json.loads(proc.stdout)["jobs"],
              "sacct": output.records(build(slurm, list(ids.values()),
                                            stats_dir=tmp_path / "no-node-stats").jobs)}

@@ -169,6 +169,17 @@ def test_advice_in_jobstats_spirit():
     assert "3" not in text and "4" not in text     # a profiling run; a job sized right
 
 
+def test_a_step_on_fewer_cores_than_its_job_is_the_advice_not_fewer_cores():
+    # srun without -c in a job of 4 cores: the step that trained had one of them.
+    jobs = frame(line("5", cpus="4", tres="cpu=4,mem=3G", elapsed="600", total="09:50.000"),
+                 line("5.batch", cpus="4", rss="10M", elapsed="600"),
+                 line("5.0", cpus="1", rss="500M", elapsed="590", total="09:50.000"))
+    text = [a["advice"] for a in advice.lines(jobs)]
+    assert any(t.startswith("its step 0 ran on 1 of the job's 4 cores") and
+               "SRUN_CPUS_PER_TASK" in t for t in text), text
+    assert not any("--cpus-per-task=" in t for t in text), text
+
+
 def report_of(jobs: pd.DataFrame) -> Report:
     return Report("test", jobs, summary.workloads(jobs), summary.cluster(jobs),
                   advice.lines(jobs), {FP: profile({2: 200.0, 1: 100.0})}, ["a problem"])

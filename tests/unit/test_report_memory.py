@@ -159,3 +159,18 @@ def test_lines_in_any_order_fold_to_the_same_jobs():
     pd.testing.assert_frame_equal(
         accounting.jobs_frame(shuffled).set_index("raw_id").sort_index(),
         expected.set_index("raw_id").sort_index())
+
+
+
+def test_a_one_task_step_on_fewer_cores_than_its_job_that_did_its_work_is_noted():
+    # srun without -c in a job of 4 cores a task: the step that ran for most of the job
+    # had 1 of them. A short helper step on 1 core, or the batch script, is no case.
+    def job(step_cpus, step_s, helper=True):
+        return [row("3", cpus="4", elapsed="600", job_total="09:50.000"),
+                row("3.batch", cpus="4", elapsed="600", tot="4M"),
+                *([row("3.0", cpus="1", elapsed="3", tot="1M")] if helper else []),
+                row("3.1", cpus=step_cpus, elapsed=step_s, tot="300M",
+                    total_cpu="09:50.000")]
+    assert accounting.jobs_frame(job("1", "590")).iloc[0]["narrow_step"] == "1:1"
+    for whole in (job("4", "590"), job("1", "200"), job("4", "590", helper=False)):
+        assert accounting.jobs_frame(whole).iloc[0]["narrow_step"] == "", whole

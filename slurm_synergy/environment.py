@@ -133,6 +133,8 @@ OUTSIDE: dict[str, str] = {
     "SLURM_MEM_PER_CPU": "the allocation's memory per CPU, MB",
     "SLURM_CPUS_PER_TASK": "the allocation's cores per task",
     "SLURM_CPUS_ON_NODE": "the allocation's cores on this node",
+    "SLURM_JOB_CPUS_PER_NODE": "the job's cores on each of its nodes, inside any step",
+    "SLURM_NODEID": "this node's place among the job's nodes",
     "SLURM_STEP_NUM_TASKS": "the tasks of the step a process is in",
     "SLURM_PROCID": "a task's rank in its step",
     "SLURMD_NODENAME": "the node a hook runs on",

@@ -11,8 +11,9 @@ looked at again while it lasts, and once more when the cores are given back.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import psutil
 
@@ -65,3 +66,31 @@ def pin(pids: Iterable[int], cpus: set[int],
 def first_cpus(allowed: set[int], k: int) -> set[int]:
     """The k lowest of the allocation's CPUs: the same k for every window of that size."""
     return set(sorted(allowed)[:k])
+
+
+def job_cores_here(env: Mapping[str, str]) -> int | None:
+    """The cores the job holds on this node, from Slurm's SLURM_JOB_CPUS_PER_NODE ("4",
+    "72(x2),36": a count per node, in node order) at SLURM_NODEID; None where unset or
+    malformed. A step inherits it from the job, whatever cores the step itself has."""
+    counts: list[int] = []
+    for part in env.get("SLURM_JOB_CPUS_PER_NODE", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if m is None:
+            return None
+        counts += [int(m[1])] * int(m[2] or 1)
+        if len(counts) > 100000:
+            return None
+    node = env.get("SLURM_NODEID", "0")
+    return counts[int(node)] if node.isdigit() and int(node) < len(counts) else None
+
+
+def confined_line(env: Mapping[str, str], cpus: int) -> str:
+    """What to say where this process has `cpus` of more cores the job holds here (srun
+    without -c in a job of several cores a task); "" where it has them all."""
+    held = job_cores_here(env)
+    if held is None or cpus >= held:
+        return ""
+    return (f"this step runs on {cpus} of the job's {held} cores here (srun without -c in a "
+            "job of several cores a task): the job pays for cores its training never has; "
+            "`srun -c $SLURM_CPUS_PER_TASK`, or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK "
+            "before srun")

@@ -90,9 +90,12 @@ STYLES = {
     "configured": "srun {py} train.py --seconds 22 --config cfg.yaml\n",
     "no-python": "sleep 2\necho done\n",
     "opted-out": "{py} train.py --seconds 4\n",
+    # Its step on one of the job's two cores, as srun without -c runs where it does not
+    # take the job's cores a task: not swept, and told.
+    "narrow": "srun -c 1 {py} train.py --seconds 12\n",
 }
 EXTRA = {"array": "#SBATCH --array=0-1", "opted-out": "#SBATCH --comment=synergy:off"}
-PYTHON_STYLES = [s for s in STYLES if s not in ("no-python", "opted-out")]
+PYTHON_STYLES = [s for s in STYLES if s not in ("no-python", "opted-out", "narrow")]
 
 
 def write_scripts(folder: Path, tag: str, owner: int) -> dict[str, Path]:
@@ -275,6 +278,13 @@ def test_the_second_job_starts_right_sized(rounds):
                 (style, rec, d)
     assert any(mem_mb(r["ReqMem"]) != 3072 for s in PYTHON_STYLES for r in two[s]), \
         "no decision changed what the jobs asked"
+
+
+def test_a_step_on_fewer_cores_than_its_job_is_told_in_the_jobs_log(rounds):
+    rec = rounds.one["narrow"][0]
+    log = log_of(rounds.folder, rec)
+    assert "trained" in log and "this step runs on 1 of the job's 2 cores here" in log, log
+    assert "no sweep, no profile" in log, log
 
 
 def test_a_job_without_python_and_an_opted_out_job_are_left_as_asked(rounds):

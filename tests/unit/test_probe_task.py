@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.hooks.install import task_prolog_text
+from slurm_synergy.probe.affinity import confined_line
 from slurm_synergy.probe.records import BOOT
 from slurm_synergy.profiles import ProfileStore
 from tests.helpers import site_policy_with
@@ -371,3 +372,15 @@ def test_a_task_prolog_that_cannot_work_never_fails_the_task(tmp_path, fault):
         out = prolog_output(script, env)
         assert out.stdout == NO_DECISION
     assert out.returncode == 0
+
+
+@pytest.mark.parametrize("env,cpus,said", [
+    ({"SLURM_JOB_CPUS_PER_NODE": "2"}, 1, "this step runs on 1 of the job's 2 cores here"),
+    ({"SLURM_JOB_CPUS_PER_NODE": "72(x2),36", "SLURM_NODEID": "2"}, 4, "4 of the job's 36"),
+    ({"SLURM_JOB_CPUS_PER_NODE": "2"}, 2, ""),
+    ({"SLURM_JOB_CPUS_PER_NODE": "4(x2)", "SLURM_NODEID": "7"}, 1, ""),   # no such node
+    ({"SLURM_JOB_CPUS_PER_NODE": "2;rm"}, 1, ""), ({}, 1, ""),
+])
+def test_a_step_on_fewer_cores_than_its_job_is_told(env, cpus, said):
+    line = confined_line(env, cpus)
+    assert (said in line and "SRUN_CPUS_PER_TASK" in line) if said else line == ""

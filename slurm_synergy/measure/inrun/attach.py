@@ -33,6 +33,7 @@ import psutil
 
 from slurm_synergy import paths
 from slurm_synergy.fileio import PRIVATE, atomic_write_text, private_folder
+from slurm_synergy.probe.affinity import confined_line
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig, read_records
 from slurm_synergy.probe.supervise import judge
 from slurm_synergy.probe.task import ENDING, ENV_FINGERPRINT, ENV_PROFILE, SUPERVISING
@@ -134,6 +135,9 @@ def supervise(pid: int, folder: Path, site: Site) -> int:
         alone = not (tasks.isdigit() and int(tasks) > 1)
         if marked and not alone:
             log(f"{PROG}: job {job_id}'s step runs {tasks} tasks: watched, not swept")
+        confined = confined_line(os.environ, len(os.sched_getaffinity(0)))
+        if confined:
+            log(f"{PROG}: job {job_id}: {confined}")
         beside = choose(req, site, marked, held, log, may_sweep=alone)
         if marked != beside.swept:
             # The records at the windows' pace (a job marked since its submission: the

@@ -135,7 +135,8 @@ def supervise(pid: int, folder: Path, site: Site) -> int:
         alone = not (tasks.isdigit() and int(tasks) > 1)
         if marked and not alone:
             log(f"{PROG}: job {job_id}'s step runs {tasks} tasks: watched, not swept")
-        confined = confined_line(os.environ, len(os.sched_getaffinity(0)))
+        # A task of several has its share of the job's cores: only one alone is told.
+        confined = alone and confined_line(os.environ, len(os.sched_getaffinity(0)))
         if confined:
             log(f"{PROG}: job {job_id}: {confined}")
         beside = choose(req, site, marked, held, log, may_sweep=alone)

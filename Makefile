@@ -97,6 +97,7 @@ bench: setup
 	$(PY) bench/bench_peaks.py
 	$(PY) bench/bench_styles.py
 	$(PY) bench/bench_task.py
+	$(PY) bench/bench_frameworks.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_gpumem.py
 	$(PY) bench/bench_sampler.py

@@ -1,4 +1,4 @@
-"""The six user-script styles of tests/corpus, measured while they train and by the
+"""The user-script styles of tests/corpus (six loops and four frameworks' styles), measured while they train and by the
 offline profiler, three rounds each, interleaved: the in-run decision beside the offline
 one, where the offline profiler's own rounds agree.
 
@@ -50,7 +50,12 @@ def styles_csv(data: Path, work: Path, only: Sequence[str] = ()) -> Path:
             "--arch resnet",
             f"s-plain,{c}/plain_loop.py,,,2,,,,,2,3G,00:20:00,250",
             f"s-dali,{c}/dali_cpu.py,,16,,300,,,,2,3G,00:20:00,\"{images} --threads 3\"",
-            f"s-ddp,{c}/ddp_gloo.py,,16,1,50,,torchrun,2,2,3G,00:20:00,\"--print-freq 200\""]
+            f"s-ddp,{c}/ddp_gloo.py,,16,1,50,,torchrun,2,2,3G,00:20:00,\"--print-freq 200\"",
+            # Each framework's loop (issue 61): steps for about two minutes, a time cap.
+            f"s-lightning,{c}/lightning_style.py,,,1,,,,,2,3G,00:20:00,\"6000 1 150\"",
+            f"s-accelerate,{c}/accelerate_style.py,,,1,,,,,2,3G,00:20:00,\"15000 1 150\"",
+            f"s-hf-trainer,{c}/hf_trainer_style.py,,,1,,,,,2,3G,00:20:00,\"6000 1 150\"",
+            f"s-hand,{c}/hand_updates.py,,,,,,,,2,3G,00:20:00,\"30000 150\""]
     rows = [r for r in rows if not only or r.split(",", 1)[0] in only]
     work.mkdir(parents=True, exist_ok=True)
     path = work / "styles.csv"

@@ -1,6 +1,6 @@
-"""The user-script styles of tests/corpus (six loops and four frameworks' styles), measured while they train and by the
-offline profiler, three rounds each, interleaved: the in-run decision beside the offline
-one, where the offline profiler's own rounds agree.
+"""The user-script styles of tests/corpus (six loops, four frameworks' styles), measured
+while they train and by the offline profiler, three rounds each, interleaved: the in-run
+decision beside the offline one, where the offline profiler's own rounds agree.
 
 Each round profiles the styles offline (--profile-only, one job after another) into a
 fresh store, then submits them in the default flow (measured in the run, on_profiled =

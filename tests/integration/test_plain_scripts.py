@@ -92,7 +92,7 @@ STYLES = {
     "opted-out": "{py} train.py --seconds 4\n",
     # Its step on one of the job's two cores, as srun without -c runs where it does not
     # take the job's cores a task: not swept, and told.
-    "narrow": "srun -c 1 {py} train.py --seconds 12\n",
+    "narrow": "srun -n 1 -c 1 {py} train.py --seconds 12\n",
 }
 EXTRA = {"array": "#SBATCH --array=0-1", "opted-out": "#SBATCH --comment=synergy:off"}
 PYTHON_STYLES = [s for s in STYLES if s not in ("no-python", "opted-out", "narrow")]

@@ -234,13 +234,10 @@ def test_a_script_with_nothing_to_measure_is_not_marked_again_and_is_listed(bad,
     assert synced.returncode == 0 and "workload(s) held" in synced.stdout, synced
     # Through the real shim: a held workload's job is left as asked, unmarked; the job of
     # one whose script failed is marked for measuring.
-    jobs = {}
-    for name in ("bad-notraining", "bad-import"):
-        ran = subprocess.run(["sbatch", "--parsable", "--hold", "-p", MULTI_PARTITION,
-                              "--comment", f"synergy:fp={specs[name].fingerprint}",
-                              "--wrap", "true"], capture_output=True, text=True)
-        assert ran.returncode == 0, ran.stderr
-        jobs[name] = ran.stdout.strip()
+    jobs = {name: slurm.run(["sbatch", "--parsable", "--hold", "-p", MULTI_PARTITION,
+                             "--output=/dev/null", "--comment",
+                             f"synergy:fp={specs[name].fingerprint}", "--wrap", "true"]).strip()
+            for name in ("bad-notraining", "bad-import")}
     try:
         assert "profile=1" not in slurm.comment(jobs["bad-notraining"])
         assert slurm.comment(jobs["bad-import"]).endswith(" profile=1")

@@ -71,6 +71,12 @@ class Unmeasured:
         return cls(**data)
 
 
+def hold_note(fingerprint: str) -> str:
+    """What a job's log says once its workload is held."""
+    return (f"its next jobs are not marked for measuring for {HOLD_S / 86400:.0f} days "
+            f"(`synergy profiles --forget {fingerprint}` measures the next one)")
+
+
 def site_store_root() -> Path | None:
     """The site's shared store, or None when each user keeps their own: SYNERGY_PROFILES
     ("" for none), else, on the local cluster, the store its `cluster up` made."""
@@ -156,25 +162,35 @@ class ProfileStore:
         self.forget(profile.fingerprint)
         return path
 
+    def hold_path(self, fingerprint: str) -> Path:
+        """The hold file of `fingerprint`; ProfileError when it is not a fingerprint."""
+        return self.path(fingerprint).with_name(f"{fingerprint}{HOLD}")
+
     def hold(self, record: Unmeasured) -> Path:
         """File the hold of a workload whose marked run measured nothing (0600)."""
         self.claim()
-        path = self.path(record.fingerprint).with_name(f"{record.fingerprint}{HOLD}")
+        path = self.hold_path(record.fingerprint)
         atomic_write_text(path, record.to_json(), PROFILE_MODE)
         return path
 
     def forget(self, fingerprint: str) -> bool:
         """Remove the workload's hold; whether there was one."""
         try:
-            os.unlink(self.path(fingerprint).with_name(f"{fingerprint}{HOLD}"))
+            os.unlink(self.hold_path(fingerprint))
         except FileNotFoundError:
             return False
         return True
 
+    def _holding(self, st: os.stat_result, now: float | None) -> bool:
+        """Whether a hold file's lstat makes it one that still holds: a regular file of
+        the store's owner, changed less than HOLD_S ago (a time nobody sets back)."""
+        return stat.S_ISREG(st.st_mode) and st.st_uid == self.owner and \
+            (time.time() if now is None else now) - st.st_ctime < HOLD_S
+
     def held(self, most: int | None = None, now: float | None = None) -> list[str]:
-        """The fingerprints of the holds filed here that still hold (changed less than
-        HOLD_S ago: a time nobody sets back), regular files of the store's owner, from their names and
-        times alone (the sync reads no hold's text); up to `most` names looked at."""
+        """The fingerprints of the holds filed here that still hold (`_holding`), from
+        their names and times alone (the sync reads no hold's text); up to `most` names
+        looked at."""
         now = time.time() if now is None else now
         out: list[str] = []
         try:
@@ -185,9 +201,7 @@ class ProfileStore:
                     fp = entry.name[:-len(HOLD)]
                     if not entry.name.endswith(HOLD) or not FINGERPRINT_RE.fullmatch(fp):
                         continue
-                    st = entry.stat(follow_symlinks=False)
-                    if stat.S_ISREG(st.st_mode) and st.st_uid == self.owner and \
-                            now - st.st_ctime < HOLD_S:
+                    if self._holding(entry.stat(follow_symlinks=False), now):
                         out.append(fp)
         except (FileNotFoundError, NotADirectoryError):
             return []
@@ -196,18 +210,16 @@ class ProfileStore:
     def is_held(self, fingerprint: str, now: float | None = None) -> bool:
         """Whether a hold of `fingerprint` still holds (as `held` tells one)."""
         try:
-            st = self.path(fingerprint).with_name(f"{fingerprint}{HOLD}").lstat()
+            return self._holding(self.hold_path(fingerprint).lstat(), now)
         except FileNotFoundError:
             return False
-        return stat.S_ISREG(st.st_mode) and st.st_uid == self.owner and \
-            (time.time() if now is None else now) - st.st_ctime < HOLD_S
 
     def holds(self) -> list[tuple[str, Unmeasured | None]]:
         """Each hold that still holds with its record, None where the file is not one."""
         out: list[tuple[str, Unmeasured | None]] = []
         for fp in self.held():
             try:
-                text = read_untrusted(self.root / f"{fp}{HOLD}", MAX_HOLD_BYTES, self.owner)
+                text = read_untrusted(self.hold_path(fp), MAX_HOLD_BYTES, self.owner)
                 record: Unmeasured | None = Unmeasured.from_json(text)
             except (OSError, UntrustedFile, ValueError):
                 record = None

@@ -85,7 +85,7 @@ def job_cores_here(env: Mapping[str, str]) -> int | None:
 
 
 def confined_line(env: Mapping[str, str], cpus: int) -> str:
-    """What to say where this process has `cpus` of more cores the job holds here (srun
+    """What to say where this process has `cpus`, fewer than the job holds here (srun
     without -c in a job of several cores a task); "" where it has them all."""
     held = job_cores_here(env)
     if held is None or cpus >= held:

@@ -234,7 +234,7 @@ def judge(config: ProbeConfig, argv: list[str], rc: int, records: list[ProcessRe
     """The run's result from its exit status and records: ok, or the one-line reason nothing
     was measured."""
     script = script_name(argv)
-    no_step = False         # it ran, but with no step the probe can see: it will not
+    no_step = False         # it ran without a step the probe sees: a rerun measures none
     measurement = measure(records, tree.memory())
     unprobed = tree.unprobed({r.pid for r in records})
     took = max((r.batches for r in records), default=0)

@@ -54,7 +54,7 @@ from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.affinity import job_pids
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
 from slurm_synergy.probe.supervise import PEAK_S, During, Started, run, watch_exit
-from slurm_synergy.profiles import HOLD_S, ProfileStore, Unmeasured
+from slurm_synergy.profiles import ProfileStore, Unmeasured, hold_note
 from slurm_synergy.measure.inrun.follow import PROG, Follow, tree_memory
 from slurm_synergy.measure.search import below_plateau, halving
 from slurm_synergy.measure.lock import profiling_lock
@@ -227,9 +227,7 @@ class Sweep:
         except (OSError, ProfileError) as e:
             self.log(f"{PROG}: {why} (no hold filed: {e})")
             return
-        self.log(f"{PROG}: {why}; its next jobs are not marked for measuring for "
-                 f"{HOLD_S / 86400:.0f} days (`synergy profiles --forget {fp}` measures the "
-                 "next one)")
+        self.log(f"{PROG}: {why}; {hold_note(fp)}")
 
     def _windows(self, windows: RunWindows) -> list[Window]:
         """The schedule: a warm-up window left out, then full, k, full, k', full, ...;

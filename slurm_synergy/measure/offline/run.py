@@ -31,7 +31,7 @@ from slurm_synergy.measure.offline.session import (FIRST_ITERATIONS, LEAST_MEASU
 from slurm_synergy.measure.offline.steps import Runner, Step
 from slurm_synergy.measure.lock import profiling_lock, sync_decisions
 from slurm_synergy.measure.offline.sweep import core_sweep, gpu_readings, power_sweep, repeat_sweep
-from slurm_synergy.profiles import HOLD_S, Unmeasured
+from slurm_synergy.profiles import Unmeasured, hold_note
 from slurm_synergy.slurm import Slurm
 
 
@@ -79,8 +79,7 @@ def _hold(plan: Plan, why: str, log: Callable[[str], None]) -> None:
     except (OSError, ProfileError) as e:
         log(f"{PROG}: {fp}: no hold filed ({e})")
         return
-    log(f"{PROG}: {fp}: its next jobs are not marked for measuring for "
-        f"{HOLD_S / 86400:.0f} days (`synergy profiles --forget {fp}` measures the next one)")
+    log(f"{PROG}: {fp}: {hold_note(fp)}")
 
 
 def _profile(req: ProfileRequest, plan: Plan, log: Callable[[str], None]) -> Profile:

@@ -78,20 +78,28 @@ def unmatched(job_ids: Sequence[str], found: Iterable[str]) -> list[str]:
             if not any(f == j or f.startswith((f"{j}_", f"{j}+")) for f in found)]
 
 
-def _known(slurm: Slurm, job_ids: Sequence[str], recs: Sequence[JobRecord]) -> None:
-    """Waiting on a job neither accounting nor slurmctld knows would last the whole
-    timeout: it is named at once. (A job just submitted may not be in accounting yet;
-    slurmctld has it.)"""
-    unseen = unmatched(job_ids, (r.job_id for r in recs))
-    if not unseen:
-        return
+def unseen(slurm: Slurm, job_ids: Sequence[str],
+           recs: Sequence[JobRecord]) -> tuple[list[str], list[str]]:
+    """The ids of `job_ids` accounting has no record of, split in two: those slurmctld
+    holds (a job just submitted or ended reaches slurmdbd a moment later) and those
+    neither has. Raises SlurmUnreachable where slurmctld does not answer."""
+    missing = unmatched(job_ids, (r.job_id for r in recs))
+    if not missing:
+        return [], []
     try:
-        queued = slurm.active_states(unseen)
+        queued = slurm.active_states(missing)
     except SlurmUnreachable:
         raise
     except SlurmError:               # squeue refuses a list that holds no known job
         queued = {}
-    unknown = unmatched(unseen, queued)
+    unknown = unmatched(missing, queued)
+    return [j for j in missing if j not in unknown], unknown
+
+
+def _known(slurm: Slurm, job_ids: Sequence[str], recs: Sequence[JobRecord]) -> None:
+    """Waiting on a job neither accounting nor slurmctld knows would last the whole
+    timeout: it is named at once."""
+    unknown = unseen(slurm, job_ids, recs)[1]
     if unknown:
         raise SynergyError(f"unknown job(s) {', '.join(unknown)}: neither slurmctld nor "
                            "accounting has them")

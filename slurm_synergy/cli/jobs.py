@@ -18,15 +18,24 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """The jobs' sacct table; with --wait, once all have ended. Exits 1 where a job is
     not in accounting, or (--wait) did not complete."""
-    from slurm_synergy.jobs import job_table, records, unmatched, wait
+    from slurm_synergy.jobs import job_table, records, unmatched, unseen, wait
+    from slurm_synergy.model.errors import SlurmError
     from slurm_synergy.slurm import Slurm
 
     slurm = Slurm()
     recs = wait(slurm, args.job_ids, args.timeout) if args.wait else records(slurm, args.job_ids)
-    missing = unmatched(args.job_ids, (r.job_id for r in recs))
+    try:
+        later, unknown = unseen(slurm, args.job_ids, recs)
+    except SlurmError as e:          # slurmctld silent: accounting's answer is all there is
+        later, unknown = [], unmatched(args.job_ids, (r.job_id for r in recs))
+        print(f"synergy: slurmctld did not answer ({e})", file=sys.stderr)
     if recs:
         print(job_table(recs))
-    if missing:
-        print(f"synergy: not in accounting: job(s) {', '.join(missing)}", file=sys.stderr)
+    if later:
+        print(f"synergy: not in accounting yet: job(s) {', '.join(later)} (slurmctld has "
+              "them; slurmdbd records a job moments after slurmctld)", file=sys.stderr)
+    if unknown:
+        print(f"synergy: not in accounting: job(s) {', '.join(unknown)}, nor known to "
+              "slurmctld", file=sys.stderr)
     done = not args.wait or all(r.state == "COMPLETED" for r in recs)
-    return 0 if done and not missing else 1
+    return 0 if done and not later and not unknown else 1

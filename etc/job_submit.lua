@@ -392,7 +392,10 @@ local function leave_alone(job_desc, head, entry, part_list)
 	for _, field in ipairs({ "cpus_per_tres", "mem_per_tres", "tres_per_job",
 			"tres_per_socket", "tres_per_task" }) do
 		local value = job_desc[field]
-		if value ~= nil and value ~= "" then
+		-- From 23.11 --cpus-per-task also sets tres_per_task to cpu=N: that one is
+		-- sized with the cores (apply).
+		if value ~= nil and value ~= "" and not (field == "tres_per_task"
+				and value:match("^cpu=%d+$")) then
 			return field .. " is set: left as asked"
 		end
 	end
@@ -474,6 +477,12 @@ local function key_hash(text)
 	return table.concat(out)
 end
 
+-- A GPU request in 22.05's spelling (gres:gpu:1) whichever release spelled it (from
+-- 23.02, gres/gpu:1): a workload keeps its key across an upgrade.
+local function gres_colon(tres)
+	return (tres:gsub("gres/", "gres:"))
+end
+
 -- A plain batch job's workload key and its normalised text, or nil and why it has none.
 -- Sizes are checked before anything is copied, normalised or hashed: the script, the
 -- folder and the argument count, then the arguments (Slurm caps none of them: a client
@@ -483,7 +492,7 @@ local function plain_key(job_desc, submit_uid, script)
 		return nil, string.format("script over %d bytes: not keyed", 4 * KEY_BUDGET)
 	end
 	local fields = { KEY_VERSION, string.format("%.0f", submit_uid), job_desc.work_dir or "",
-		job_desc.partition or "", job_desc.tres_per_node or "",
+		job_desc.partition or "", gres_colon(job_desc.tres_per_node or ""),
 		is_set(job_desc.num_tasks) and whole_text(job_desc.num_tasks) or "" }
 	local size = #fields          -- the separators, one a field
 	for _, f in ipairs(fields) do
@@ -654,10 +663,12 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 	local tpn = job_desc.tres_per_node
 	local gpus = entry.gpus
 	local count, gtype
+	-- gres:gpu:N until 22.05, gres/gpu:N from 23.02: written back as it came.
+	local form = tpn ~= nil and tpn:match("^gres[:/]") or "gres:"
 	if tpn ~= nil then
-		count = tpn:match("^gres:gpu:(%d+)$")
+		count = tpn:match("^gres[:/]gpu:(%d+)$")
 		if count == nil then
-			gtype, count = tpn:match("^gres:gpu:([%w_%.%-]+):(%d+)$")
+			gtype, count = tpn:match("^gres[:/]gpu:([%w_%.%-]+):(%d+)$")
 		end
 	end
 	local asked_type = gtype
@@ -666,7 +677,7 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 	else
 		-- The decision's GPU type where it names one, else the type the job asked for.
 		gtype = entry.gpu_type or gtype
-		p.tres_per_node = "gres:gpu:" .. (gtype and (gtype .. ":") or "") .. entry.gpus
+		p.tres_per_node = form .. "gpu:" .. (gtype and (gtype .. ":") or "") .. entry.gpus
 	end
 	local function typed(n, t)
 		return tostring(n) .. (t and (":" .. t) or "")
@@ -708,6 +719,12 @@ local function apply(job_desc, p)
 			-- slurmctld does not derive these again from cpus_per_task.
 			job_desc.min_cpus = p.cpus
 			job_desc.pn_min_cpus = p.cpus
+			-- From 23.11 the cores are also in tres_per_task (leave_alone let only a
+			-- lone cpu=N through): stale, the job's steps would ask the old count.
+			local tpt = job_desc.tres_per_task
+			if tpt ~= nil and tpt:match("^cpu=%d+$") then
+				job_desc.tres_per_task = "cpu=" .. whole_text(p.cpus)
+			end
 		end
 		if p.mem_mb then
 			job_desc.pn_min_memory = p.mem_mb
@@ -754,7 +771,7 @@ end
 
 -- Restored as they were when a rewrite fails midway ("" puts back a field that was unset).
 local SAVED = { "cpus_per_task", "min_cpus", "pn_min_cpus", "pn_min_memory",
-	"tres_per_node", "comment", "admin_comment" }
+	"tres_per_node", "tres_per_task", "comment", "admin_comment" }
 
 -- The plan for a plain batch job, keyed; nil and why where it is left alone.
 local function plain_plan(job_desc, tbl, part_list, submit_uid, script)

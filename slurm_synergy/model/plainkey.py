@@ -65,7 +65,10 @@ def plain_key(job: PlainJob) -> str | None:
     raw = job.script.encode("utf-8", "surrogateescape")
     if len(raw) > 4 * KEY_BUDGET:
         return None
-    fields = (KEY_VERSION, str(job.uid), job.work_dir, job.partition, job.gres, job.tasks,
+    # 22.05's gres:gpu:1 whichever release spelled it (gres/gpu:1 from 23.02): a workload
+    # keeps its key across an upgrade.
+    gres = job.gres.replace("gres/", "gres:")
+    fields = (KEY_VERSION, str(job.uid), job.work_dir, job.partition, gres, job.tasks,
               *job.args)
     data = b"\0".join([*(f.encode("utf-8", "surrogateescape") for f in fields), normalised(raw)])
     return _hash(data) if len(data) <= KEY_BUDGET else None

@@ -32,28 +32,45 @@ def the_decision(d: dict):
                             d["workers"], d.get("power_limit_w", 0)), procs=d.get("procs", 1))
 
 
-def the_job(asked: dict, comment: str) -> dict[str, str]:
-    """A job asking `asked`, as slurmctld hands job_submit its fields."""
+# How each release's slurmctld hands job_submit a job's GPUs and cores: until 22.05 the
+# GPUs as gres:gpu:N; from 23.02 as gres/gpu:N, and from 23.11 --cpus-per-task also in
+# tres_per_task (cpu=N).
+FORMS = {"22.05": ("gres:", False), "24.11": ("gres/", True)}
+
+
+def the_job(asked: dict, comment: str, release: str = "22.05") -> dict[str, str]:
+    """A job asking `asked`, as `release`'s slurmctld hands job_submit its fields."""
     cpus, gpus, gtype = asked.get("cpus"), asked["gpus"], asked.get("gpu_type", "")
+    gres, per_task = FORMS[release]
     return {"name": "j", "comment": comment, "pn_min_memory": str(asked["mem_mb"]),
             **({"cpus_per_task": str(cpus), "min_cpus": str(cpus), "pn_min_cpus": str(cpus)}
                if cpus else {}),
-            **({"tres_per_node": f"gres:gpu:{gtype + ':' if gtype else ''}{gpus}"}
+            **({"tres_per_task": f"cpu={cpus}"} if cpus and per_task else {}),
+            **({"tres_per_node": f"{gres}gpu:{gtype + ':' if gtype else ''}{gpus}"}
                if gpus else {})}
 
 
 def through_both(tmp_path, case: dict, tbl: str, sized) -> None:
+    for release in FORMS:
+        one_release(tmp_path / release, case, tbl, sized, release)
+
+
+def one_release(tmp_path, case: dict, tbl: str, sized, release: str) -> None:
     asked = case["asked"]
     pins = asked.get("pinned", [])
     comment = " ".join(filter(None, (f"synergy:fp={FP}", f"req={','.join(pins)}" if pins
                                      else "", case.get("comment", ""))))
-    job = the_job(asked, comment)
+    job = the_job(asked, comment, release)
+    tmp_path.mkdir()
     (out,), logs = run(tmp_path, [job], tbl)
     assert (int(out["cpus_per_task"]), int(out["pn_min_memory"])) == (sized.cpus,
                                                                        sized.mem_mb), logs
     assert int(out["min_cpus"]) == int(out["pn_min_cpus"]) == sized.cpus
-    assert out.get("tres_per_node") == (f"gres:{sized.gres}" if sized.gpus
-                                        else job.get("tres_per_node"))
+    gres, per_task = FORMS[release]
+    assert out.get("tres_per_node") == (f"{gres}{sized.gres}" if sized.gpus
+                                        else job.get("tres_per_node")), (release, logs)
+    assert out.get("tres_per_task") == (f"cpu={sized.cpus}" if "tres_per_task" in job
+                                        else None), (release, logs)
     # The workers travel in the comment alone: the node prolog hands them to the tasks.
     assert "env.SYNERGY_WORKERS" not in out
     assert taskenv.lines(out["comment"]) == f"SYNERGY_WORKERS={sized.workers}\n"

@@ -34,6 +34,16 @@ def test_what_a_decision_changes_and_comments_are_not_in_the_key():
     assert plain_key(PlainJob(UID + 1, SCRIPT)) != plain_key(PlainJob(UID, SCRIPT))
 
 
+def test_a_gpu_request_keys_alike_in_every_releases_spelling(tmp_path):
+    # 22.05 hands job_submit gres:gpu:1, 23.02 and later gres/gpu:1: one workload, one key,
+    # in the Lua as in the Python.
+    old, new = (python_key(SCRIPT, tres_per_node=t) for t in ("gres:gpu:1", "gres/gpu:1"))
+    assert old == new
+    job, _ = submit(tmp_path, SCRIPT, table(decision("fedcba9876543210")),
+                    tres_per_node="gres/gpu:1")
+    assert key_of(job) == new
+
+
 def test_a_new_plain_job_is_keyed_and_marked_for_measuring(tmp_path):
     job, logs = submit(tmp_path, SCRIPT, table(decision("fedcba9876543210")),
                        comment="lr sweep")

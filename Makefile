@@ -8,8 +8,9 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # The local cluster: Slurm's daemons and client, MariaDB for accounting, munge for auth;
 # lua5.1 runs the job_submit shim's unit tests outside slurmctld; chromium renders the
 # report page in its test; libslurm-dev and gcc build the small libslurm client that
-# submits what sbatch would not (tests/clients/).
-APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
+# submits what sbatch would not (tests/clients/); debootstrap builds the root of another
+# Debian release whose Slurm the local cluster can run (SLURM_VERSION=24.11, 26.05).
+APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server debootstrap \
                 slurm-wlm-mysql-plugin procps util-linux lua5.1 lua-posix chromium \
                 libslurm-dev gcc libc6-dev \
                 python3-venv
@@ -18,6 +19,9 @@ APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client mariadb-server \
 # (a python3 under root's home, as pyenv's, is root's alone).
 BASE_PYTHON := /usr/bin/python3
 CSV ?= jobs_csv/example.csv
+# The Slurm release the local cluster runs: unset, the host's (22.05); 24.11 or 26.05 run
+# that Debian release's daemons from a root built once (docs/install.md).
+export SLURM_VERSION
 ARGS ?=
 
 .PHONY: setup apt-packages venv-base cluster cluster-stop cluster-status demo submit report test lint bench

@@ -67,7 +67,9 @@ def plain_sbatch_twice(slurm: Slurm, user: str, out: Path) -> bool:
     script = folder / "train.sh"
     script.write_text(SCRIPT.format(python=sys.executable))
     os.chown(script, account.pw_uid, account.pw_gid)
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    commands = paths.local_slurm_commands()
+    env = {"PATH": ":".join([*([str(commands)] if commands else []),
+                             str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
            "SLURM_CONF": str(paths.local_slurm_conf()), "HOME": str(folder),
            "SYNERGY_HOME": str(folder / ".slurm-synergy"), "SYNERGY_PROFILES": str(store)}
 

@@ -119,6 +119,10 @@ OWN: tuple[Variable, ...] = (
 # Set by Slurm or a launcher, read by the product (where: grep the name).
 OUTSIDE: dict[str, str] = {
     "SLURM_CONF": "the slurm.conf every Slurm command and the shim's table path follow",
+    "SLURM_VERSION": "the Slurm release the local cluster runs (the user: make demo "
+                     "SLURM_VERSION=24.11); unset, the host's",
+    "PATH": "where Slurm's commands are found: the local cluster on another release puts "
+            "its own first",
     "SLURM_JOB_ID": "the job a process or a hook belongs to",
     "SLURM_JOB_UID": "the job's owner, in the prolog and epilog",
     "SLURM_JOB_GID": "the job's group, in the prolog and epilog",

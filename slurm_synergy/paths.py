@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+from slurm_synergy import slurm_release
+
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
 # A checkout (and an editable install of one) keeps templates/, etc/, data/ and jobs_csv/
@@ -35,7 +37,14 @@ def workspace() -> Path:
 
 def state_dir() -> Path:
     """The local cluster's state folder (rendered config, spool, logs, database)."""
-    return Path(os.environ.get("SYNERGY_STATE", workspace() / "state")).resolve()
+    default = workspace() / slurm_release.chosen().state_name
+    return Path(os.environ.get("SYNERGY_STATE", default)).resolve()
+
+
+def local_slurm_commands() -> Path | None:
+    """The local cluster's Slurm commands where it runs another release than the host's
+    (cluster/rootfs.py writes them; they go first on PATH); None for the host's own."""
+    return None if slurm_release.chosen().hosted else state_dir() / "bin"
 
 
 def home_dir() -> Path:

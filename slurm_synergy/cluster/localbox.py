@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from slurm_synergy import paths
+from slurm_synergy import paths, slurm_release
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.fileio import atomic_write_text, locked
 from slurm_synergy.hooks.install import HOOK_FILES, HookPaths, needed_timeout_s, render_wrappers
@@ -40,7 +39,7 @@ from slurm_synergy.decisions.sync import TIMER_EVERY_S, TIMER_NAME, sync
 from slurm_synergy.decisions.table import TABLE_NAME
 from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.cluster import kept, mariadb, node as nodemod
+from slurm_synergy.cluster import kept, mariadb, node as nodemod, preflight, rootfs
 from slurm_synergy.cluster.commands import checked, tail
 
 TIMER = "sync-timer"
@@ -69,6 +68,16 @@ class LocalCluster:
     def __init__(self, state: Path | None = None, job_submit: bool = True,
                  sync_every_s: float = TIMER_EVERY_S):
         self.state = state or paths.state_dir()
+        self.release = slurm_release.chosen()
+        # Another release's daemons run from a root of its Debian release (rootfs.py), and
+        # its commands from the state folder's bin/: first on PATH for this process and
+        # everything it starts, as SLURM_CONF is.
+        self.root = None if self.release.hosted else rootfs.root_of(self.release)
+        if self.root is not None:
+            self.clients = self.state / "bin"      # paths.local_slurm_commands()
+            path = os.environ.get("PATH", "").split(os.pathsep)
+            if str(self.clients) not in path:
+                os.environ["PATH"] = os.pathsep.join([str(self.clients), *path])
         self.job_submit = job_submit     # off only to measure the shim's cost (make bench)
         # 0: no timer (the integration tests compile tables from stores of their own)
         self.sync_every_s = sync_every_s
@@ -110,7 +119,7 @@ class LocalCluster:
         mode = nodemod.cgroup_mode()
         for sub in ("etc", "run", "log", "spool/ctld", "spool/d", "dev"):
             (self.state / sub).mkdir(parents=True, exist_ok=True)
-        _shared_store(paths.local_profile_store(self.state))
+        preflight.shared_store(paths.local_profile_store(self.state))
         for node in layout.nodes:
             (self.state / "spool" / "d" / node.name).mkdir(exist_ok=True)
             if not node.gpus_real:
@@ -122,7 +131,8 @@ class LocalCluster:
             "cluster_name": self.cluster_name(), "partition": PARTITION,
             "multi_partition": MULTI_PARTITION, "ports": PORTS,
             "state": str(self.state), "layout": layout, "cgroup_mode": mode,
-            "job_submit": self.job_submit,
+            "job_submit": self.job_submit, "slurm_version": self.release.version,
+            "plugin_dir": str(rootfs.plugin_dir(self.root)) if self.root else "",
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
             **{hook: str(self.etc / name) for hook, name in HOOK_FILES.items()},
             "hook_timeout_s": needed_timeout_s(load_policy(policy_path()).hook_timeout_s),
@@ -158,8 +168,12 @@ class LocalCluster:
     # --- lifecycle ---------------------------------------------------------------
     def up(self, log: Callable[[str], None] = print) -> None:
         """Start whatever is not already healthy, in order; idempotent."""
-        _require_binaries()
+        preflight.require_programs(self.release)
+        preflight.no_other_release_up(self.release)
         with locked(self.state / ".lock", wait_s=900):  # another up or down: minutes
+            if self.root is not None:
+                rootfs.ensure(self.release, log)
+                rootfs.write_clients(self.root, self.clients, self.release)
             layout, mode, changed = self.render()
             nodemod.add_hosts([n.name for n in layout.nodes])
             # The slurmds of the configuration before this one: a changed layout stops them.
@@ -190,12 +204,17 @@ class LocalCluster:
                 self._ensure(TIMER, self.timer_running, self._start_timer, log)
             elif self._stop(TIMER):
                 log("stopped the sync timer")
-            log(f"cluster up, cgroup enforcement: {describe_mode(mode)}")
+            where = ("this host's packages" if self.root is None
+                     else f"Debian {self.release.suite}'s packages in {self.root}")
+            log(f"cluster up: Slurm {self.release.version} ({where}), cgroup enforcement: "
+                f"{describe_mode(mode)}")
             for node in layout.nodes:
                 parts = [f"{PARTITION} (default)"] if node == layout.default else []
                 parts += [MULTI_PARTITION] if len(layout.nodes) > 1 else []
                 log(f"  {node.describe()}; partition {', '.join(parts)}")
             log(f"SLURM_CONF={self.conf}")
+            if self.root is not None:
+                log(f"PATH={self.clients}:$PATH   (Slurm {self.release.version}'s commands)")
 
     def down(self, log: Callable[[str], None] = print) -> None:
         """Cancel every job, then stop the timer and every daemon, last started first."""
@@ -316,7 +335,19 @@ class LocalCluster:
 
     def _start_slurmdbd(self) -> None:
         env = dict(os.environ, SLURM_CONF=str(self.conf))
-        checked(["slurmdbd"], "slurmdbd", env=env)
+        checked(self._daemon(["slurmdbd"]), "slurmdbd", env=env)
+
+    def _daemon(self, argv: list[str], hostname: str = "") -> list[str]:
+        """How one of Slurm's daemons is started on this cluster's release: the host's
+        program, or the root's inside it (under `hostname`, given one)."""
+        if self.root is not None:
+            also = [paths.ROOT, paths.workspace(), self.state, Path(sys.prefix),
+                    policy_path().parent, paths.home_dir()]
+            return rootfs.daemon_argv(self.root, argv, also, hostname)
+        if hostname:
+            script = 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"'
+            return ["unshare", "--uts", "--", "sh", "-c", script, "sh", hostname, *argv]
+        return argv
 
     def _start_timer(self) -> None:
         """root's sync every sync_every_s, in the background, logging to log/sync.log;
@@ -331,16 +362,14 @@ class LocalCluster:
         atomic_write_text(daemon.pidfile, f"{proc.pid}\n")
 
     def _start_slurmctld(self) -> None:
-        checked(["slurmctld", "-f", str(self.conf)], "slurmctld",
-                 env=dict(os.environ, SLURM_CONF=str(self.conf)))
+        checked(self._daemon(["slurmctld", "-f", str(self.conf)]), "slurmctld",
+                env=dict(os.environ, SLURM_CONF=str(self.conf)))
 
     def _start_slurmd(self, node: str) -> None:
         """slurmd under a hostname of its own (a UTS namespace): that is how it finds its
         NodeName, and what its jobs see as their host."""
-        script = 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"'
-        checked(["unshare", "--uts", "--", "sh", "-c", script, "sh", node,
-                  "slurmd", "-f", str(self.conf)], f"slurmd of {node}",
-                 env=dict(os.environ, SLURM_CONF=str(self.conf)))
+        checked(self._daemon(["slurmd", "-f", str(self.conf)], hostname=node),
+                f"slurmd of {node}", env=dict(os.environ, SLURM_CONF=str(self.conf)))
 
     def _register_cluster(self) -> None:
         name = self.cluster_name()
@@ -392,30 +421,10 @@ class LocalCluster:
         return True
 
 
-def _shared_store(folder: Path) -> None:
-    """`folder` as a site's shared profile store: root's, mode 1777 (docs/install.md);
-    SynergyError where something else has its name."""
-    folder.mkdir(exist_ok=True)
-    st = folder.lstat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
-        raise SynergyError(f"{folder} is not a folder of root's: the local cluster's profile "
-                           "store must be (move it aside and run `synergy cluster up` again)")
-    if stat.S_IMODE(st.st_mode) != 0o1777:
-        folder.chmod(0o1777)
-
-
 def describe_mode(mode: str) -> str:
     """The cluster's cgroup mode in words, for `cluster status`."""
     return {"v1": "cgroup v1 (cores and memory confined)",
             "none": "none (no writable cgroup v1 hierarchy; jobs are not confined)"}.get(mode, mode)
-
-
-def _require_binaries() -> None:
-    missing = [b for b in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch",
-                                "unshare")
-               if shutil.which(b) is None]
-    if missing:
-        raise SynergyError(f"missing programs: {', '.join(missing)}; run `make setup` first")
 
 
 def _drained(state: str) -> bool:

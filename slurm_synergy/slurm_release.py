@@ -1,0 +1,49 @@
+"""The Slurm release the local cluster runs: the host's own packages (Debian 12's 22.05)
+or a later Debian release's, run from a root of that release (cluster/rootfs.py).
+
+`SLURM_VERSION` chooses (`make demo SLURM_VERSION=24.11`); unset, the host's. Each
+release keeps a state folder of its own: a controller's saved state and an accounting
+database are not carried across four releases (Slurm upgrades two at a time)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from slurm_synergy.model.errors import SynergyError
+
+VARIABLE = "SLURM_VERSION"
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str        # Slurm's major release, as "24.11"
+    suite: str          # the Debian suite whose packages hold it; "" = the host's own
+
+    @property
+    def hosted(self) -> bool:
+        """Whether the host's own packages run it (no root to build)."""
+        return not self.suite
+
+    @property
+    def state_name(self) -> str:
+        """The name of its state folder in the workspace."""
+        return "state" if self.hosted else f"state-{self.version}"
+
+
+HOST = Release("22.05", "")
+RELEASES = (HOST, Release("24.11", "trixie"), Release("26.05", "sid"))
+
+
+def chosen(value: str | None = None) -> Release:
+    """The release `value` (default: $SLURM_VERSION) names; the host's where it is unset.
+    SynergyError naming the releases the local cluster runs, for any other."""
+    value = (os.environ.get(VARIABLE, "") if value is None else value).strip()
+    if not value:
+        return HOST
+    for release in RELEASES:
+        if value in (release.version, release.suite):
+            return release
+    known = ", ".join(f"{r.version} ({'this host' if r.hosted else 'Debian ' + r.suite})"
+                      for r in RELEASES)
+    raise SynergyError(f"{VARIABLE}={value}: the local cluster runs Slurm {known}")

@@ -1,0 +1,70 @@
+"""Which Slurm the local cluster runs, and how a Debian root's Slurm is run: the release
+chosen by SLURM_VERSION, the commands' scripts, a daemon's namespace."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_synergy.cluster import rootfs
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.slurm_release import HOST, RELEASES, chosen
+
+
+def test_unset_is_the_hosts_release_and_a_version_or_suite_names_another():
+    assert chosen("") is HOST and HOST.hosted and HOST.state_name == "state"
+    assert chosen("24.11") == chosen("trixie") and chosen("24.11").suite == "trixie"
+    assert chosen("26.05").state_name == "state-26.05"
+
+
+def test_an_unknown_release_is_named_with_the_ones_there_are():
+    with pytest.raises(SynergyError) as e:
+        chosen("23.02")
+    assert "SLURM_VERSION=23.02" in str(e.value)
+    assert all(r.version in str(e.value) for r in RELEASES)
+
+
+def test_a_command_runs_the_roots_program_with_the_roots_loader_and_libraries(tmp_path):
+    root = tmp_path / "root"
+    (root / "usr/bin").mkdir(parents=True)
+    for name in ("sbatch", "sacct"):
+        (root / "usr/bin" / name).write_text("")
+    written = rootfs.write_clients(root, tmp_path / "bin", chosen("24.11"))
+    assert written == ["sbatch", "sacct"]
+    text = (tmp_path / "bin/sbatch").read_text()
+    assert f"exec {root}/usr/lib64/ld-linux-x86-64.so.2 --argv0 sbatch" in text
+    assert f"--library-path {root}/usr/lib/x86_64-linux-gnu/slurm-wlm:" in text
+    assert text.rstrip().endswith(f'{root}/usr/bin/sbatch "$@"')
+    assert (tmp_path / "bin/sbatch").stat().st_mode & 0o111
+
+
+def test_a_daemon_binds_each_folder_once_and_runs_in_the_root(tmp_path, monkeypatch):
+    monkeypatch.setattr(rootfs, "SHARED", (Path("/etc/passwd"),))   # tmp_path is in /tmp
+    root, inner = tmp_path / "root", tmp_path / "work"
+    (inner / "state").mkdir(parents=True)
+    argv = rootfs.daemon_argv(root, ["slurmd", "-f", "x.conf"], [inner, inner / "state"],
+                              hostname="node2")
+    assert argv[:3] == ["unshare", "--mount", "--uts"]
+    script = argv[argv.index("-c") + 1]
+    assert argv[-3:] == ["slurmd", "-f", "x.conf"]
+    assert "echo node2 > /proc/sys/kernel/hostname" in script
+    assert f"mount --bind {inner} {root}{inner}" in script
+    assert f"mount --bind /etc/passwd {root}/etc/passwd" in script
+    assert f"mount --rbind /proc {root}/proc" in script
+    assert f"{inner}/state" not in script            # inside a folder already bound
+    assert script.rstrip().endswith(f'exec chroot {root} "$@"')
+
+
+def test_the_daemon_script_is_valid_shell(tmp_path):
+    argv = rootfs.daemon_argv(tmp_path / "r oot", ["slurmctld"], [tmp_path / "a'b"])
+    script = argv[argv.index("-c") + 1]
+    assert subprocess.run(["sh", "-n", "-c", script]).returncode == 0
+
+
+def test_a_root_is_built_again_when_its_recipe_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(rootfs, "ROOTS", tmp_path)
+    release = chosen("26.05")
+    assert rootfs._built_from(rootfs.root_of(release)) is None
+    recipe = rootfs.recipe(release)
+    assert recipe["suite"] == "sid" and "slurmctld" in recipe["packages"]
+    assert rootfs.recipe(chosen("24.11")) != recipe

@@ -36,7 +36,7 @@ MIRROR = "http://deb.debian.org/debian"
 # lua-posix: the shim opens the decision table with it (without, jobs pass unchanged).
 PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "slurm-wlm-basic-plugins",
             "slurm-wlm-mysql-plugin", "lua-posix", "procps", "libstdc++6")
-FORMAT = 1                  # this module's preparation of a root; a change rebuilds it
+FORMAT = 2                  # this module's preparation of a root; a change rebuilds it
 MARK = ".slurm-synergy-root.json"
 LIB = "usr/lib/x86_64-linux-gnu"
 PLUGINS = f"{LIB}/slurm-wlm"
@@ -49,10 +49,13 @@ CLIENTS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scontrol", "sinfo", "
            "scancel", "sstat", "sprio", "sshare", "sreport", "sdiag", "sattach")
 # Bound whole, recursively: what the kernel and the devices show.
 SYSTEM = (Path("/proc"), Path("/sys"), Path("/dev"))
-# The host's, at the same paths: who the users are, the node names, munge's socket, the
-# folders jobs run in.
-SHARED = (Path("/etc/passwd"), Path("/etc/group"), Path("/etc/hosts"), Path("/run/munge"),
-          Path("/tmp"), Path("/var/tmp"), Path("/home"), PYTHON, PYTHON_LIB)
+# The host's, at the same paths: munge's socket, the folders jobs run in, the Python.
+SHARED = (Path("/run/munge"), Path("/tmp"), Path("/var/tmp"), Path("/home"), PYTHON, PYTHON_LIB)
+# The host's /etc is bound whole at /HOST_ETC, and these files of the root's /etc lead
+# there: who the users are, the node names. (A file bound alone keeps the file a later
+# useradd replaces, and slurmctld would not know a user made after it started.)
+HOST_ETC = ".host-etc"
+FROM_HOST_ETC = ("passwd", "group", "hosts")
 
 
 def root_of(release: Release) -> Path:
@@ -113,12 +116,16 @@ def _slurm_version(root: Path) -> str:
 
 
 def _prepare(work: Path, root: Path) -> None:
-    """The root made ready for the cluster: its own path leads to `/` inside it, the host's
-    Python finds every library it links (the host's copy of any the root lacks), and
+    """The root made ready for the cluster: its own path leads to `/` inside it, its users
+    and hosts are the host's (HOST_ETC), the host's Python finds every library it links (the host's copy of any the root lacks), and
     `python3` is that Python (the venv links to /usr/bin/python3)."""
     inside = work / str(root).lstrip("/")
     inside.parent.mkdir(parents=True, exist_ok=True)
     inside.symlink_to("/")
+    (work / HOST_ETC).mkdir()
+    for name in FROM_HOST_ETC:
+        (work / "etc" / name).unlink(missing_ok=True)
+        (work / "etc" / name).symlink_to(f"/{HOST_ETC}/{name}")
     missing = _missing_libraries(work)
     if missing:
         folder = work / HOST_LIBS
@@ -184,6 +191,7 @@ def daemon_argv(root: Path, argv: Sequence[str], also: Iterable[Path] = (),
         lines.append(f"echo {shlex.quote(hostname)} > /proc/sys/kernel/hostname")
     for path in SYSTEM:
         lines.append(f"mount --rbind {path} {shlex.quote(str(root / str(path).lstrip('/')))}")
+    lines.append(f"mount --bind /etc {shlex.quote(str(root / HOST_ETC))}")
     for path in _outermost([*SHARED, *also]):
         if not path.exists():
             continue

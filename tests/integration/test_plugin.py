@@ -134,7 +134,9 @@ def test_a_second_submission_is_rewritten_at_once_without_profiling(slurm, box, 
         for name, spec in specs.items():
             d = entries[spec.fingerprint]
             _, cpus, mem, gres, comment = rows[name]
-            assert (int(cpus), mem_mb(mem), gres) == (d.cpus, d.mem_mb, f"gres:gpu:{d.gpus}")
+            # gres:gpu:1 until 22.05, gres/gpu:1 from 23.02
+            assert (int(cpus), mem_mb(mem), gres.replace("gres/", "gres:")) == \
+                (d.cpus, d.mem_mb, f"gres:gpu:{d.gpus}")
             assert "profile=1" not in comment
             assert f"decision=c{d.cpus},m{d.mem_mb}" in comment
     finally:

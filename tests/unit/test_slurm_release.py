@@ -2,7 +2,6 @@
 chosen by SLURM_VERSION, the commands' scripts, a daemon's namespace."""
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -39,8 +38,9 @@ def test_a_command_runs_the_roots_program_with_the_roots_loader_and_libraries(tm
 
 
 def test_a_daemon_binds_each_folder_once_and_runs_in_the_root(tmp_path, monkeypatch):
-    monkeypatch.setattr(rootfs, "SHARED", (Path("/etc/passwd"),))   # tmp_path is in /tmp
-    root, inner = tmp_path / "root", tmp_path / "work"
+    shared, root, inner = tmp_path / "shared", tmp_path / "root", tmp_path / "work"
+    shared.mkdir()
+    monkeypatch.setattr(rootfs, "SHARED", (shared,))    # not /tmp: tmp_path is in it
     (inner / "state").mkdir(parents=True)
     argv = rootfs.daemon_argv(root, ["slurmd", "-f", "x.conf"], [inner, inner / "state"],
                               hostname="node2")
@@ -49,7 +49,8 @@ def test_a_daemon_binds_each_folder_once_and_runs_in_the_root(tmp_path, monkeypa
     assert argv[-3:] == ["slurmd", "-f", "x.conf"]
     assert "echo node2 > /proc/sys/kernel/hostname" in script
     assert f"mount --bind {inner} {root}{inner}" in script
-    assert f"mount --bind /etc/passwd {root}/etc/passwd" in script
+    assert f"mount --bind {shared} {root}{shared}" in script
+    assert f"mount --bind /etc {root}/.host-etc" in script      # its passwd, group, hosts
     assert f"mount --rbind /proc {root}/proc" in script
     assert f"{inner}/state" not in script            # inside a folder already bound
     assert script.rstrip().endswith(f'exec chroot {root} "$@"')

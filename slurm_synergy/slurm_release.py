@@ -8,6 +8,7 @@ database are not carried across four releases (Slurm upgrades two at a time)."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from slurm_synergy.model.errors import SynergyError
@@ -47,3 +48,20 @@ def chosen(value: str | None = None) -> Release:
     known = ", ".join(f"{r.version} ({'this host' if r.hosted else 'Debian ' + r.suite})"
                       for r in RELEASES)
     raise SynergyError(f"{VARIABLE}={value}: the local cluster runs Slurm {known}")
+
+
+def installable(version_line: str, force: bool = False) -> str:
+    """Whether the plugin and the hooks may go into the cluster whose `scontrol --version`
+    printed `version_line` ("slurm-wlm 24.11.5"): a line saying so for a release they were
+    tested on, or with `force`; SynergyError naming the tested ones otherwise."""
+    found = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", version_line)
+    full = found.group(0) if found else version_line.strip() or "of unknown release"
+    tested = ", ".join(r.version for r in RELEASES)
+    if found and f"{found.group(1)}.{found.group(2)}" in {r.version for r in RELEASES}:
+        return f"Slurm {full}: a release slurm-synergy is tested on ({tested})"
+    if force:
+        return (f"Slurm {full}: not a release slurm-synergy is tested on ({tested}); going "
+                "on as --force asks")
+    raise SynergyError(f"Slurm {full} is not a release slurm-synergy is tested on "
+                       f"({tested}; docs/install.md says what each was checked for): pass "
+                       "--force to install into it anyway")

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from slurm_synergy import paths
-from slurm_synergy.cli.plugin import install_options
+from slurm_synergy.cli.plugin import install_options, release_check
 from slurm_synergy.columns import aligned
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.gpu import GpuError, open_backend
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
         where = HookPaths.site()
     if args.stats_dir:
         where = HookPaths(args.stats_dir, where.log, where.run_dir, where.policy)
+    print(release_check(conf, args))
     print("\n".join(apply(conf, where)) if args.apply else plan_text(conf, where))
     return 0
 

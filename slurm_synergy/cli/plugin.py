@@ -18,6 +18,7 @@ from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.profile import Profile
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.slurm import Slurm
+from slurm_synergy.slurm_release import installable
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.plugin.install import apply, plan_text
 from slurm_synergy.model.policy import load_catalog
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if conf is None:
             raise SynergyError("no slurm.conf: set SLURM_CONF, pass --conf, or start the "
                                "local cluster (make cluster)")
+        print(release_check(conf, args))
         print("\n".join(apply(conf)) if args.apply else plan_text(conf))
     elif args.action == "chains":
         print(chains())
@@ -186,9 +188,18 @@ def chains() -> str:
                     for c in links])
 
 
+def release_check(conf: Path, args: argparse.Namespace) -> str:
+    """The cluster's Slurm release, read from its scontrol: a line for one the product is
+    tested on; SynergyError for another where --apply would install without --force."""
+    line = Slurm(conf).version()
+    return installable(line, force=args.force or not args.apply)
+
+
 def install_options(a: argparse.ArgumentParser) -> None:
-    """--apply and --conf, shared with `hooks install`."""
+    """--apply, --force and --conf, shared with `hooks install`."""
     a.add_argument("--apply", action="store_true", help="make the changes, not just print them")
+    a.add_argument("--force", action="store_true", help="install into a Slurm release it "
+                   "was not tested on (docs/install.md lists the tested ones)")
     a.add_argument("--conf", type=Path, help="the cluster's slurm.conf (default: SLURM_CONF, "
                    "else the local cluster's)")
 

@@ -117,8 +117,9 @@ def _slurm_version(root: Path) -> str:
 
 def _prepare(work: Path, root: Path) -> None:
     """The root made ready for the cluster: its own path leads to `/` inside it, its users
-    and hosts are the host's (HOST_ETC), the host's Python finds every library it links (the host's copy of any the root lacks), and
-    `python3` is that Python (the venv links to /usr/bin/python3)."""
+    and hosts are the host's (HOST_ETC), the host's Python finds every library it links
+    (the host's copy of any the root lacks), and `python3` is that Python (the venv links
+    to /usr/bin/python3)."""
     inside = work / str(root).lstrip("/")
     inside.parent.mkdir(parents=True, exist_ok=True)
     inside.symlink_to("/")

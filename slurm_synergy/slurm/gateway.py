@@ -77,6 +77,10 @@ class Slurm(Runner):
         except SlurmError:
             return False
 
+    def version(self) -> str:
+        """What `scontrol --version` prints: "slurm-wlm 24.11.5" (Debian), "slurm 23.11.4"."""
+        return self.run(["scontrol", "--version"], timeout=15).strip()
+
     def config(self) -> dict[str, str]:
         """`scontrol show config` as a dict."""
         conf: dict[str, str] = {}

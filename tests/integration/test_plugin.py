@@ -168,6 +168,9 @@ def test_install_on_the_local_cluster_is_already_done(box):
     assert applied.returncode == 0, applied.stderr
     assert "ok   slurm.conf: JobSubmitPlugins includes lua" in applied.stdout
     assert "is current" in applied.stdout and "decision table" in applied.stdout
+    # The release it installs into, read from that cluster's own scontrol.
+    assert f"Slurm {box.release.version}." in applied.stdout
+    assert "a release slurm-synergy is tested on" in applied.stdout
 
 
 # --- faults: a made-up workload with a known decision, then the table broken ------------

@@ -7,7 +7,7 @@ import pytest
 
 from slurm_synergy.cluster import rootfs
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.slurm_release import HOST, RELEASES, chosen
+from slurm_synergy.slurm_release import HOST, RELEASES, chosen, installable
 
 
 def test_unset_is_the_hosts_release_and_a_version_or_suite_names_another():
@@ -69,3 +69,18 @@ def test_a_root_is_built_again_when_its_recipe_changes(tmp_path, monkeypatch):
     recipe = rootfs.recipe(release)
     assert recipe["suite"] == "sid" and "slurmctld" in recipe["packages"]
     assert rootfs.recipe(chosen("24.11")) != recipe
+
+
+@pytest.mark.parametrize("line", ["slurm 22.05.8", "slurm-wlm 24.11.5", "slurm-wlm 26.05.5"])
+def test_the_plugin_installs_into_a_tested_release(line):
+    assert "a release slurm-synergy is tested on" in installable(line)
+
+
+def test_an_untested_release_is_refused_with_the_tested_ones_named_unless_forced():
+    with pytest.raises(SynergyError) as e:
+        installable("slurm 23.02.7")
+    assert "Slurm 23.02.7 is not a release" in str(e.value) and "--force" in str(e.value)
+    assert all(r.version in str(e.value) for r in RELEASES)
+    assert "going on as --force asks" in installable("slurm 23.02.7", force=True)
+    with pytest.raises(SynergyError):
+        installable("")

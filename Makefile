@@ -75,6 +75,12 @@ report: setup
 # follows the integration tests', with the slowest integration tests' times; any part
 # failing fails the target.
 UNIT_WORKERS ?= 3
+# Then the release lanes: the flows whose Slurm side differs between releases (the shim's
+# fields, in-place updates, the node hooks, QOS limits, the cluster itself) again on each
+# later release's own daemons, one cluster after the other (docs/install.md).
+RELEASE_LANES ?= 24.11 26.05
+LANE_TESTS := $(addprefix tests/integration/,test_plugin.py test_node_hooks.py \
+              test_limits.py test_cluster.py test_tune.py)
 test: setup
 	@beside_log=$$(mktemp); \
 	( nice -n 19 $(MAKE) --no-print-directory lint; lint=$$?; \
@@ -85,7 +91,11 @@ test: setup
 	wait $$beside; beside_rc=$$?; \
 	echo "== lint and tests/unit (beside the integration tests): exit $$beside_rc"; \
 	cat $$beside_log; rm -f $$beside_log; \
-	exit $$(( integration != 0 || beside_rc != 0 ))
+	lanes=0; for v in $(RELEASE_LANES); do \
+	  echo "== Slurm $$v lane: $(LANE_TESTS)"; \
+	  SLURM_VERSION=$$v $(PY) -m pytest -q $(LANE_TESTS) || lanes=1; \
+	done; \
+	exit $$(( integration != 0 || beside_rc != 0 || lanes != 0 ))
 
 lint: setup
 	$(PY) -m ruff check slurm_synergy profiler tests bench

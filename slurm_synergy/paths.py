@@ -41,10 +41,13 @@ def state_dir() -> Path:
     return Path(os.environ.get("SYNERGY_STATE", default)).resolve()
 
 
+SLURM_COMMANDS = "bin"      # the state folder's scripts running another release's commands
+
+
 def local_slurm_commands() -> Path | None:
     """The local cluster's Slurm commands where it runs another release than the host's
     (cluster/rootfs.py writes them; they go first on PATH); None for the host's own."""
-    return None if slurm_release.chosen().hosted else state_dir() / "bin"
+    return None if slurm_release.chosen().hosted else state_dir() / SLURM_COMMANDS
 
 
 def home_dir() -> Path:

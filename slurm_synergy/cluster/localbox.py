@@ -74,7 +74,7 @@ class LocalCluster:
         # everything it starts, as SLURM_CONF is.
         self.root = None if self.release.hosted else rootfs.root_of(self.release)
         if self.root is not None:
-            self.clients = self.state / "bin"      # paths.local_slurm_commands()
+            self.clients = self.state / paths.SLURM_COMMANDS
             path = os.environ.get("PATH", "").split(os.pathsep)
             if str(self.clients) not in path:
                 os.environ["PATH"] = os.pathsep.join([str(self.clients), *path])

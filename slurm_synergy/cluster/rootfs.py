@@ -83,23 +83,33 @@ def ensure(release: Release, log: Callable[[str], None] = print) -> Path:
             raise SynergyError("debootstrap is missing: run `make setup` first")
         work = root.with_name(root.name + ".building")
         shutil.rmtree(work, ignore_errors=True)
-        debs = DEBS / release.suite          # kept: a rebuild downloads nothing again
-        debs.mkdir(parents=True, exist_ok=True)
-        checked(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-                 f"--cache-dir={debs}", release.suite, str(work), MIRROR],
-                f"debootstrap of Debian {release.suite}")
-        _prepare(work, root)
-        version = _slurm_version(work)
-        if not version.startswith(release.version):
+        try:
+            version = _build(release, work, root)
+        except BaseException:
             shutil.rmtree(work, ignore_errors=True)
-            raise SynergyError(f"Debian {release.suite} holds Slurm {version}, not "
-                               f"{release.version}: the local cluster's release table "
-                               "(slurm_release.py) needs its suite changed")
-        atomic_write_text(work / MARK, json.dumps(recipe(release)) + "\n")
+            raise
         shutil.rmtree(root, ignore_errors=True)
         work.rename(root)
         log(f"root ready: Slurm {version}")
         return root
+
+
+def _build(release: Release, work: Path, root: Path) -> str:
+    """`release`'s root built in `work`, to be moved to `root`, marked with its recipe;
+    returns its Slurm version."""
+    debs = DEBS / release.suite          # kept: a rebuild downloads nothing again
+    debs.mkdir(parents=True, exist_ok=True)
+    checked(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+             f"--cache-dir={debs}", release.suite, str(work), MIRROR],
+            f"debootstrap of Debian {release.suite}")
+    _prepare(work, root)
+    version = _slurm_version(work)
+    if not version.startswith(release.version):
+        raise SynergyError(f"Debian {release.suite} holds Slurm {version}, not "
+                           f"{release.version}: the local cluster's release table "
+                           "(slurm_release.py) needs its suite changed")
+    atomic_write_text(work / MARK, json.dumps(recipe(release)) + "\n")
+    return version
 
 
 def _built_from(root: Path) -> dict | None:

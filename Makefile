@@ -80,7 +80,7 @@ UNIT_WORKERS ?= 3
 # later release's own daemons, one cluster after the other (docs/install.md).
 RELEASE_LANES ?= 24.11 26.05
 LANE_TESTS := $(addprefix tests/integration/,test_plugin.py test_node_hooks.py \
-              test_limits.py test_cluster.py test_tune.py)
+              test_limits.py test_cluster.py test_tune.py test_slurm_output.py)
 test: setup
 	@beside_log=$$(mktemp); \
 	( nice -n 19 $(MAKE) --no-print-directory lint; lint=$$?; \

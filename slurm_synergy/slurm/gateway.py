@@ -27,6 +27,7 @@ class Slurm(Runner):
     """The cluster as its commands show it and change it (the runner: runner.py)."""
 
     _cluster: str | None = None      # slurm.conf's ClusterName, once asked
+    _version: str | None = None      # scontrol --version's line, once asked
 
     # --- submission ---------------------------------------------------------
     def sbatch(self, script: Path, options: Iterable[str] = ()) -> str:
@@ -78,8 +79,11 @@ class Slurm(Runner):
             return False
 
     def version(self) -> str:
-        """What `scontrol --version` prints: "slurm-wlm 24.11.5" (Debian), "slurm 23.11.4"."""
-        return self.run(["scontrol", "--version"], timeout=15).strip()
+        """What `scontrol --version` prints: "slurm-wlm 24.11.5" (Debian), "slurm 23.11.4".
+        Read once: every release's output is read alike (tests/golden/slurm-output)."""
+        if self._version is None:
+            self._version = self.run(["scontrol", "--version"], timeout=15).strip()
+        return self._version
 
     def config(self) -> dict[str, str]:
         """`scontrol show config` as a dict."""

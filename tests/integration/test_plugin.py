@@ -276,3 +276,43 @@ def test_user_mode_profiles_and_resubmits_without_the_shim(slurm, box, tmp_path)
     assert f"decision={link.decision}" in rec.comment and f"from={first}" in rec.comment
     # The one applier writes what was asked beside the decision, as the shim does.
     assert "asked=c2,m3072,g1" in rec.comment
+
+
+# --- each way to ask, under a decision of 1 core, 700 MB and 1 GPU ----------------------
+
+SIZED = {"NumCPUs": "1", "MinMemoryNode": "700M"}
+AS_ASKED = {"NumCPUs": "2", "MinMemoryNode": "1500M"}
+# The decision is per node: the per-node and per-CPU forms are sized (memory per CPU
+# becomes memory per node), and where Slurm keeps a request per GPU or per job the shim
+# leaves the job as asked (etc/job_submit.lua's leave_alone).
+FORMS = {
+    "--gres": (("--cpus-per-task=2", "--mem=1500M", "--gres=gpu:1"), SIZED),
+    "--gpus-per-node": (("--cpus-per-task=2", "--mem=1500M", "--gpus-per-node=1"), SIZED),
+    "--mem-per-cpu": (("--cpus-per-task=2", "--mem-per-cpu=750M", "--gres=gpu:1"), SIZED),
+    "--gpus": (("--cpus-per-task=2", "--mem=1500M", "--gpus=1"), AS_ASKED),
+    "--cpus-per-gpu": (("--cpus-per-gpu=2", "--mem=1500M", "--gres=gpu:1"),
+                       {"CpusPerTres": "gres:gpu:2", "MinMemoryNode": "1500M"}),
+    "--mem-per-gpu": (("--cpus-per-task=2", "--mem-per-gpu=1500M", "--gres=gpu:1"),
+                      {"NumCPUs": "2", "MemPerTres": "gres:gpu:1500"}),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_each_way_to_ask_is_sized_or_left_whole_on_this_release(slurm, broken_table,
+                                                                 tmp_path, form):
+    broken_table.write_text(table("a7", f"{ME} {FP} 1 700 1 - 1 0 1 0\n"))
+    options, want = FORMS[form]
+    job = slurm.run(["sbatch", "--parsable", "--hold", *options, f"--comment=synergy:fp={FP}",
+                     f"--output={tmp_path}/form-%j.out", "--wrap", "true"]).strip()
+    try:
+        text = slurm.run(["scontrol", "show", "job", "-o", job])
+    finally:
+        slurm.cancel([job])
+    # Slurm 23.02 on spells a GRES gres/gpu where 22.05 wrote gres:gpu.
+    held = dict(f.replace("gres/", "gres:").split("=", 1) for f in text.split() if "=" in f)
+    assert {k: held.get(k) for k in want} == want, text
+    assert (" decision=c1,m700,g1," in text) == (want is SIZED), text
+    # One GPU whichever field holds it; the cores in tres_per_task (23.11 on) never stale.
+    gpus = [v for k, v in held.items() if k in ("TresPerNode", "TresPerJob")]
+    assert gpus == ["gres:gpu:1"], text
+    assert held.get("TresPerTask", f"cpu={held['NumCPUs']}") == f"cpu={held['NumCPUs']}", text

@@ -1,13 +1,15 @@
 """Which Slurm the local cluster runs, and how a Debian root's Slurm is run: the release
 chosen by SLURM_VERSION, the commands' scripts, a daemon's namespace."""
 
+import os
 import subprocess
 
 import pytest
 
 from slurm_synergy.cluster import rootfs
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.slurm_release import HOST, RELEASES, chosen, installable
+from slurm_synergy.cli import main
+from slurm_synergy.slurm_release import HOST, RELEASES, chosen, installable, untested
 
 
 def test_unset_is_the_hosts_release_and_a_version_or_suite_names_another():
@@ -84,3 +86,38 @@ def test_an_untested_release_is_refused_with_the_tested_ones_named_unless_forced
     assert "going on as --force asks" in installable("slurm 23.02.7", force=True)
     with pytest.raises(SynergyError):
         installable("")
+
+
+@pytest.mark.parametrize("line", ["slurm 22.05.8", "slurm-wlm 24.11.5", "slurm 26.05.0-rc1"])
+def test_a_tested_release_is_read_without_a_word(line):
+    assert untested(line) is None
+
+
+@pytest.mark.parametrize("line, named", [("slurm 23.11.4", "Slurm 23.11.4"),
+                                         ("slurm-wlm 25.05.3", "Slurm 25.05.3"),
+                                         ("", "Slurm of unknown release")])
+def test_another_release_is_named_with_the_tested_ones(line, named):
+    note = untested(line)
+    assert note is not None and note.startswith(f"{named} is not a release slurm-synergy is "
+                                                "tested on (22.05, 24.11, 26.05")
+    assert "read as theirs" in note
+
+
+def _scontrol(tmp_path, monkeypatch, line: str) -> None:
+    """Slurm's commands on PATH: `scontrol --version` prints `line`, anything else fails."""
+    exe = tmp_path / "scontrol"
+    exe.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo "{line}" && exit 0\nexit 1\n')
+    exe.chmod(0o755)
+    for other in ("sacct", "squeue", "sbatch"):
+        (tmp_path / other).symlink_to(exe)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("line, said", [("slurm 23.11.4", True), ("slurm-wlm 24.11.5", False)])
+def test_a_command_on_a_cluster_says_first_where_its_release_is_untested(
+        tmp_path, monkeypatch, capsys, line, said):
+    _scontrol(tmp_path, monkeypatch, line)
+    main(["jobs", "1"])         # fails on this scontrol's cluster; the note comes first
+    err = capsys.readouterr().err
+    assert ("synergy: note: Slurm 23.11.4 is not a release" in err) == said, err
+    assert err.count("synergy: note:") == int(said)

@@ -1,5 +1,6 @@
-"""The local cluster's setup commands run and checked, and its daemons' logs read back:
-a command that fails names itself and what it printed; a log is read for its last lines."""
+"""The local cluster's setup commands run and checked, and its daemons read back: a
+command that fails names itself and what it printed; a log is read for its last lines; a
+pid file names a daemon only while that daemon runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,18 @@ import subprocess
 from pathlib import Path
 
 from slurm_synergy.model.errors import SynergyError
+
+
+def running_pid(pidfile: Path, comm: str) -> int | None:
+    """The pid `pidfile` names while a process called `comm` runs under it; None where the
+    file is missing or unreadable, or the pid is gone or reused by another program."""
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        running = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    # comm is truncated to 15 characters; Debian's binaries are e.g. slurmctld-wlm.
+    return pid if running.startswith(comm[:15]) else None
 
 
 def tail(path: Path, lines: int = 20) -> str:

@@ -40,7 +40,7 @@ from slurm_synergy.decisions.table import TABLE_NAME
 from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.cluster import kept, mariadb, node as nodemod, preflight, rootfs
-from slurm_synergy.cluster.commands import checked, tail
+from slurm_synergy.cluster.commands import checked, running_pid, tail
 
 TIMER = "sync-timer"
 PARTITION = "gpu"
@@ -389,16 +389,7 @@ class LocalCluster:
 
     # --- processes -----------------------------------------------------------------
     def _pid(self, name: str) -> int | None:
-        try:
-            pid = int(self.daemons[name].pidfile.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-        try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            return None
-        # comm is truncated to 15 characters; Debian's binaries are e.g. slurmctld-wlm.
-        return pid if comm.startswith(self.daemons[name].comm[:15]) else None
+        return running_pid(self.daemons[name].pidfile, self.daemons[name].comm)
 
     def timer_running(self) -> bool:
         """Whether the sync timer runs (a cluster brought up with one)."""

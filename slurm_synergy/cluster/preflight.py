@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from slurm_synergy import paths, slurm_release
+from slurm_synergy.cluster.commands import running_pid
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.slurm_release import Release
 
@@ -27,13 +28,9 @@ def no_other_release_up(release: Release) -> None:
     for other in slurm_release.RELEASES:
         if other == release:
             continue
-        pidfile = paths.workspace() / other.state_name / "run" / "slurmctld.pid"
-        try:
-            pid = int(pidfile.read_text().split()[0])
-            comm = Path(f"/proc/{pid}/comm").read_text()
-        except (OSError, ValueError, IndexError):
-            continue
-        if comm.startswith("slurmctld"):
+        pid = running_pid(paths.workspace() / other.state_name / "run" / "slurmctld.pid",
+                          "slurmctld")
+        if pid is not None:
             raise SynergyError(
                 f"the local cluster on Slurm {other.version} is up (slurmctld pid {pid}): "
                 f"stop it first (SLURM_VERSION={other.version} synergy cluster down)")

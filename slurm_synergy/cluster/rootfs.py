@@ -36,7 +36,7 @@ MIRROR = "http://deb.debian.org/debian"
 # lua-posix: the shim opens the decision table with it (without, jobs pass unchanged).
 PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "slurm-wlm-basic-plugins",
             "slurm-wlm-mysql-plugin", "lua-posix", "procps", "libstdc++6")
-FORMAT = 2                  # this module's preparation of a root; a change rebuilds it
+FORMAT = 3                  # this module's preparation of a root; a change rebuilds it
 MARK = ".slurm-synergy-root.json"
 LIB = "usr/lib/x86_64-linux-gnu"
 PLUGINS = f"{LIB}/slurm-wlm"
@@ -52,10 +52,13 @@ SYSTEM = (Path("/proc"), Path("/sys"), Path("/dev"))
 # The host's, at the same paths: munge's socket, the folders jobs run in, the Python.
 SHARED = (Path("/run/munge"), Path("/tmp"), Path("/var/tmp"), Path("/home"), PYTHON, PYTHON_LIB)
 # The host's /etc is bound whole at /HOST_ETC, and these files of the root's /etc lead
-# there: who the users are, the node names. (A file bound alone keeps the file a later
-# useradd replaces, and slurmctld would not know a user made after it started.)
+# there: who the users are, with their shadow entries, and the node names. (A file bound
+# alone keeps the file a later useradd replaces, and slurmctld would not know a user made
+# after it started.) Without the host's shadow, PAM 1.7 (Debian sid) refuses root's `su -
+# user`, which slurmd runs to load a job's environment (--export=ALL,VAR=..., --get-user-
+# env): the job fails to launch and is requeued.
 HOST_ETC = ".host-etc"
-FROM_HOST_ETC = ("passwd", "group", "hosts")
+FROM_HOST_ETC = ("passwd", "shadow", "group", "gshadow", "hosts")
 
 
 def root_of(release: Release) -> Path:

@@ -13,15 +13,24 @@ from typing import Iterator
 from slurm_synergy.slurm import Slurm
 
 
+SHELL = "/bin/sh"
+
+
 def ensure_user(slurm: Slurm, name: str, account: str) -> bool:
-    """`name` is a system user (no home, no login shell) who may submit under
-    `account`. Returns True when the user was made here (the caller removes it)."""
+    """`name` is a system user (no home, no password) who may submit under `account`.
+    Returns True when the user was made here (the caller removes it).
+
+    Its shell is /bin/sh, not nologin: slurmd loads a job's environment through root's
+    `su - user` where the job asks it (--export=ALL,VAR=..., --export=NONE), and from
+    Slurm 26.05 a job whose environment cannot be loaded is requeued, never run."""
     try:
-        pwd.getpwnam(name)
+        user = pwd.getpwnam(name)
         made = False
+        if user.pw_shell != SHELL:
+            subprocess.run(["usermod", "--shell", SHELL, name], check=True)
     except KeyError:
         subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                        "--shell", "/usr/sbin/nologin", name], check=True)
+                        "--shell", SHELL, name], check=True)
         made = True
         # An association kept from an earlier run names the user by the uid slurmctld
         # resolved then (or could not): made again, it must name this one.

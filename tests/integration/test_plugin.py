@@ -18,6 +18,7 @@ from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.decisions.table import TABLE_NAME, entries_of, read
 from slurm_synergy.slurm import Slurm, tres
+from slurm_synergy.slurm_release import chosen
 
 from slurm_synergy.chains import read_chains
 
@@ -295,6 +296,11 @@ FORMS = {
     "--mem-per-gpu": (("--cpus-per-task=2", "--mem-per-gpu=1500M", "--gres=gpu:1"),
                       {"NumCPUs": "2", "MemPerTres": "gres:gpu:1500"}),
 }
+# From 26.05 Slurm itself may lower a running job's memory (--mem-update=MARGIN@DELAY): a
+# neighbour the shim sizes beside and keeps.
+if chosen().version >= "26.05":
+    FORMS["--mem-update"] = (("--cpus-per-task=2", "--mem=1500M", "--gres=gpu:1",
+                              "--mem-update=10@5"), {**SIZED, "MemUpdate": "10%@5min"})
 
 
 @pytest.mark.parametrize("form", list(FORMS))
@@ -311,7 +317,7 @@ def test_each_way_to_ask_is_sized_or_left_whole_on_this_release(slurm, broken_ta
     # Slurm 23.02 on spells a GRES gres/gpu where 22.05 wrote gres:gpu.
     held = dict(f.replace("gres/", "gres:").split("=", 1) for f in text.split() if "=" in f)
     assert {k: held.get(k) for k in want} == want, text
-    assert (" decision=c1,m700,g1," in text) == (want is SIZED), text
+    assert (" decision=c1,m700,g1," in text) == (want.get("MinMemoryNode") == "700M"), text
     # One GPU whichever field holds it; the cores in tres_per_task (23.11 on) never stale.
     gpus = [v for k, v in held.items() if k in ("TresPerNode", "TresPerJob")]
     assert gpus == ["gres:gpu:1"], text

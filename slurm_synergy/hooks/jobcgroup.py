@@ -10,11 +10,15 @@ time also only grows: the last reading misses at most one poll's worth.
 
 cgroup v1 (Slurm's cgroup/v1): memory/ and cpuacct/ under slurm[_<node>]/uid_<uid>/job_<id>
 (memory.max_usage_in_bytes, cpuacct.usage in ns). cgroup v2 (cgroup/v2): job_<id> under
-slurmd's scope (memory.peak, Linux 5.19 and later; cpu.stat's usage_usec).
+slurmstepd's scope (memory.peak, Linux 5.19 and later; cpu.stat's usage_usec). Slurm's
+cgroup_v2.c (22.05 to 26.05) puts that scope at <slice>/slurmstepd.scope, or
+<slice>/<node>_slurmstepd.scope where one host runs several slurmd; the slice is
+system.slice, or from 26.05 cgroup.conf's CgroupSlice.
 """
 
 from __future__ import annotations
 
+import glob
 import math
 import time
 from dataclasses import dataclass
@@ -29,7 +33,6 @@ FIND_POLL_S = 0.05
 # A job whose cgroup has not appeared by then has none here (no cgroup plugin, or one
 # this does not know): the watch ends with a note.
 FIND_WITHIN_S = 60.0
-_V2_SCOPES = ("system.slice/slurmstepd.scope", "system.slice/*/slurmstepd.scope")
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,10 @@ def find(job_id: str, uid: str, node: str, root: Path = CGROUP_ROOT) -> CgroupFi
         cpu = root / "cpuacct" / top / f"uid_{uid}" / job
         if mem.is_dir() and cpu.is_dir():
             return CgroupFiles(mem / "memory.max_usage_in_bytes", cpu / "cpuacct.usage", False)
-    for scope in _V2_SCOPES:
-        for folder in sorted(root.glob(f"{scope}/{job}")):
+    # This node's scope first: with several slurmd on a host, a job on two of its nodes
+    # has a cgroup under each node's scope.
+    for scope in (f"{glob.escape(node)}_slurmstepd.scope", "slurmstepd.scope"):
+        for folder in sorted(root.glob(f"*.slice/{scope}/{job}")):
             if (folder / "memory.peak").exists():
                 return CgroupFiles(folder / "memory.peak", folder / "cpu.stat", True)
     return None

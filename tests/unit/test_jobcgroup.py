@@ -39,14 +39,33 @@ def test_the_job_is_found_under_either_v1_tree_and_read_in_mb_and_s(tmp_path):
     assert read(find("101", "1000", "n1", other)).mem_peak_mb == 64.0
 
 
+def v2_job(root: Path, scope: str, job="101", peak_mb=512, cpu_s=4.0) -> Path:
+    folder = root / scope / f"job_{job}"
+    folder.mkdir(parents=True)
+    (folder / "memory.peak").write_text(f"{peak_mb * MB}\n")
+    (folder / "cpu.stat").write_text(f"usage_usec {int(cpu_s * 1e6)}\nuser_usec 3000000\n"
+                                     "system_usec 1000000\n")
+    return folder
+
+
 def test_a_v2_job_is_read_from_memory_peak_and_cpu_stat(tmp_path):
-    job = tmp_path / "system.slice" / "slurmstepd.scope" / "job_101"
-    job.mkdir(parents=True)
-    (job / "memory.peak").write_text(f"{512 * MB}\n")
-    (job / "cpu.stat").write_text("usage_usec 4000000\nuser_usec 3000000\nsystem_usec 1000000\n")
+    job = v2_job(tmp_path, "system.slice/slurmstepd.scope")
     assert read(find("101", "1000", "n1", tmp_path)) == CgroupUse(512.0, 4.0)
     (job / "cpu.stat").write_text("garbage\n")
     assert read(find("101", "1000", "n1", tmp_path)) is None
+
+
+def test_a_v2_job_is_found_where_each_slurm_release_puts_its_scope(tmp_path):
+    # Slurm's cgroup_v2.c: <slice>/slurmstepd.scope; <slice>/<node>_slurmstepd.scope with
+    # several slurmd on one host; the slice is cgroup.conf's CgroupSlice from 26.05.
+    v2_job(tmp_path / "a", "system.slice/slurmstepd.scope", peak_mb=1)
+    v2_job(tmp_path / "b", "slurm.slice/slurmstepd.scope", peak_mb=2)
+    v2_job(tmp_path / "c", "system.slice/n2_slurmstepd.scope", peak_mb=3)
+    v2_job(tmp_path / "c", "system.slice/n1_slurmstepd.scope", peak_mb=4)
+    assert [read(find("101", "1000", "n1", tmp_path / t)).mem_peak_mb for t in "abc"] == \
+        [1.0, 2.0, 4.0]                  # this node's scope, not another node's on the host
+    v2_job(tmp_path / "d", "system.slice/other.scope")
+    assert find("101", "1000", "n1", tmp_path / "d") is None
 
 
 def test_the_watch_keeps_the_last_reading_after_the_cgroup_goes(tmp_path):

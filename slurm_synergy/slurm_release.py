@@ -50,17 +50,22 @@ def chosen(value: str | None = None) -> Release:
     raise SynergyError(f"{VARIABLE}={value}: the local cluster runs Slurm {known}")
 
 
-def _major(version_line: str) -> tuple[str, str | None]:
-    """The release `scontrol --version` printed ("slurm-wlm 24.11.5" -> "24.11.5") and its
-    major ("24.11"); None where no version is in the line."""
+def _read(version_line: str) -> tuple[str, bool]:
+    """The release `scontrol --version` printed ("slurm-wlm 24.11.5" -> "24.11.5"), and
+    whether its major is one slurm-synergy is tested on."""
     found = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", version_line)
     if found is None:
-        return version_line.strip() or "of unknown release", None
-    return found.group(0), f"{found.group(1)}.{found.group(2)}"
+        return version_line.strip() or "of unknown release", False
+    return found.group(0), f"{found.group(1)}.{found.group(2)}" in {r.version for r in RELEASES}
 
 
 def _tested() -> str:
     return ", ".join(r.version for r in RELEASES)
+
+
+def _not_tested(full: str) -> str:
+    return (f"Slurm {full} is not a release slurm-synergy is tested on ({_tested()}; "
+            "docs/install.md says what each was checked for)")
 
 
 def untested(version_line: str) -> str | None:
@@ -68,24 +73,18 @@ def untested(version_line: str) -> str | None:
     --version` printed `version_line`, where it is not a release it was tested on; None
     where it is. Its commands' output is read as the tested releases' (they agree:
     tests/golden/slurm-output)."""
-    full, major = _major(version_line)
-    if major in {r.version for r in RELEASES}:
-        return None
-    return (f"Slurm {full} is not a release slurm-synergy is tested on ({_tested()}; "
-            "docs/install.md says what each was checked for): its commands' output is read "
-            "as theirs")
+    full, tested = _read(version_line)
+    return None if tested else f"{_not_tested(full)}: its commands' output is read as theirs"
 
 
 def installable(version_line: str, force: bool = False) -> str:
     """Whether the plugin and the hooks may go into the cluster whose `scontrol --version`
     printed `version_line` ("slurm-wlm 24.11.5"): a line saying so for a release they were
     tested on, or with `force`; SynergyError naming the tested ones otherwise."""
-    full, _ = _major(version_line)
-    if untested(version_line) is None:
+    full, tested = _read(version_line)
+    if tested:
         return f"Slurm {full}: a release slurm-synergy is tested on ({_tested()})"
     if force:
         return (f"Slurm {full}: not a release slurm-synergy is tested on ({_tested()}); "
                 "going on as --force asks")
-    raise SynergyError(f"Slurm {full} is not a release slurm-synergy is tested on "
-                       f"({_tested()}; docs/install.md says what each was checked for): pass "
-                       "--force to install into it anyway")
+    raise SynergyError(f"{_not_tested(full)}: pass --force to install into it anyway")

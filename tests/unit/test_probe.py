@@ -80,15 +80,15 @@ def test_train_mode_measures_n_steps_after_the_warm_up_then_ends_the_script(tmp_
     assert "samples/s over 15 steps" in proc.stderr
 
 
-# Takes 200 MB more at its 18th batch, the first past a measurement of 2 + 15: at once
-# on a busy machine too, where a later batch could come after the seconds given to it.
+# Takes 120 MB more at its 18th batch, the first past a measurement of 2 + 15: at once,
+# and with seconds to spare, since CI runs the unit tests at nice 19 on a busy machine.
 GROWS = textwrap.dedent("""\
     import time
     from torch.utils.data import DataLoader
     held = None
     for i, batch in enumerate(DataLoader(list(range(100000)), batch_size=1)):
         if i == 17:
-            held = b"x" * (200 << 20)
+            held = b"x" * (120 << 20)
         time.sleep(0.01)
     print("done", flush=True)
     """)
@@ -97,7 +97,7 @@ GROWS = textwrap.dedent("""\
 def test_peak_lets_the_measured_script_train_on_while_its_memory_is_read(tmp_path):
     """A peak is a maximum over time: the measured steps' own seconds may miss it."""
     peaks = {}
-    for options in ((), ("--peak", "3")):
+    for options in ((), ("--peak", "6")):
         proc, result = probe(tmp_path, "--workers", "0", "--warmup", "2", "--iterations",
                              "15", *options, script=GROWS)
         assert proc.returncode == 0 and result["ok"], proc.stderr
@@ -105,7 +105,7 @@ def test_peak_lets_the_measured_script_train_on_while_its_memory_is_read(tmp_pat
         (rec,) = result["processes"]
         assert (rec["state"], rec["steps"]) == ("measured", 15)     # the rest uncounted
         peaks[options] = result["measurement"]["peak_rss_mb"]
-    assert peaks[("--peak", "3")] > peaks[()] + 150
+    assert peaks[("--peak", "6")] > peaks[()] + 90
 
 
 # Its iterator a global, alive until the interpreter's exit: multiprocessing then

@@ -189,8 +189,10 @@ class ThroughputModel:
     """speed = min(F(x), cores/(p+h), workers/p, G): see slurm_synergy/model/throughput.py.
 
     `basis` says what the parameters were fitted to: "components" (input-only and
-    compute-only steps, so every end-to-end point is held out) or "end-to-end" (the
-    script could not run the components; errors are then leave-one-out).
+    compute-only steps, so every end-to-end point is held out), "steps" (the training
+    steps alone, for a script with no data loader: nothing runs apart from its step),
+    "in-run" (windows of a running job) or "end-to-end" (the script could not run the
+    components; errors are then leave-one-out).
     """
 
     basis: str

@@ -118,6 +118,27 @@ def _noise(model: ThroughputModel, pt: Point, loader: Point, compute: Point) -> 
         + moved(slower)
 
 
+def fit_steps(train: Sequence[Point], on_gpu: bool) -> ThroughputModel:
+    """Fit p, h, G from the training steps alone, for a script that takes no batch from a
+    loader (it slices its own tensors): no input pipeline runs apart from its step, so p
+    is 0 and h the training processes' CPU time per sample at the fewest cores measured
+    (the steps' wall time there where the CPU time is unknown); G, on a GPU, the best
+    rate measured. Every point is then compared with the model, the fewest cores' too."""
+    least = min(train, key=lambda pt: pt.cores)
+    h = least.host_cpu_s_per_sample or (least.cores / least.samples_per_s
+                                        if least.samples_per_s > 0 else 0.0)
+    held = started_anew(train)
+    model = ThroughputModel(
+        basis="steps", prep_core_s=0.0, host_core_s=h,
+        device_rate=max(pt.samples_per_s for pt in train) if on_gpu else None,
+        footprint_mb=max(pt.footprint_mb for pt in held or train), fetch=None,
+        anon_mb=highest_known(pt.anon_mb for pt in held))
+    return replace(model, held_out=tuple(
+        PointError(pt.cores, pt.workers, pt.samples_per_s,
+                   predict(model, pt.cores, None, pt.workers), pt.spread or 0.0)
+        for pt in train if pt.samples_per_s > 0))
+
+
 def fit_components(loader: Point, compute: Point, train: Sequence[Point], on_gpu: bool,
                    fetch: FetchRates | None,
                    shared: tuple[Point, Point] | None = None) -> ThroughputModel:

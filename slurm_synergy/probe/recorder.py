@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from slurm_synergy.probe import task
-from slurm_synergy.probe.records import CONTROL_NAME, ProbeConfig, ProcessRecord
+from slurm_synergy.probe.records import (BACKWARD, CONTROL_NAME, OPTIMIZER, ProbeConfig,
+                                         ProcessRecord)
 
 CONTROL_POLL_S = 0.1    # how often a controlled process looks at its orders, at most
-OPTIMIZER = "optimizer"  # the loader kind of a script whose steps are its optimizer's
-BACKWARD = "backward"    # ... whose steps are autograd's backward passes
 
 DATA_ROOT_ATTRS = ("root", "data_dir", "root_dir", "data_root", "data_path", "folder",
                    "directory", "path")
@@ -275,9 +274,10 @@ class Recorder:
         self._hand_step(BACKWARD)
 
     def _hand_step(self, kind: str) -> None:
-        """A step boundary signalled by `kind` (OPTIMIZER, BACKWARD), in watch and train
-        modes, where no loader's batches nor another signal already count the steps."""
-        if self.done or self.cfg.mode not in ("watch", "train"):
+        """A step boundary signalled by `kind` (OPTIMIZER, BACKWARD), in watch, train and
+        memory modes (the input-only and compute-only ones need a loader's batches), where
+        no loader's batches nor another signal already count the steps."""
+        if self.done or self.cfg.mode not in ("watch", "train", "memory"):
             return
         if self.rec.loaders and self.rec.loaders != [kind]:
             return

@@ -139,6 +139,13 @@ def read_records(folder: Path) -> list[ProcessRecord]:
     return out
 
 
+# The loader kinds (ProcessRecord.loaders) of a script that takes no batch from a loader:
+# its steps are its optimizer's, or (weights updated by hand) autograd's backward passes.
+OPTIMIZER = "optimizer"
+BACKWARD = "backward"
+HAND_STEPS = (OPTIMIZER, BACKWARD)
+
+
 @dataclass(frozen=True)
 class Measurement:
     """The run as a whole. Ranks train side by side, so their rates add up."""
@@ -162,6 +169,10 @@ class Measurement:
     peak_pss_mb: float | None = None
     peak_own_mb: float | None = None
     peak_anon_mb: float | None = None
+    # Whether the steps' batches came from a data loader (False: the script slices its own
+    # tensors, its steps counted at optimizer steps or backward passes; no input pipeline
+    # runs apart from the step, so no input-only or compute-only step can measure it).
+    from_loader: bool = True
 
 
 @dataclass(frozen=True)
@@ -206,7 +217,8 @@ def measure(records: list[ProcessRecord], tree: TreeMemory) -> Measurement | Non
         step_peak_mib=tracked.step_peak_mib if tracked else None,
         step_peak_device=tracked.step_peak_device if tracked else "",
         peak_pss_mb=tree.pss_mb or None, peak_own_mb=tree.own_mb or None,
-        peak_anon_mb=tree.anon_mb or None)
+        peak_anon_mb=tree.anon_mb or None,
+        from_loader=any(k not in HAND_STEPS for r in ranks for k in r.loaders))
 
 
 @dataclass(frozen=True)

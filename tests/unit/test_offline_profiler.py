@@ -221,6 +221,25 @@ def test_a_whole_sweep_stores_a_profile_with_held_out_errors(tmp_path, fake):
     assert again.returncode == 0 and "already profiled" in again.stderr
 
 
+def test_a_script_with_no_loader_is_profiled_from_its_training_steps(tmp_path):
+    """A loop that slices its own tensors and updates its weights by hand (no loader, no
+    optimizer: its steps are its backward passes) has nothing to drain or replay, so no
+    component step: its model is its training steps', and it is profiled, not held."""
+    script = ROOT / "tests" / "corpus" / "hand_updates.py"
+    proc = profile(tmp_path, "--fingerprint", "00000000000000bb", str(script), "1000000",
+                   "240", cores="0,1")
+    assert proc.returncode == 0, proc.stderr
+    p = own_store(tmp_path).load("00000000000000bb")
+    assert {x.measure for x in p.points} == {"train"}
+    assert {x.cores for x in p.points} == {1, 2}
+    assert p.model.basis == "steps" and p.model.prep_core_s == 0
+    assert p.model.host_core_s > 0 and len(p.model.held_out) == 2
+    assert any(n.startswith("no data loader") for n in p.notes), p.notes
+    assert own_store(tmp_path).holds() == [] and "not marked" not in proc.stderr
+    # Its memory step counts the same steps, and ends after them, not at the script's end.
+    assert "memory-tracked 2-core step ran past" not in proc.stderr
+
+
 @pytest.mark.parametrize("mode,args,rc,words", [
     ("crash-at-1", [], 1, ["training 1-core step measured nothing",
                            "fake_train.py exited with status 1 before its first batch",

@@ -7,7 +7,7 @@ import pytest
 
 from slurm_synergy.model.profile import FetchRates, Point, ThroughputModel
 from slurm_synergy.model.throughput import (cached_fraction, fetch_rate, fit_components,
-                                      predict, workers_for)
+                                      fit_steps, predict, workers_for)
 
 
 def model(p=0.01, h=0.002, g=None, fetch=None, basis="components"):
@@ -79,6 +79,21 @@ def test_the_dataset_competes_with_all_but_the_unreclaimable_memory():
 
 def pt(measure, cores, workers, speed, h=0.0, rss=500.0, anon=None):
     return Point(measure, cores, workers, 4096, speed, 0.0, h, rss, 5.0, anon_mb=anon)
+
+
+def test_fit_steps_puts_a_loaderless_scripts_cost_in_its_step():
+    # 1 core: 200 samples/s at 5 ms of the trainer's CPU a sample; 2 cores hardly faster.
+    train = [pt("train", 2, 1, 210.0, h=0.0048, rss=800.0), pt("train", 1, 1, 200.0, h=0.005)]
+    m = fit_steps(train, on_gpu=False)
+    assert m.basis == "steps" and m.prep_core_s == 0 and m.host_core_s == 0.005
+    assert m.device_rate is None and m.footprint_mb == 800.0
+    assert [(e.cores, e.measured) for e in m.held_out] == [(2, 210.0), (1, 200.0)]
+    assert m.held_out[1].predicted == pytest.approx(200.0)
+    assert m.held_out[0].predicted == pytest.approx(200.0)   # one worker leaves 1 core
+    assert fit_steps(train, on_gpu=True).device_rate == 210.0
+    # The CPU time unknown: the steps' own time at the fewest cores.
+    unknown = fit_steps([pt("train", 2, 1, 210.0), pt("train", 1, 1, 200.0)], False)
+    assert unknown.host_core_s == pytest.approx(1 / 200.0)
 
 
 def test_fit_components_holds_out_every_training_point():

@@ -17,7 +17,7 @@ from slurm_synergy.model.noise import unsettled
 from slurm_synergy.model.gpus import Catalog
 from slurm_synergy.model.policy import Policy, load_site
 from slurm_synergy.model.profile import Allocation, Point, Profile, ProfileError, combine
-from slurm_synergy.model.throughput import fit_components
+from slurm_synergy.model.throughput import fit_components, fit_steps
 from slurm_synergy.paths import policy_path
 from slurm_synergy.measure.errors import PROG, Busy, NothingToMeasure, UsageError
 from slurm_synergy.measure.offline.fetch import fetch_rates_for
@@ -155,6 +155,14 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
         swept = core_sweep(top, run.measure, req.plateau, step=max(1, ngpus))
         first = run.measured[top]
         fetch, notes = fetch_rates_for(first, plan.script_args)
+        # A script that slices its own tensors runs nothing apart from its step: neither
+        # component step has a loader to drain or a batch to replay, so the training
+        # steps alone set the model.
+        from_loader = first.get("from_loader") is not False
+        if not from_loader:
+            notes.append("no data loader (its steps counted at its optimizer steps or "
+                         "backward passes): no input-only or compute-only step, the model "
+                         "is the training steps'")
         # Each component as the training steps run it: one loader worker with a core of
         # its own (the training process on the other), and the training process on one
         # core, as the rule leaves it. Measured on more threads, its CPU time per
@@ -163,11 +171,11 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
         # is then replayed; none would break a script's worker_init_fn or a DataLoader
         # given a multiprocessing_context, which need workers.
         loader, compute = Step("loader", min(top, 2 * procs), 1), Step("compute", procs, 1)
-        components = [run.component(loader), run.component(compute)]
+        components = [run.component(loader), run.component(compute)] if from_loader else []
         # At one core the loader's worker and the trainer take turns on it, which the
         # components, each on a core of its own, cannot see (torchrun ranks share
         # differently, and are not paired).
-        shared = run.shared_core() if procs == 1 else None
+        shared = run.shared_core() if procs == 1 and from_loader else None
 
         def components_again() -> None:
             """Run each component a second time where the budget allows, combined with its first."""
@@ -175,7 +183,7 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
             # are settled the budget buys a second run of each, apart from the first:
             # their noise is then known too, and a held-out point's error can be read
             # against it. Compute-only first, which compute-bound predictions rest on.
-            for i, step in ((1, compute), (0, loader)):
+            for i, step in ((1, compute), (0, loader)) if components else ():
                 if run.fits(components[i].step_s):
                     components[i] = combine([components[i], run.component(step)])
         # The repeats come after the components, so that other steps separate a count's
@@ -195,7 +203,8 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
             run.advance(f"{best.cores} cores on 1 of {ngpus} GPUs: {pt.samples_per_s:.1f} "
                         f"samples/s ({pt.step_s:.0f}s)")
         model = fit_components(components[0], components[1], train, on_gpu=bool(gpus),
-                               fetch=fetch, shared=shared)
+                               fetch=fetch, shared=shared) if components else \
+            fit_steps(train, on_gpu=bool(gpus))
         readings = gpu_readings(run.sampler, gpu_reason, gpus, first)
         if gpus and req.power_sweep:
             run.bar.set_postfix_str("power limits")

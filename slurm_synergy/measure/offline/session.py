@@ -15,7 +15,7 @@ from slurm_synergy.gpu.sampler import Sampler
 from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.probe.records import LEAST_STEPS
 from slurm_synergy.probe.supervise import PEAK_S
-from slurm_synergy.measure.errors import PROG, ProfilingError
+from slurm_synergy.measure.errors import PROG, NothingToMeasure, ProfilingError
 from slurm_synergy.measure.offline.steps import Runner, Step, to_point
 
 MOST_ITERATIONS = 20     # measured in a step, unless asked (--max-iterations) or LEAST_MEASURE_S
@@ -74,9 +74,9 @@ class Session:
         peak_s = PEAK_S if not self.runs else 0.0
         if k == self.top and self.gpus and self.sampler is None:
             with Sampler(self.gpus) as self.sampler:
-                m, wall = self.runner.run(step, fresh, peak_s)
+                m, wall = self._step(step, fresh, peak_s)
         else:
-            m, wall = self.runner.run(step, fresh, peak_s)
+            m, wall = self._step(step, fresh, peak_s)
         pt = to_point(step, m, wall, self.mem_mb, self.procs)
         if not self.measured:
             # The first run sets the window of every later one, so those measure alike.
@@ -95,6 +95,18 @@ class Session:
                      f"{pt.data_stall_fraction:.0%} waiting on data ({pt.step_s:.0f}s)"
                      + (f", run {n}" if n > 1 else ""))
         return pt.samples_per_s
+
+    def _step(self, step: Step, fresh: bool = False, peak_s: float = 0.0
+              ) -> tuple[dict[str, Any], float]:
+        """Runner.run, where a step that sees no training step after an earlier one did
+        is a failed step (ProfilingError), not a workload with nothing to measure: only
+        the first step's NothingToMeasure holds the workload (run.py)."""
+        try:
+            return self.runner.run(step, fresh, peak_s)
+        except NothingToMeasure as e:
+            if not self.measured:
+                raise
+            raise ProfilingError(f"{e} (its training steps were measured before)") from e
 
     def _rate_again(self, step: Step, first: Point, seconds: float) -> Point:
         """A first run too short for its rate to count: the rate of a run of the window
@@ -125,7 +137,7 @@ class Session:
 
     def run(self, step: Step) -> Point:
         """One step outside the sweep (a component, fewer GPUs)."""
-        m, wall = self.runner.run(step)
+        m, wall = self._step(step)
         return to_point(step, m, wall, self.mem_mb, self.procs)
 
     def component(self, step: Step) -> Point:

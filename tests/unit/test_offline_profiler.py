@@ -13,7 +13,9 @@ from slurm_synergy.model.profile import Point, combine
 from slurm_synergy.model.noise import unsettled
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.probe.records import LEAST_STEPS
+from slurm_synergy.measure.errors import NothingToMeasure, ProfilingError
 from slurm_synergy.measure.offline.session import Session
+from slurm_synergy.measure.offline.steps import Step
 from slurm_synergy.measure.offline.sweep import core_sweep, repeat_sweep
 from slurm_synergy.measure.offline.gpu import power_limits_to_try, visible_indices
 from slurm_synergy.profiles import ProfileStore
@@ -377,7 +379,10 @@ class ScriptedRunner:
     def run(self, step, fresh=False, peak_s=0.0):
         self.calls.append((step, fresh, peak_s, self.iterations))
         self.steps_run += 1
-        return self.answers.pop(0), 2.0
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer, 2.0
 
 
 def scripted_session(runner: ScriptedRunner, lines: list[str]) -> Session:
@@ -409,6 +414,22 @@ def test_a_first_run_too_short_to_count_is_measured_again_at_the_window():
     assert scripted_session(runner, lines).measure(2) == 1.6
     assert len(runner.calls) == 1 and runner.iterations == max(LEAST_STEPS, 6)
     assert not any("second run" in line for line in lines), lines
+
+
+def test_only_the_first_step_measuring_nothing_is_nothing_to_measure():
+    """A workload is held only where its first step saw no training step; a later step
+    that sees none (a component the script cannot run) is a failed step, not a hold."""
+    nothing = NothingToMeasure("train.py ended without a step")
+    with pytest.raises(NothingToMeasure):
+        scripted_session(ScriptedRunner(nothing), []).measure(2)
+    measured = {"steps": 10, "seconds": 5.0, "samples_per_s": 100.0}
+    session = scripted_session(ScriptedRunner(measured, nothing, nothing), [])
+    assert session.measure(2) == 100.0
+    for again in (lambda: session.measure(1), lambda: session.run(Step("loader", 2, 1))):
+        with pytest.raises(ProfilingError) as failed:
+            again()
+        assert not isinstance(failed.value, NothingToMeasure)
+        assert "its training steps were measured before" in str(failed.value)
 
 
 def test_steps_started_anew_pair_on_one_core_too(tmp_path, fake):

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_synergy.gpu import open_backend  # noqa: E402
+from slurm_synergy.gpu.device import Backend  # noqa: E402
 from slurm_synergy.hooks import jobcgroup  # noqa: E402
 from slurm_synergy.hooks.install import HookPaths, render_wrappers  # noqa: E402
 from slurm_synergy.hooks.records import RecordError, read_stats, stats_path  # noqa: E402
@@ -78,19 +79,22 @@ def smi() -> list[dict[str, str]]:
             out.splitlines() if line.strip()]
 
 
-def first_gpu() -> Any:
-    """GPU 0 through the backend the hooks use; CheckFailed where there is none."""
+def backend_with_gpus() -> Backend:
+    """The backend the hooks use; CheckFailed where it reaches no GPU."""
     backend = open_backend()
     if not backend.gpus:
         raise CheckFailed(f"no GPU through the backend ({backend.name}: {backend.reason})")
-    return backend.gpus[0]
+    return backend
+
+
+def first_gpu() -> Any:
+    """GPU 0 through the backend the hooks use; CheckFailed where there is none."""
+    return backend_with_gpus().gpus[0]
 
 
 def check_backend(out: Path) -> str:
     """The backend's figures beside nvidia-smi's."""
-    backend = open_backend()
-    if not backend.gpus:
-        raise CheckFailed(f"no GPU through the backend ({backend.name}: {backend.reason})")
+    backend = backend_with_gpus()
     ours = []
     for g in backend.gpus:
         r, s = g.power_range(), g.sample()

@@ -183,7 +183,9 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
             # are settled the budget buys a second run of each, apart from the first:
             # their noise is then known too, and a held-out point's error can be read
             # against it. Compute-only first, which compute-bound predictions rest on.
-            for i, step in ((1, compute), (0, loader)) if components else ():
+            if not from_loader:
+                return
+            for i, step in ((1, compute), (0, loader)):
                 if run.fits(components[i].step_s):
                     components[i] = combine([components[i], run.component(step)])
         # The repeats come after the components, so that other steps separate a count's
@@ -203,7 +205,7 @@ def _measure(req: ProfileRequest, plan: Plan, runner: Runner,
             run.advance(f"{best.cores} cores on 1 of {ngpus} GPUs: {pt.samples_per_s:.1f} "
                         f"samples/s ({pt.step_s:.0f}s)")
         model = fit_components(components[0], components[1], train, on_gpu=bool(gpus),
-                               fetch=fetch, shared=shared) if components else \
+                               fetch=fetch, shared=shared) if from_loader else \
             fit_steps(train, on_gpu=bool(gpus))
         readings = gpu_readings(run.sampler, gpu_reason, gpus, first)
         if gpus and req.power_sweep:

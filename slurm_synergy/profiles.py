@@ -216,15 +216,17 @@ class ProfileStore:
 
     def holds(self) -> list[tuple[str, Unmeasured | None]]:
         """Each hold that still holds with its record, None where the file is not one."""
-        out: list[tuple[str, Unmeasured | None]] = []
-        for fp in self.held():
-            try:
-                text = read_untrusted(self.hold_path(fp), MAX_HOLD_BYTES, self.owner)
-                record: Unmeasured | None = Unmeasured.from_json(text)
-            except (OSError, UntrustedFile, ValueError):
-                record = None
-            out.append((fp, record if record and record.fingerprint == fp else None))
-        return out
+        return [(fp, self.hold_of(fp)) for fp in self.held()]
+
+    def hold_of(self, fingerprint: str) -> Unmeasured | None:
+        """The record of `fingerprint`'s hold file; None where there is none, or it is not
+        one of this workload (whether it still holds is `is_held`'s to say)."""
+        try:
+            text = read_untrusted(self.hold_path(fingerprint), MAX_HOLD_BYTES, self.owner)
+            record = Unmeasured.from_json(text)
+        except (OSError, UntrustedFile, ValueError):
+            return None
+        return record if record.fingerprint == fingerprint else None
 
     def retire(self, fingerprint: str) -> Path | None:
         """Set the profile aside as <fingerprint>.superseded.json; None when it is gone

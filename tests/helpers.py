@@ -147,12 +147,13 @@ def site_policy_with(**knobs: str) -> str:
     return policy
 
 
-def flow_policy() -> str:
+def flow_policy(**knobs: str) -> str:
     """The shipped policy for tests of the in-run flow (measured, right-sized), not of its
     figures: the sweep's windows 1 s (each count still three times, as a site might set
     them for short jobs), and neither a window's noise nor the model's error refuses a
-    decision (test_profiling checks those refusals)."""
-    return site_policy_with(sweep_window_s="1.0", max_spread="1.0", max_model_error="1.0")
+    decision (test_profiling checks those refusals); `knobs` set as well."""
+    return site_policy_with(sweep_window_s="1.0", max_spread="1.0", max_model_error="1.0",
+                            **knobs)
 
 
 def hook_ctx(tmp_path: Path, job="101", gpus="0", comment="", cap_w=0.0, restart=0,

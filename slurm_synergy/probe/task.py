@@ -8,7 +8,9 @@ process it starts inherits, so that all of them record their steps as they do un
 supervisor (probe/supervise.py). The first of them to take a batch starts the supervisor
 beside the tree (measure/inrun/attach.py, with the installation's interpreter), which does
 what the in-run wrapper does beside a command it starts: measures the job if the plugin
-marked it, follows its memory otherwise, and writes its result for the reports.
+marked it, follows its memory otherwise, and writes its result for the reports. A marked
+tree that never takes a step says so at its exit, where it ran long enough to be held
+(measure/inrun/no_step.py).
 
 Runs in the user's interpreter, before their script: standard library only, and nothing
 here may fail or change the user's process. A fault leaves it unprobed, with one line on
@@ -21,6 +23,7 @@ import atexit
 import os
 import re
 import sys
+import time
 
 from slurm_synergy.model.comment import FINGERPRINT
 from slurm_synergy.probe.records import (BOOT, ENV_CONFIG, ENV_DIR, RECORD_S, WATCH_RECORD_S,
@@ -45,6 +48,11 @@ ENDING = "ending"
 # too, so it must finish while the anchor is still there.
 END_WAIT_S = 10.0
 ATTACH_MODULE = "slurm_synergy.measure.inrun.attach"
+NO_STEP_MODULE = "slurm_synergy.measure.inrun.no_step"
+# A marked tree that ended sooner without a step starts nothing at its exit: no policy
+# waits less for a first step (model/policy.py's least first_batch_timeout_s), and a
+# helper (`python -c ...`, in a loop of a batch script) is not worth an interpreter.
+NO_STEP_FLOOR_S = 5.0
 _FINGERPRINT = re.compile(FINGERPRINT)
 
 
@@ -71,16 +79,17 @@ def anchor() -> bool:
         print(f"slurm-synergy probe: not watching this process: {e}", file=sys.stderr)
         return False
     env[ENV_DIR], env[ENV_CONFIG], env[ENV_ANCHOR] = folder, config.to_env(), str(os.getpid())
-    atexit.register(_end, folder, os.getpid())
+    atexit.register(_end, folder, os.getpid(), marked, time.monotonic())
     return True
 
 
-def _end(folder: str, anchor_pid: int) -> None:
+def _end(folder: str, anchor_pid: int, marked: bool, started: float) -> None:
     """At the anchor's exit: where its supervisor runs, tell it the run is ending and give
-    it up to END_WAIT_S to finish (it removes the folder); else remove the folder."""
-    import time
+    it up to END_WAIT_S to finish (it removes the folder); else remove the folder. A
+    marked tree that started no supervisor (took no step) may be held (_no_step)."""
     if os.getpid() != anchor_pid:
         return          # a child forked from the anchor, exiting: not the run's end
+    stepped = os.path.exists(os.path.join(folder, SUPERVISOR_MARK))
     try:
         with open(os.path.join(folder, SUPERVISING)) as f:
             pid = int(f.read().strip() or 0)
@@ -93,6 +102,9 @@ def _end(folder: str, anchor_pid: int) -> None:
     if os.path.isdir(folder) and not (pid and _alive(pid)):
         import shutil
         shutil.rmtree(folder, ignore_errors=True)
+    ran_s = time.monotonic() - started
+    if marked and not stepped and ran_s >= NO_STEP_FLOOR_S:
+        _no_step(anchor_pid, ran_s)
 
 
 def _alive(pid: int) -> bool:
@@ -119,22 +131,51 @@ def start_supervisor() -> None:
                          os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except OSError:
         return          # another process of the tree started it
-    child = {k: v for k, v in env.items() if k not in (ENV_DIR, ENV_CONFIG, ENV_ANCHOR)}
-    path = [p for p in child.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOT)]
-    child["PYTHONPATH"] = os.pathsep.join(path)
     import subprocess
-    # Its log lines go where the script's do: the job's log, or srun's pipe to it; it
+    # Its log lines go where the script's do (the job's log, or srun's pipe to it); it
     # lets go of a pipe once the tree has ended (measure/inrun/attach.py).
-    try:
-        os.fstat(2)
-        err = None
-    except OSError:
-        err = subprocess.DEVNULL
     try:
         subprocess.run(["/bin/sh", "-c", 'exec "$@" </dev/null >/dev/null &', "sh", python,
                         "-I", "-m", ATTACH_MODULE, "--anchor", pid, "--folder", folder],
-                       env=child, cwd="/", timeout=10, check=True, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+                       env=_installation_env(), cwd="/", timeout=10, check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=_err(),
+                       start_new_session=True)
     except (OSError, subprocess.SubprocessError) as e:
         print(f"slurm-synergy probe: its supervisor did not start ({e}); this run is not "
               "measured", file=sys.stderr)
+
+
+def _no_step(anchor_pid: int, ran_s: float) -> None:
+    """Start the installation's interpreter to hold the workload of this marked tree,
+    which ran `ran_s` seconds without a step, and wait for it (up to END_WAIT_S): its
+    one line goes to the job's log. Never raises."""
+    python = os.environ.get(ENV_PYTHON)
+    if not python:
+        return
+    import subprocess
+    try:
+        subprocess.run([python, "-I", "-m", NO_STEP_MODULE, "--anchor", str(anchor_pid),
+                        "--ran", f"{ran_s:.1f}"], env=_installation_env(), cwd="/",
+                       timeout=END_WAIT_S, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=_err())
+    except (OSError, subprocess.SubprocessError):
+        pass            # not held: its next job is marked again, nothing worse
+
+
+def _installation_env() -> dict[str, str]:
+    """The task's environment for the installation's interpreter: without the tree's
+    records and the probe's boot folder, so that nothing of it is probed."""
+    child = {k: v for k, v in os.environ.items() if k not in (ENV_DIR, ENV_CONFIG, ENV_ANCHOR)}
+    path = [p for p in child.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOT)]
+    child["PYTHONPATH"] = os.pathsep.join(path)
+    return child
+
+
+def _err() -> int | None:
+    """Where the interpreter's lines go: the task's standard error, /dev/null without one."""
+    import subprocess
+    try:
+        os.fstat(2)
+    except OSError:
+        return subprocess.DEVNULL
+    return None

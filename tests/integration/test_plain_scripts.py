@@ -20,7 +20,7 @@ import pytest
 
 from slurm_synergy.cluster.localbox import MULTI_PARTITION
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.decisions.table import TABLE_NAME, read
+from slurm_synergy.decisions.table import TABLE_NAME, Held, read
 
 from tests.helpers import flow_policy
 
@@ -66,6 +66,21 @@ while time.monotonic() < end:
         if time.monotonic() >= end: break
 print(f"trained {steps} steps", flush=True)
 """
+# A user's evaluation by hand (no loader, no optimizer, no backward pass): nothing to
+# measure, for --seconds (TRAIN_SECONDS wins, as above).
+INFER = """\
+import argparse, os, time, torch
+p = argparse.ArgumentParser()
+p.add_argument("--seconds", type=float, default=40)
+a = p.parse_args()
+model = torch.nn.Linear(64, 1)
+end, n = time.monotonic() + float(os.environ.get("TRAIN_SECONDS") or a.seconds), 0
+with torch.no_grad():
+    while time.monotonic() < end:
+        model(torch.randn(32, 64)); n += 1
+        time.sleep(0.01)
+print(f"inferred {n} batches", flush=True)
+"""
 HEADER = """#!/bin/bash
 #SBATCH --job-name={name}
 #SBATCH --cpus-per-task=2
@@ -93,15 +108,24 @@ STYLES = {
     # Its step on one of the job's two cores, as srun without -c runs where it does not
     # take the job's cores a task: not swept, and told.
     "narrow": "srun -n 1 -c 1 {py} train.py --seconds 12\n",
+    # A helper first (ends at once), then a Python that never steps: the job says so in
+    # one line and its workload is held (the module's policy waits WAIT_S for a step).
+    "forward-only": "{py} -c 'import torch'\n{py} infer.py --seconds 40\n",
 }
 EXTRA = {"array": "#SBATCH --array=0-1", "opted-out": "#SBATCH --comment=synergy:off"}
-PYTHON_STYLES = [s for s in STYLES if s not in ("no-python", "opted-out", "narrow")]
+PYTHON_STYLES = [s for s in STYLES if s not in ("no-python", "opted-out", "narrow",
+                                                 "forward-only")]
+# How long the module's policy waits for a first step: the in-run supervisor of a style
+# that trains starts at its first batch and sees steps long before; forward-only runs
+# 40 s, past it.
+WAIT_S = "30"
 
 
 def write_scripts(folder: Path, tag: str, owner: int) -> dict[str, Path]:
     """Each style's batch script in the user's folder (`owner`'s, where Slurm writes the
     jobs' logs as that user), with train.py beside them."""
     (folder / "train.py").write_text(TRAIN)
+    (folder / "infer.py").write_text(INFER)
     pkg = folder / "project" / "trainpkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -197,7 +221,7 @@ def rounds(box, slurm, tenants, tmp_path_factory) -> Iterator[Rounds]:
     # of each key), side by side on the machine's shared cores, and the site's sync sizes
     # the decisions for that partition (the shim leaves jobs of any other alone).
     policy = folder / "policy.toml"
-    policy.write_text(flow_policy())
+    policy.write_text(flow_policy(first_batch_timeout_s=WAIT_S))
     policy.chmod(0o644)
     # Root's sync reads a policy where root alone can write (it refuses hers).
     site_policy = tmp_path_factory.mktemp("plain-site") / "policy.toml"
@@ -296,6 +320,30 @@ def test_a_job_without_python_and_an_opted_out_job_are_left_as_asked(rounds):
     for rec in one["opted-out"] + two["opted-out"]:
         assert rec["Comment"] == "synergy:off" and rec["AdminComment"] == "", rec
         assert int(rec["AllocCPUS"]) == 2 and mem_mb(rec["ReqMem"]) == 3072
+
+
+def test_a_python_that_never_steps_says_so_once_and_its_workload_is_held(rounds, tenants):
+    alice, first, second = rounds.alice, rounds.one["forward-only"][0], \
+        rounds.two["forward-only"][0]
+    fp = key_of(first)
+    log = log_of(rounds.folder, first)
+    # One line, from infer.py's tree; the helper before it, gone at once, says nothing.
+    said = [line for line in log.splitlines() if line.startswith("inrun:")]
+    assert len(said) == 1 and re.match(
+        r"inrun: no training step seen in \d+s of \S+ infer\.py --seconds 40 \(no batch "
+        r"from a data loader, no optimizer step, no backward pass\); no profile; its next "
+        r"jobs are not marked for measuring for 7 days", said[0]), log
+    assert "inferred" in log and first["State"] == "COMPLETED"
+    store = ProfileStore.named(rounds.site / str(alice.uid))
+    assert store.is_held(fp) and not store.has(fp)
+    assert isinstance(rounds.table[(alice.uid, fp)], Held), rounds.synced
+    # Its next job is not marked for measuring, and keeps what it asked.
+    assert key_of(second) == fp and "profile=1" not in second["Comment"], second
+    assert int(second["AllocCPUS"]) == 2 and mem_mb(second["ReqMem"]) == 3072
+    listed = tenants.synergy(alice, "profiles", env=rounds.env)
+    assert listed.returncode == 0, listed.stderr
+    assert f"  {fp}  job {first['JobIDRaw']} at " in listed.stdout and \
+        "no training step seen in" in listed.stdout, listed.stdout
 
 
 def test_the_report_shows_plain_jobs_under_their_key_with_what_their_runs_measured(rounds,

@@ -19,9 +19,10 @@ import pytest
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.probe.affinity import pin
 from slurm_synergy.probe.records import ProcessRecord
-from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.profiles import ProfileStore, Unmeasured
 from slurm_synergy.measure.inrun import follow
-from slurm_synergy.measure.inrun.supervisor import InRunRequest, choose, run_job
+from slurm_synergy.measure.inrun.supervisor import (InRunRequest, choose, held_elsewhere,
+                                                    run_job)
 from slurm_synergy.measure.search import halving
 from slurm_synergy.measure.inrun import windows as windows_module
 from slurm_synergy.measure.inrun.windows import RunWindows
@@ -246,6 +247,19 @@ def test_a_run_without_a_training_step_says_so_and_stores_nothing(home, script, 
         again: list[str] = []
         assert run_job(req, site(quick), again.append) == 0
         assert any("had nothing to measure lately" in line for line in again), again
+
+
+def test_a_hold_stops_the_measuring_of_other_jobs_only(home):
+    """A hold a job filed itself (a plain script's helper that ran long without a step,
+    measure/inrun/no_step.py) leaves that job's training to be measured; any other job's
+    hold, or one whose record cannot be read, holds."""
+    store = ProfileStore.default()
+    assert not held_elsewhere(store, FP, "41")
+    store.hold(Unmeasured(FP, "no training step seen in 300s", "41", "t"))
+    assert not held_elsewhere(store, FP, "41")
+    assert held_elsewhere(store, FP, "42") and held_elsewhere(store, FP, "")
+    store.hold_path(FP).write_text("{not a hold")
+    assert held_elsewhere(store, FP, "41")
 
 
 def test_a_store_that_cannot_be_read_runs_the_job_once_unmeasured(home, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,8 +17,11 @@ from pathlib import Path
 import pytest
 
 from slurm_synergy.hooks.install import task_prolog_text
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.model.policy import load_policy
 from slurm_synergy.probe.affinity import confined_line
 from slurm_synergy.probe.records import BOOT
+from slurm_synergy.probe.task import NO_STEP_FLOOR_S
 from slurm_synergy.profiles import ProfileStore
 from tests.helpers import site_policy_with
 
@@ -215,11 +219,67 @@ def test_an_iterable_datasets_workers_are_never_changed(task, tmp_path):
     assert seen["items_workers"] == 0, "a map-style loader takes the decision's workers"
 
 
-def test_a_process_that_never_trains_starts_nothing_and_leaves_nothing(task, tmp_path):
-    proc = run("print('hello')", [], task, tmp_path)
+@pytest.mark.parametrize("marked", ["", "1"])
+def test_a_process_that_never_trains_starts_nothing_and_leaves_nothing(task, tmp_path, marked):
+    # A helper (`python -c ...`), marked job or not: ended long before any policy's wait.
+    proc = run("print('hello')", [], dict(task, SYNERGY_PROFILE=marked), tmp_path)
     assert proc.returncode == 0 and proc.stdout == "hello\n" and proc.stderr == ""
     assert not list(Path(task["TMPDIR"]).iterdir())
     assert not (tmp_path / "home" / "runs").exists()
+    assert not (tmp_path / "home" / "profiles").exists()
+
+
+# A forward-only loop by hand: no loader, no optimizer, no backward pass, for argv[1] s.
+FORWARD_ONLY = """
+import sys, time, torch
+model = torch.nn.Linear(16, 4)
+end, n = time.monotonic() + float(sys.argv[1]), 0
+with torch.no_grad():
+    while time.monotonic() < end:
+        model(torch.randn(32, 16)); n += 1
+print(f"inferred {n} batches", flush=True)
+sys.exit(4)
+"""
+
+
+@pytest.mark.parametrize("marked,wait_s,held", [
+    ("1", 5, True),         # ran past the policy's wait for a first step: held
+    ("1", 300, False),      # ended inside it: no different from a helper
+    ("", 5, False),         # not marked: nothing to hold
+])
+def test_a_plain_scripts_python_that_never_steps_is_held_with_one_line(task, tmp_path, marked,
+                                                                         wait_s, held):
+    Path(task["SYNERGY_POLICY"]).write_text(site_policy_with(
+        sweep_window_s="0.5", sweep_repeats="1", first_batch_timeout_s=str(wait_s)))
+    proc = run(FORWARD_ONLY, ["7"], dict(task, SYNERGY_PROFILE=marked), tmp_path)
+    # The script's own: its exit status and output, whatever is said beside them.
+    assert proc.returncode == 4 and proc.stdout.startswith("inferred "), proc.stderr
+    store = ProfileStore(tmp_path / "home" / "profiles")
+    assert not store.has(FP)
+    assert not list(Path(task["TMPDIR"]).iterdir())
+    if not held:
+        assert proc.stderr == "" and not store.is_held(FP)
+        return
+    (line,) = proc.stderr.splitlines()
+    # At least its 7 s (its import comes first).
+    assert re.match(r"inrun: no training step seen in ([7-9]|\d\d)s of ", line) and line.endswith(
+        "train.py 7 (no batch from a data loader, no optimizer step, no backward pass); no "
+        "profile; its next jobs are not marked for measuring for 7 days (`synergy profiles "
+        f"--forget {FP}` measures the next one)"), line
+    ((fp, record),) = store.holds()
+    assert fp == FP and record is not None and record.why == line[len("inrun: "):].split(
+        "; its next")[0]
+
+
+def test_no_policy_waits_for_a_first_step_less_than_the_anchor_looks_for(tmp_path):
+    """A tree that ended sooner than NO_STEP_FLOOR_S starts nothing at its exit: no
+    policy's wait for a first step may be shorter, or such a tree would never be held."""
+    path = tmp_path / "policy.toml"
+    path.write_text(site_policy_with(first_batch_timeout_s=str(NO_STEP_FLOOR_S)))
+    assert load_policy(path).first_batch_timeout_s == NO_STEP_FLOOR_S
+    path.write_text(site_policy_with(first_batch_timeout_s=str(NO_STEP_FLOOR_S - 0.5)))
+    with pytest.raises(SynergyError, match="first_batch_timeout_s"):
+        load_policy(path)
 
 
 def test_an_interpreter_too_old_for_the_probe_runs_unwatched_with_one_line(task, tmp_path):

@@ -86,6 +86,29 @@ def run_job(req: InRunRequest, site: Site, log: Callable[[str], None]) -> int:
         return _watch(req, list(req.command), req.workers, beside.during, beside.swept)
 
 
+def file_hold(store: ProfileStore, fp: str, job_id: str, why: str,
+              log: Callable[[str], None]) -> None:
+    """Say why nothing is measured, in one line, and file the workload's hold: a run of
+    its program would measure nothing again, so its jobs are not marked for measuring
+    while the hold lasts (profiles.py). Never raises."""
+    try:
+        store.hold(Unmeasured(fp, why, job_id, _now()))
+    except (OSError, ProfileError) as e:
+        log(f"{PROG}: {why} (no hold filed: {e})")
+        return
+    log(f"{PROG}: {why}; {hold_note(fp)}")
+
+
+def held_elsewhere(store: ProfileStore, fp: str, job_id: str) -> bool:
+    """Whether `fp` is held by a hold another job filed: one this job filed (a plain
+    script's helper that ran long without a step, measure/inrun/no_step.py) does not stop
+    its own training from being measured, and a profile saved then ends it."""
+    if not store.is_held(fp):
+        return False
+    record = store.hold_of(fp)
+    return not (job_id and record is not None and record.job_id == job_id)
+
+
 @dataclass(frozen=True)
 class Beside:
     """What the supervisor does beside a job's run."""
@@ -122,7 +145,7 @@ def choose(req: InRunRequest, site: Site, marked: bool,
             return Beside(job_id, follow)
         if not marked:
             return Beside(job_id, None)
-        if store.is_held(req.fingerprint):
+        if held_elsewhere(store, req.fingerprint, job_id):
             log(f"{PROG}: a marked run of {req.fingerprint} had nothing to measure lately; "
                 f"job {job_id} trains as submitted (`synergy profiles --forget "
                 f"{req.fingerprint}` measures the next)")
@@ -218,16 +241,7 @@ class Sweep:
         follow.until_it_ends(windows.tree, windows.proc)
 
     def _hold(self, why: str) -> None:
-        """Say why nothing is measured, in one line, and file the workload's hold: a run
-        of its program would measure nothing again, so its jobs are not marked for
-        measuring while the hold lasts (profiles.py)."""
-        fp = self.req.fingerprint
-        try:
-            self.store.hold(Unmeasured(fp, why, self.job_id, _now()))
-        except (OSError, ProfileError) as e:
-            self.log(f"{PROG}: {why} (no hold filed: {e})")
-            return
-        self.log(f"{PROG}: {why}; {hold_note(fp)}")
+        file_hold(self.store, self.req.fingerprint, self.job_id, why, self.log)
 
     def _windows(self, windows: RunWindows) -> list[Window]:
         """The schedule: a warm-up window left out, then full, k, full, k', full, ...;

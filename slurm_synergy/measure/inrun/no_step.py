@@ -69,6 +69,7 @@ def tell(anchor: int, ran_s: float, site: Site, log: Callable[[str], None]) -> b
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Hold the workload of the tree of --anchor where `tell` says so; returns 0."""
     p = argparse.ArgumentParser(prog="python -m slurm_synergy.measure.inrun.no_step",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--anchor", type=int, required=True, help="the tree's first process")
@@ -76,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     def log(line: str) -> None:
+        """One line to the job's log (this process's standard error: the anchor's)."""
         print(line, file=sys.stderr, flush=True)
     try:
         tell(args.anchor, args.ran, Site.load(on_bad_policy=lambda e: None), log)

@@ -84,6 +84,11 @@ def job_cluster() -> str:
     return os.environ.get("SLURM_CLUSTER_NAME", "")
 
 
+def runs_dir(cluster: str, job_id: str) -> Path:
+    """A plain script's job's records: its runs' probe results (measure/inrun/attach.py)."""
+    return cluster_dir(cluster) / "runs" / (job_id or "unknown")
+
+
 def outputs_dir(cluster: str) -> Path:
     """job id -> the folder a job ran in (its summary.json), written by each job."""
     return cluster_dir(cluster) / "outputs"

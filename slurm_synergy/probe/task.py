@@ -89,7 +89,8 @@ def _end(folder: str, anchor_pid: int, marked: bool, started: float) -> None:
     marked tree that started no supervisor (took no step) may be held (_no_step)."""
     if os.getpid() != anchor_pid:
         return          # a child forked from the anchor, exiting: not the run's end
-    stepped = os.path.exists(os.path.join(folder, SUPERVISOR_MARK))
+    # A folder gone before its time (the supervisor's, after a TERM) counts as stepped.
+    stepped = os.path.exists(os.path.join(folder, SUPERVISOR_MARK)) or not os.path.isdir(folder)
     try:
         with open(os.path.join(folder, SUPERVISING)) as f:
             pid = int(f.read().strip() or 0)
@@ -148,18 +149,23 @@ def start_supervisor() -> None:
 def _no_step(anchor_pid: int, ran_s: float) -> None:
     """Start the installation's interpreter to hold the workload of this marked tree,
     which ran `ran_s` seconds without a step, and wait for it (up to END_WAIT_S): its
-    one line goes to the job's log. Never raises."""
+    one line goes to the job's log. Never raises, never waits longer: one stuck on a
+    stalled file system is killed and left (a wait for it could outlast the kill)."""
     python = os.environ.get(ENV_PYTHON)
     if not python:
         return
     import subprocess
     try:
-        subprocess.run([python, "-I", "-m", NO_STEP_MODULE, "--anchor", str(anchor_pid),
-                        "--ran", f"{ran_s:.1f}"], env=_installation_env(), cwd="/",
-                       timeout=END_WAIT_S, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=_err())
-    except (OSError, subprocess.SubprocessError):
-        pass            # not held: its next job is marked again, nothing worse
+        child = subprocess.Popen([python, "-I", "-m", NO_STEP_MODULE, "--anchor",
+                                  str(anchor_pid), "--ran", f"{ran_s:.1f}"],
+                                 env=_installation_env(), cwd="/", stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=_err())
+    except OSError:
+        return          # not held: its next job is marked again, nothing worse
+    try:
+        child.wait(timeout=END_WAIT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
 
 
 def _installation_env() -> dict[str, str]:

@@ -4,6 +4,7 @@ real affinity, and the faults the run must survive unchanged."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -292,13 +293,28 @@ class Commented:
 ])
 def test_a_job_is_measured_where_it_was_marked_at_submission_or_since(
         home, monkeypatch, comment, marked, may_sweep, swept):
-    import contextlib
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     req = InRunRequest(FP, "t", ("true",), home / "probe.json")
     with contextlib.ExitStack() as held:
         beside = choose(req, site(FAST, Commented(comment)), marked, held, lambda line: None,
                         may_sweep=may_sweep)
         assert beside.swept is swept and (beside.during is not None) is swept
+
+
+def test_a_job_measured_past_its_own_hold_ends_it_and_another_jobs_hold_stands(
+        home, monkeypatch):
+    """A long preparation before the training (its hold filed by this job) leaves the
+    training measured, and the hold goes: should that measurement fail, the next job
+    is marked again, as before the hold. Another job's hold keeps this one unmeasured."""
+    store = ProfileStore.default()
+    req = InRunRequest(FP, "t", ("true",), home / "probe.json")
+    for filer, swept in (("41", True), ("40", False)):
+        store.hold(Unmeasured(FP, "no training step seen in 300s", filer, "t"))
+        monkeypatch.setenv("SLURM_JOB_ID", "41")
+        with contextlib.ExitStack() as held:
+            beside = choose(req, site(FAST, Commented(f"synergy:fp={FP} profile=1")), True,
+                            held, lambda line: None)
+        assert beside.swept is swept and store.is_held(FP) is not swept, filer
 
 
 def test_a_thread_that_cannot_be_pinned_is_named_and_the_rest_are_pinned():

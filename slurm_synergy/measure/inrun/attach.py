@@ -44,6 +44,9 @@ from slurm_synergy.measure.inrun.windows import write_order
 from slurm_synergy.site import Site
 
 WAIT_LOOK_S = 1.0       # how often the end of a tree nothing beside it watches is looked for
+# In the job's runs folder, once a supervisor starts there: a tree of the job took a step,
+# so the job trains, and a later tree without one holds nothing (measure/inrun/no_step.py).
+STEPPED = "stepped"
 
 
 class Attached:
@@ -98,7 +101,7 @@ def result_path(job_id: str, cluster: str) -> Path:
     """Where a run's probe result goes for the reports: the job's folder of this user's
     records (named in the outputs pointers, as a CSV job's output folder is), probe.json
     for its first run, probe-<n>.json for a later one of the same job."""
-    folder = private_folder(paths.cluster_dir(cluster) / "runs" / (job_id or "unknown"))
+    folder = private_folder(paths.runs_dir(cluster, job_id))
     pointer = paths.outputs_dir(cluster) / job_id
     if job_id and not pointer.exists():
         private_folder(pointer.parent)
@@ -124,6 +127,8 @@ def supervise(pid: int, folder: Path, site: Site) -> int:
         return 0            # ended before its supervisor started
     threading.Thread(target=let_go_of_the_log, args=(pid,), daemon=True).start()
     job_id = os.environ.get("SLURM_JOB_ID", "")
+    with contextlib.suppress(OSError):
+        (private_folder(paths.runs_dir(paths.job_cluster(), job_id)) / STEPPED).touch()
     req = InRunRequest(os.environ.get(ENV_FINGERPRINT, ""), os.environ.get(
         "SLURM_JOB_NAME", ""), command, Path("probe.json"))
     tree = ProcessTree(pid)

@@ -9,10 +9,12 @@ see) starts none, and until it has run as long as the in-run supervisor waits fo
 first step (the policy's first_batch_timeout_s) it is no different from a helper
 (`python -c "import torch"`). At the normal exit of a marked tree that started no
 supervisor, its anchor starts this, with the installation's interpreter, as the job's
-user: where the tree ran that long and its workload is neither measured, held, nor being
-measured now, it says why in one line of the job's log and files the workload's hold
-(profiles.py), as the in-run supervisor does for the same loop. A tree ended by a signal
-(the job's end, its time limit) runs no exit code and is not held. Always exits 0.
+user: where the tree ran that long, no tree of the job took a step (a supervisor started
+in it: attach.STEPPED), and its workload is neither measured, held, nor being measured
+now, it says why in one line of the job's log and files the workload's hold
+(profiles.py), as the in-run supervisor does for the same loop. A tree killed by a
+signal (the job's end, its time limit, unless it catches the signal and exits) runs no
+exit code and is not held. Always exits 0.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from slurm_synergy import paths
 from slurm_synergy.model.comment import FINGERPRINT_RE
 from slurm_synergy.probe.task import ENV_FINGERPRINT
 from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.measure.inrun.attach import STEPPED
 from slurm_synergy.measure.inrun.follow import PROG
 from slurm_synergy.measure.inrun.supervisor import file_hold
 from slurm_synergy.measure.lock import profiling_lock
@@ -54,12 +58,16 @@ def tell(anchor: int, ran_s: float, site: Site, log: Callable[[str], None]) -> b
     wait_s = site.policy.first_batch_timeout_s
     if ran_s < wait_s or not FINGERPRINT_RE.fullmatch(fp):
         return False
+    if job_id and (paths.runs_dir(paths.job_cluster(), job_id) / STEPPED).exists():
+        return False        # the job trains: a tree of it took a step
     store = ProfileStore.default()
     if store.has(fp) or store.is_held(fp):
         return False
     with contextlib.ExitStack() as held:
-        # Another tree or job measures the workload now: its profile will say.
-        if not held.enter_context(profiling_lock(store, fp)):
+        # Another tree or job measures the workload now: its profile will say. Under the
+        # lock, again: another task of the step may have held it or measured it meanwhile.
+        if not held.enter_context(profiling_lock(store, fp)) or store.has(fp) or \
+                store.is_held(fp):
             return False
         shown = command_of(anchor)
         file_hold(store, fp, job_id, f"no training step seen in {ran_s:.0f}s"

@@ -154,6 +154,10 @@ def choose(req: InRunRequest, site: Site, marked: bool,
             log(f"{PROG}: another job measures {req.fingerprint} now; job {job_id} trains "
                 "as submitted")
             return Beside(job_id, None)
+        # This job's own hold goes: measured now, and where that fails its next job is
+        # marked again, as before the hold.
+        with contextlib.suppress(OSError):
+            store.forget(req.fingerprint)
         return Beside(job_id, Sweep(req, site, store, job_id, log).during, True)
     except (OSError, ProfileError) as e:
         log(f"{PROG}: cannot look up or lock {req.fingerprint} in {store.root} ({e}); "

@@ -33,7 +33,7 @@ from slurm_synergy.probe.task import ENV_FINGERPRINT
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.measure.inrun.attach import STEPPED
 from slurm_synergy.measure.inrun.follow import PROG
-from slurm_synergy.measure.inrun.supervisor import file_hold
+from slurm_synergy.measure.inrun.supervisor import file_hold, no_step_why
 from slurm_synergy.measure.lock import profiling_lock
 from slurm_synergy.site import Site
 
@@ -61,18 +61,14 @@ def tell(anchor: int, ran_s: float, site: Site, log: Callable[[str], None]) -> b
     if job_id and (paths.runs_dir(paths.job_cluster(), job_id) / STEPPED).exists():
         return False        # the job trains: a tree of it took a step
     store = ProfileStore.default()
-    if store.has(fp) or store.is_held(fp):
-        return False
     with contextlib.ExitStack() as held:
-        # Another tree or job measures the workload now: its profile will say. Under the
-        # lock, again: another task of the step may have held it or measured it meanwhile.
+        # Another tree or job measures the workload now: its profile will say. Measured
+        # or held looked at under the lock: another task of the step ending beside this
+        # one holds it first, and this one then says nothing.
         if not held.enter_context(profiling_lock(store, fp)) or store.has(fp) or \
                 store.is_held(fp):
             return False
-        shown = command_of(anchor)
-        file_hold(store, fp, job_id, f"no training step seen in {ran_s:.0f}s"
-                  f"{f' of {shown}' if shown else ''} (no batch from a data loader, no "
-                  "optimizer step, no backward pass); no profile", log)
+        file_hold(store, fp, job_id, no_step_why(ran_s, command_of(anchor)), log)
     return True
 
 

@@ -99,6 +99,14 @@ def file_hold(store: ProfileStore, fp: str, job_id: str, why: str,
     log(f"{PROG}: {why}; {hold_note(fp)}")
 
 
+def no_step_why(seen_s: float, command: str = "") -> str:
+    """Why a run that took no training step in `seen_s` seconds (of `command`, where
+    named) measured nothing: the reason its hold keeps and its log line starts with."""
+    of = f" of {command}" if command else ""
+    return (f"no training step seen in {seen_s:.0f}s{of} (no batch from a data loader, no "
+            "optimizer step, no backward pass); no profile")
+
+
 def held_elsewhere(store: ProfileStore, fp: str, job_id: str) -> bool:
     """Whether `fp` is held by a hold another job filed: one this job filed (a plain
     script's helper that ran long without a step, measure/inrun/no_step.py) does not stop
@@ -212,8 +220,7 @@ class Sweep:
             if not windows.alive():     # a short run, or one that failed: the next may train
                 self.log(f"{PROG}: the job ended before its first training step; no profile")
             else:
-                self._hold(f"no training step seen in {wait_s:.0f}s (no batch from a data "
-                           "loader, no optimizer step, no backward pass); no profile")
+                self._hold(no_step_why(wait_s))
             return
         started = _now()
         self.log(f"{PROG}: measuring {fp} ({self.req.job_name}) while job {self.job_id} "

@@ -42,7 +42,7 @@ def test_every_link_resolves(page):
 
 
 def test_the_readme_stays_a_short_tour():
-    assert len((ROOT / "README.md").read_text().splitlines()) <= 300
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 260
 
 
 def tree_block() -> str:

@@ -102,25 +102,28 @@ lint: setup
 	$(PY) -m mypy
 
 bench: setup
-	$(PY) bench/bench_submit.py
-	$(PY) bench/bench_shim.py
-	$(PY) bench/bench_store.py
-	$(PY) bench/bench_loaders.py
-	$(PY) bench/bench_profiles.py
-	$(PY) bench/bench_inrun.py
-	$(PY) bench/bench_peaks.py
-	$(PY) bench/bench_styles.py
-	$(PY) bench/bench_task.py
-	$(PY) bench/bench_frameworks.py
-	$(PY) bench/bench_memory.py
-	$(PY) bench/bench_gpumem.py
-	$(PY) bench/bench_sampler.py
-	$(PY) bench/bench_probe.py
-	$(PY) bench/bench_report.py
-	$(PY) bench/bench_report_shapes.py
-	$(PY) bench/bench_simulate.py
-	$(PY) bench/bench_hetero.py
-	$(PY) bench/bench_cluster.py --rounds 3
-	$(PY) bench/bench_backfill.py --rounds 3
-	$(PY) bench/bench_prediction.py
+	@# Run from a clone of its own (docs/benchmarks.md): the local cluster goes down at the
+	@# end, failed or not, so deleting the clone leaves no daemon of it running.
+	@trap '$(SYNERGY) cluster down' EXIT; set -ex; \
+	$(PY) bench/bench_submit.py; \
+	$(PY) bench/bench_shim.py; \
+	$(PY) bench/bench_store.py; \
+	$(PY) bench/bench_loaders.py; \
+	$(PY) bench/bench_profiles.py; \
+	$(PY) bench/bench_inrun.py; \
+	$(PY) bench/bench_peaks.py; \
+	$(PY) bench/bench_styles.py; \
+	$(PY) bench/bench_task.py; \
+	$(PY) bench/bench_frameworks.py; \
+	$(PY) bench/bench_memory.py; \
+	$(PY) bench/bench_gpumem.py; \
+	$(PY) bench/bench_sampler.py; \
+	$(PY) bench/bench_probe.py; \
+	$(PY) bench/bench_report.py; \
+	$(PY) bench/bench_report_shapes.py; \
+	$(PY) bench/bench_simulate.py; \
+	$(PY) bench/bench_hetero.py; \
+	$(PY) bench/bench_cluster.py --rounds 3; \
+	$(PY) bench/bench_backfill.py --rounds 3; \
+	$(PY) bench/bench_prediction.py; \
 	$(PY) bench/bench_timelimits.py

@@ -44,9 +44,18 @@ def check_queries(slurm: Slurm, ids: dict[str, str]) -> None:
     assert USER_COMMENT in slurm.comment(held)
     assert slurm.qos_of(held) == h.qos != ""
     timed = {j.job_id: j for j in slurm.timed_jobs()}
-    assert (timed[held].limit_min, timed[held].cpus, timed[held].state) == (10, 2, "PENDING")
-    assert (timed[running].limit_min, timed[running].cpus) == (5, 1)
-    assert USER_COMMENT in timed[held].comment
+    assert (timed[held].limit_min, timed[held].cpus, timed[held].state, timed[held].started) \
+        == (10, 2, "PENDING", "")
+    assert (timed[running].limit_min, timed[running].cpus, timed[running].restarts) == (5, 1, 0)
+    assert timed[running].started and done not in timed
+    assert slurm.timed_job(running) == timed[running] and slurm.timed_job(done).state == \
+        "COMPLETED"
+    texts = {j.job_id: j for j in slurm.queued_texts()}
+    assert USER_COMMENT in texts[held].comment and done not in texts
+    assert (texts[held].state, texts[held].limit_min, texts[held].cpus, texts[held].array) \
+        == ("PENDING", 10, 2, False)
+    assert texts[held].uid == timed[held].uid == texts[running].uid
+    assert (texts[running].state, texts[running].limit_min) == ("RUNNING", 5)
     states = slurm.active_states([held, running, done])
     assert (states[held], states[running]) == ("PENDING", "RUNNING"), states
     own = {row["JobID"]: row for row in slurm.own_jobs()}
@@ -59,13 +68,16 @@ def check_queries(slurm: Slurm, ids: dict[str, str]) -> None:
 
     acct = {row["JobID"]: row for row in slurm.sacct([held, running, done])}
     assert acct[done]["State"] == "COMPLETED" and acct[done]["AllocCPUS"] == "1", acct[done]
+    assert acct[done]["JobName"] == "out-done" and acct[held]["JobName"] == "out-held"
     assert acct[done]["ExitCode"] == "0:0" and "mem=300M" in acct[done]["AllocTRES"]
     assert acct[held]["State"] == "PENDING" and acct[held]["ReqMem"] == "1000M"
     assert acct[running]["State"] == "RUNNING"
-    steps = {row["JobID"] for row in slurm.sacct([done], allocations_only=False)}
-    assert {done, f"{done}.batch"} <= steps, steps
-    ended = {e.job_id: e for e in slurm.ended("now-1day")}
+    steps = {row["JobID"]: row for row in slurm.sacct([done], allocations_only=False)}
+    assert {done, f"{done}.batch"} <= set(steps), steps
+    assert steps[f"{done}.batch"]["JobName"] == "batch", steps
+    ended = {e.job_id: e for e in slurm.ended("now-1day", [texts[held].uid])}
     assert (ended[int(done)].state, ended[int(done)].cpus) == ("COMPLETED", 1)
+    assert int(running) not in ended and int(held) not in ended
     assert slurm.cluster_name() in slurm.clusters()
     assert ("root", "root") in slurm.associations()
     assert "normal" in {row[0] for row in slurm.qos_rows(["name", "maxtresperjob"])}

@@ -1,29 +1,30 @@
 """Every Slurm command the product runs, by what it is for: submission, steps, queries of
-the queue, the nodes and accounting, updates of a job, and accounting's users and QOS.
-Each parses its command's output into records.py's records."""
+the queue and the nodes, updates of a job (accounting's: accounting.py). Each parses its
+command's output into records.py's records; what root acts on is read in a form where no
+text a user wrote can make a record (text without it, or --json: json_output.py)."""
 
 from __future__ import annotations
 
 import shutil
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from slurm_synergy.model.comment import Marks
 from slurm_synergy.model.engine import NodeShape, shape_of
 from slurm_synergy.model.errors import SlurmError, SynergyError
 from slurm_synergy.model.units import duration_s, gpu_count
-from slurm_synergy.slurm.records import (
-    FREE_TEXT, SACCT_FIELDS, SEP, Ended, Node, NodeUse, QueuedJob, TimedJob, comment_text, mb,
-    unset, user_name)
-from slurm_synergy.slurm.runner import Runner
+from slurm_synergy.slurm import json_output
+from slurm_synergy.slurm.accounting import Accounting
+from slurm_synergy.slurm.records import (SEP, JobText, Node, NodeUse, QueuedJob, TimedJob,
+                                         comment_text, mb, unset, user_name)
 
 
 # scontrol update's name for a job's comment: written by Slurm.mark alone.
 COMMENT = "Comment"
 
 
-class Slurm(Runner):
+class Slurm(Accounting):
     """The cluster as its commands show it and change it (the runner: runner.py)."""
 
     _cluster: str | None = None      # slurm.conf's ClusterName, once asked
@@ -170,38 +171,58 @@ class Slurm(Runner):
             row["Comment"] = comment_text(row["Comment"])
         return rows
 
-    def timed_jobs(self) -> list[TimedJob]:
-        """Every pending and running job's limit and time used (array tasks left out).
-        The comment is asked for first: a user's comment may hold newlines and the
-        separator, so everything after it on a line is Slurm's own, and a line whose
-        fields do not add up is not a job's (a comment's first lines are dropped)."""
-        fields = ("%k", "%i", "%U", "%T", "%l", "%M", "%C")
-        out = self.run(["squeue", "--noheader", "--states=PENDING,RUNNING",
-                        "--format=" + SEP.join(fields)])
+    # squeue -O's fields of a job's limits: none holds a text of its user's, so every line
+    # is one job's (a line that does not read is Slurm's fault, and fails the call).
+    _TIMED = ("JobID", "UserID", "State", "TimeLimit", "MinTime", "TimeUsed", "NumCPUs",
+              "StartTime", "RestartCnt")
+
+    def timed_jobs(self, job_ids: Sequence[str] = (),
+                   states: str = "PENDING,RUNNING") -> list[TimedJob]:
+        """Jobs' limits and time used (array tasks and heterogeneous jobs left out), of
+        `job_ids` (every job where none) in `states`, read without any text a user wrote:
+        the form root reads before it changes a job's limit."""
+        args = ["squeue", "--noheader", f"--states={states}",
+                "--Format=" + ",".join(f"{f}:40|" for f in self._TIMED)]
+        if job_ids:
+            args.append("--jobs=" + ",".join(job_ids))
         jobs = []
-        for line in out.splitlines():
-            v = line.split(SEP)
-            if len(v) != len(fields) or not all(v[i].isdigit() for i in (1, 2, 6)):
+        for line in self.run(args).splitlines():
+            v = [x.strip() for x in line.split("|")]
+            if len(v) < len(self._TIMED) or any(v[len(self._TIMED):]):
+                raise SlurmError(f"squeue printed a line this cannot read: {line[:200]!r}")
+            if not v[0].isdigit():          # 12_3, 12_[4-9], 14+0: arrays, het jobs
                 continue
-            limit, used = duration_s(v[4]), duration_s(v[5])
-            jobs.append(TimedJob(v[1], int(v[2]), v[3],
-                                 None if limit is None else int(limit) // 60,
-                                 int(used or 0), int(v[6]), comment_text(v[0])))
+            try:
+                limit, used = duration_s(v[3]), duration_s(v[5])
+                tmin = duration_s(v[4])
+                jobs.append(TimedJob(v[0], int(v[1]), v[2],
+                                     None if limit is None else int(limit) // 60,
+                                     int(tmin or 0) // 60, int(used or 0), int(v[6]),
+                                     unset(v[7]) if v[2] != "PENDING" else "", int(v[8])))
+            except ValueError:
+                raise SlurmError(f"squeue printed a line this cannot read: {line[:200]!r}") \
+                    from None
         return jobs
 
-    def ended(self, since: str, users: Sequence[str] = ()) -> list[Ended]:
-        """The jobs that ended since `since` (any time sacct takes) of `users` (every
-        user's where none), as sacct records them, in one call."""
-        fields = ("Comment", "JobIDRaw", "UID", "State", "ElapsedRaw", "AllocCPUS",
-                  "AdminComment")
-        rows = []
-        for v in self.sacct_rows((), fields, since=since, users=users):
-            if not all(v[f].isdigit() for f in ("JobIDRaw", "UID", "ElapsedRaw", "AllocCPUS")):
-                continue
-            rows.append(Ended(int(v["JobIDRaw"]), int(v["UID"]), v["State"].split(" ")[0],
-                              int(v["ElapsedRaw"]), int(v["AllocCPUS"]), v["Comment"],
-                              v["AdminComment"]))
-        return rows
+    def timed_job(self, job_id: str) -> TimedJob | None:
+        """One job's limits read again by its id, in any state, without text of its user's;
+        None where slurmctld no longer holds it."""
+        if not job_id.isdigit():
+            return None
+        try:
+            found = self.timed_jobs([job_id], states="all")
+        except SlurmError as e:
+            if "Invalid job id" in str(e):
+                return None
+            raise
+        return next((j for j in found if j.job_id == job_id), None)
+
+    def queued_texts(self) -> list[JobText]:
+        """Every pending and running job with its user's comment and its admin comment, from
+        squeue --json (22.05's lists every job held: the states are picked here)."""
+        jobs = json_output.queued(json_output.document(
+            self.run(["squeue", "--json"], timeout=120), "squeue"))
+        return [j for j in jobs if j.state in ("PENDING", "RUNNING")]
 
     def comment(self, job_id: str) -> str:
         """One job's comment, whole (squeue cuts it at 4000 characters, as sacct)."""
@@ -276,23 +297,6 @@ class Slurm(Runner):
         """Put a node back in service."""
         self.run(["scontrol", "update", f"nodename={name}", "state=resume"])
 
-    def clusters(self, timeout: float = 60) -> list[str]:
-        """The clusters slurmdbd accounts for (answering at all says slurmdbd is up)."""
-        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster",
-                        "format=cluster"], timeout=timeout)
-        return out.split()
-
-    def add_cluster(self, name: str) -> None:
-        """Register a cluster with slurmdbd."""
-        self.run(["sacctmgr", "-i", "add", "cluster", name])
-
-    def associations(self) -> set[tuple[str, str]]:
-        """(account, user) of every association accounting holds; a user of "" is the
-        account's own."""
-        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
-                        "format=account,user"])
-        return {(a, u) for a, _, u in (line.partition("|") for line in out.splitlines())}
-
     def association_rows(self, fields: Sequence[str]) -> list[list[str]]:
         """This cluster's associations from accounting, one row of `fields` each (as
         sacctmgr names them; a list such as qos= keeps its commas)."""
@@ -300,87 +304,10 @@ class Slurm(Runner):
                         f"cluster={self.cluster_name()}", f"format={','.join(fields)}"])
         return [line.split("|") for line in out.splitlines() if line]
 
-    def qos_rows(self, fields: Sequence[str]) -> list[list[str]]:
-        """Every QOS accounting holds, one row of `fields` each."""
-        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "qos",
-                        f"format={','.join(fields)}"])
-        return [line.split("|") for line in out.splitlines() if line]
-
-    def add_user(self, user: str, account: str, limits: Mapping[str, str] | None = None) -> None:
-        """`user` may submit under `account` (each made where missing), with its
-        association's `limits` set as sacctmgr names them (MaxTRESPerJob="cpu=1"; -1
-        clears one). sacctmgr refuses to add what exists, so only what is missing is
-        added."""
-        have = self.associations()
-        if (account, "") not in have:
-            self.run(["sacctmgr", "-i", "add", "account", account])
-        if (account, user) not in have:
-            self.run(["sacctmgr", "-i", "add", "user", user, f"account={account}"])
-        if limits:
-            self.run(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
-                      f"account={account}", "set", *(f"{k}={v}" for k, v in limits.items())])
-
-    def add_qos(self, name: str, limits: Mapping[str, str]) -> None:
-        """A QOS in accounting with its `limits` as sacctmgr names them (MaxTRESPerJob=
-        "cpu=1"), made where missing."""
-        if name not in self.run(["sacctmgr", "--noheader", "--parsable2", "show", "qos",
-                                 "format=name"]).split():
-            self.run(["sacctmgr", "-i", "add", "qos", name])
-        self.run(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
-                  *(f"{k}={v}" for k, v in limits.items())])
-
-    def remove_user(self, user: str) -> None:
-        """Removes every association of `user` from accounting."""
-        self.run(["sacctmgr", "-i", "delete", "user", "where", f"name={user}"])
-
-    def remove_qos(self, name: str) -> None:
-        """Remove a QOS from accounting."""
-        self.run(["sacctmgr", "-i", "delete", "qos", "where", f"name={name}"])
-
-    def set_user_qos(self, user: str, account: str, allowed: Sequence[str],
-                     default: str) -> None:
-        """The QOS `user` may use under `account`, and the one a job gets without --qos."""
-        self.run(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
-                  f"account={account}", "set", f"qos={','.join(allowed)}",
-                  f"defaultqos={default}"])
-
     def reconfigure(self) -> None:
         """Have slurmctld and every slurmd read slurm.conf (and the shim) again."""
         self.run(["scontrol", "reconfigure"])
 
-    def sacct(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
-              allocations_only: bool = True, since: str | None = None,
-              until: str | None = None, users: Sequence[str] = ()) -> list[dict[str, str]]:
-        """Accounting records, one dict per job (per step unless allocations_only): the
-        jobs named, or without names the jobs of a period (`since`, `until`: any time
-        sacct takes, e.g. 2026-11-01 or now-7days)."""
-        return list(self.sacct_rows(job_ids, fields, allocations_only, since, until, users))
-
-    def sacct_rows(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
-                   allocations_only: bool = True, since: str | None = None,
-                   until: str | None = None, users: Sequence[str] = ()) -> Iterator[dict[str, str]]:
-        """sacct's records as it prints them (see sacct)."""
-        if not job_ids and since is None:
-            return
-        # A unit separator, not "|": job names and comments may hold any printable text.
-        # A user's text may hold newlines and the separator too, so it is asked for
-        # first: a line's last fields are then always Slurm's own, and a line whose
-        # fields do not add up (a text's first lines) is no job's.
-        fields = [f for f in fields if f in FREE_TEXT] + [f for f in fields
-                                                          if f not in FREE_TEXT]
-        args = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
-                "--format=" + ",".join(fields)]
-        if job_ids:
-            args.append("--jobs=" + ",".join(job_ids))
-        if since is not None:
-            args += [f"--starttime={since}", f"--endtime={until or 'now'}"]
-        args.append("--user=" + ",".join(users) if users else "--allusers")
-        if allocations_only:
-            args.append("--allocations")
-        for line in self.lines(args):
-            values = line.split(SEP)
-            if len(values) == len(fields):
-                yield dict(zip(fields, values))
 
 
 def node_shape(slurm: Slurm, partition: str | None = None) -> NodeShape:

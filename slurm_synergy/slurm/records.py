@@ -90,15 +90,33 @@ class QueuedJob:
 
 @dataclass(frozen=True)
 class TimedJob:
-    """A pending or running job's time limit and time used, as squeue shows them."""
+    """A pending or running job's time limits, as squeue shows them without any text of
+    its user's: what root reads before it changes a job's limits."""
 
     job_id: str
     uid: int
     state: str
     limit_min: int | None     # its time limit, minutes; None where unset or unlimited
+    time_min_min: int         # its --time-min, minutes (0: none)
     used_s: int
     cpus: int                 # the cores it asks for (or has), all tasks
-    comment: str              # its comment's last line (see Slurm.timed_jobs)
+    started: str              # when its current run started, as Slurm prints it; "" pending
+    restarts: int             # times it was requeued
+
+
+@dataclass(frozen=True)
+class JobText:
+    """A job slurmctld holds with the texts of its user's (comment) and of its admins
+    (admin comment), from squeue --json: each text inside its own string."""
+
+    job_id: str
+    uid: int
+    state: str
+    array: bool               # an array's task, or its pending tasks
+    limit_min: int | None     # its time limit, minutes; None where unset or unlimited
+    cpus: int
+    comment: str
+    admin_comment: str
 
 
 @dataclass(frozen=True)
@@ -110,7 +128,7 @@ class Ended:
     state: str                # the first word (CANCELLED by 1000 -> CANCELLED)
     elapsed_s: int
     cpus: int
-    comment: str              # its comment's last line
+    comment: str
     admin_comment: str
 
 

@@ -92,8 +92,10 @@ class Runner:
 
     def _run_once(self, args: Sequence[str], timeout: float) -> str:
         try:
-            proc = subprocess.run(self._exe(args), capture_output=True, text=True,
-                                  env=self.env(), timeout=timeout)
+            # Text a user wrote (a job name, a comment) may be any bytes: replaced where it
+            # is not UTF-8, never a reason to lose the whole answer.
+            proc = subprocess.run(self._exe(args), capture_output=True, encoding="utf-8",
+                                  errors="replace", env=self.env(), timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             raise self._timed_out(args, timeout) from exc
         if proc.returncode != 0:

@@ -1,6 +1,7 @@
 """A long Slurm output (sacct over thousands of jobs) read line by line as the command
 prints it: the caller works while the command still writes, and a failure is classified
 and retried as a whole call's is. A stand-in `sacct` on PATH plays each case."""
+import json
 import os
 import stat
 import time
@@ -88,22 +89,37 @@ def test_a_reader_that_stops_early_stops_the_command(tmp_path, monkeypatch):
     assert not mark.exists()
 
 
+def _with_json(tmp_path, text_lines: str, jobs: list) -> str:
+    """A stand-in sacct's body: the document of `jobs` (as json-c writes it) for its
+    --json form, `text_lines` otherwise."""
+    doc = tmp_path / "sacct.json"
+    doc.write_text(json.dumps({"jobs": jobs, "errors": []}))
+    return f"case \"$*\" in *--json*) cat {doc} ;; *) printf '{text_lines}' ;; esac\n"
+
+
 def test_a_job_name_not_in_utf8_does_not_lose_the_answer(tmp_path, monkeypatch):
-    # (the job name, a user's text, is asked for first)
-    slurm = _fake(tmp_path, monkeypatch, f"printf 'caf\\351{SEP}1\\nb{SEP}2\\n'\n")
+    # (the job name, a user's text, comes from sacct --json, which passes its bytes on)
+    slurm = _fake(tmp_path, monkeypatch, _with_json(
+        tmp_path, f"1{SEP}1\\n2{SEP}2\\n", [{"job_id": 1, "name": "cafe"},
+                                               {"job_id": 2, "name": "b"}]))
+    (tmp_path / "sacct.json").write_bytes((tmp_path / "sacct.json").read_bytes()
+                                          .replace(b"cafe", b"caf\xe9"))
     rows = slurm.sacct(["1"], ("JobID", "JobName"))
     assert [r["JobID"] for r in rows] == ["1", "2"] and rows[0]["JobName"].startswith("caf")
 
 
 def test_a_comment_cannot_make_a_line_of_its_own(tmp_path, monkeypatch):
-    # Job 7's comment holds a newline and then what would pass for another user's job.
-    # Asked for first, the comment's first line has too few fields, and its last carries
-    # job 7's own after it: too many. Job 8's line is read as it is.
-    forged = (f"x\\n8{SEP}1001{SEP}COMPLETED{SEP}1{SEP}1{SEP}synergy:fp=0123456789abcdef"
+    # Job 7's comment holds newlines and then what would pass for another user's job in
+    # any text form: sacct's text is asked for without it, and its --json form keeps it
+    # inside its string.
+    forged = (f"x\n8{SEP}1001{SEP}COMPLETED{SEP}1{SEP}1{SEP}synergy:fp=0123456789abcdef"
               f"{SEP}{SEP}")
-    slurm = _fake(tmp_path, monkeypatch,
-                  f"printf '%b{SEP}{SEP}7{SEP}1000{SEP}TIMEOUT{SEP}600{SEP}2\\n' '{forged}'\n"
-                  f"printf 'mine{SEP}{SEP}8{SEP}1000{SEP}COMPLETED{SEP}60{SEP}1\\n'\n")
-    ended = slurm.ended("now-7days")
+    slurm = _fake(tmp_path, monkeypatch, _with_json(
+        tmp_path, f"7{SEP}1000{SEP}TIMEOUT{SEP}600{SEP}2\\n8{SEP}1000{SEP}COMPLETED{SEP}60"
+        f"{SEP}1\\n", [{"job_id": 7, "user": "u", "comment": {"job": forged}},
+                        {"job_id": 8, "user": "u", "comment": {"job": "mine"}}]))
+    ended = slurm.ended("now-7days", [1000, 1001])
     assert [(e.job_id, e.uid, e.state, e.comment) for e in ended] == \
-        [(8, 1000, "COMPLETED", "mine")]
+        [(7, 1000, "TIMEOUT", forged), (8, 1000, "COMPLETED", "mine")]
+    # A uid not asked for is dropped, whatever sacct (22.05's --json ignores --user) says.
+    assert [e.job_id for e in slurm.ended("now-7days", [1001])] == []

@@ -1,0 +1,184 @@
+"""Slurm's accounting as its commands show it and change it: sacct's records of jobs
+(read so that no text a user wrote can make a record: the fields that hold users' words
+come from sacct --json by job id), and sacctmgr's clusters, users and QOS. The base of
+gateway.Slurm; the runner is runner.py."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+from typing import Iterator, Mapping, Sequence
+
+from slurm_synergy.model.errors import SlurmError
+from slurm_synergy.slurm import json_output
+from slurm_synergy.slurm.records import FREE_TEXT, SACCT_FIELDS, SEP, Ended, user_name
+from slurm_synergy.slurm.runner import Runner
+
+# Jobs whose texts one sacct --json call reads.
+TEXTS_PER_CALL = 400
+
+
+class Accounting(Runner):
+    """sacct and sacctmgr over one slurm.conf."""
+
+    def ended(self, since: str, users: Sequence[int], per_user: int = 500) -> list[Ended]:
+        """The jobs of `users` (uids) that ended since `since` (any time sacct takes), at
+        most `per_user` of each (the latest), with their comments: the uids, states and
+        times from sacct's text, which holds no text of a user's; the comments from its
+        --json form by job id. Rows of any other uid are dropped."""
+        if not users:
+            return []
+        wanted = set(users)
+        fields = ("JobIDRaw", "UID", "State", "ElapsedRaw", "AllocCPUS")
+        newest: dict[int, list[tuple[int, Ended]]] = {}
+        for v in self.sacct_rows((), fields, since=since,
+                                 users=[user_name(u) for u in sorted(wanted)]):
+            if not all(v[f].isdigit() for f in ("JobIDRaw", "UID", "ElapsedRaw", "AllocCPUS")):
+                continue
+            uid, state = int(v["UID"]), v["State"].split(" ")[0]
+            if uid not in wanted or state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED"):
+                continue
+            job = int(v["JobIDRaw"])
+            kept = newest.setdefault(uid, [])
+            heapq.heappush(kept, (job, Ended(job, uid, state, int(v["ElapsedRaw"]),
+                                             int(v["AllocCPUS"]), "", "")))
+            if len(kept) > per_user:
+                heapq.heappop(kept)
+        rows = sorted((e for kept in newest.values() for _, e in kept), key=lambda e: e.job_id)
+        texts = self.sacct_texts([str(e.job_id) for e in rows], ("Comment", "AdminComment"))
+        return [replace(e, comment=texts.get(str(e.job_id), {}).get("Comment", ""),
+                        admin_comment=texts.get(str(e.job_id), {}).get("AdminComment", ""))
+                for e in rows]
+
+    def clusters(self, timeout: float = 60) -> list[str]:
+        """The clusters slurmdbd accounts for (answering at all says slurmdbd is up)."""
+        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster",
+                        "format=cluster"], timeout=timeout)
+        return out.split()
+
+    def add_cluster(self, name: str) -> None:
+        """Register a cluster with slurmdbd."""
+        self.run(["sacctmgr", "-i", "add", "cluster", name])
+
+    def associations(self) -> set[tuple[str, str]]:
+        """(account, user) of every association accounting holds; a user of "" is the
+        account's own."""
+        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
+                        "format=account,user"])
+        return {(a, u) for a, _, u in (line.partition("|") for line in out.splitlines())}
+
+    def qos_rows(self, fields: Sequence[str]) -> list[list[str]]:
+        """Every QOS accounting holds, one row of `fields` each."""
+        out = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                        f"format={','.join(fields)}"])
+        return [line.split("|") for line in out.splitlines() if line]
+
+    def add_user(self, user: str, account: str, limits: Mapping[str, str] | None = None) -> None:
+        """`user` may submit under `account` (each made where missing), with its
+        association's `limits` set as sacctmgr names them (MaxTRESPerJob="cpu=1"; -1
+        clears one). sacctmgr refuses to add what exists, so only what is missing is
+        added."""
+        have = self.associations()
+        if (account, "") not in have:
+            self.run(["sacctmgr", "-i", "add", "account", account])
+        if (account, user) not in have:
+            self.run(["sacctmgr", "-i", "add", "user", user, f"account={account}"])
+        if limits:
+            self.run(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
+                      f"account={account}", "set", *(f"{k}={v}" for k, v in limits.items())])
+
+    def add_qos(self, name: str, limits: Mapping[str, str]) -> None:
+        """A QOS in accounting with its `limits` as sacctmgr names them (MaxTRESPerJob=
+        "cpu=1"), made where missing."""
+        if name not in self.run(["sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                                 "format=name"]).split():
+            self.run(["sacctmgr", "-i", "add", "qos", name])
+        self.run(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
+                  *(f"{k}={v}" for k, v in limits.items())])
+
+    def remove_user(self, user: str) -> None:
+        """Removes every association of `user` from accounting."""
+        self.run(["sacctmgr", "-i", "delete", "user", "where", f"name={user}"])
+
+    def remove_qos(self, name: str) -> None:
+        """Remove a QOS from accounting."""
+        self.run(["sacctmgr", "-i", "delete", "qos", "where", f"name={name}"])
+
+    def set_user_qos(self, user: str, account: str, allowed: Sequence[str],
+                     default: str) -> None:
+        """The QOS `user` may use under `account`, and the one a job gets without --qos."""
+        self.run(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
+                  f"account={account}", "set", f"qos={','.join(allowed)}",
+                  f"defaultqos={default}"])
+
+    def sacct(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
+              allocations_only: bool = True, since: str | None = None,
+              until: str | None = None, users: Sequence[str] = ()) -> list[dict[str, str]]:
+        """Accounting records, one dict per job (per step unless allocations_only): the
+        jobs named, or without names the jobs of a period (`since`, `until`: any time
+        sacct takes, e.g. 2026-11-01 or now-7days)."""
+        return list(self.sacct_rows(job_ids, fields, allocations_only, since, until, users))
+
+    def sacct_rows(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
+                   allocations_only: bool = True, since: str | None = None,
+                   until: str | None = None, users: Sequence[str] = ()) -> Iterator[dict[str, str]]:
+        """sacct's records as it prints them (see sacct), read while it prints them. The
+        fields that hold users' words (FREE_TEXT: comments, names, paths) are never read
+        from its text, where a newline in them could start a line of another job's: the
+        text is asked for without them, and they come from sacct --json by job id, a few
+        hundred jobs at a time."""
+        if not job_ids and since is None:
+            return
+        texts = [f for f in fields if f in FREE_TEXT]
+        plain = [f for f in fields if f not in FREE_TEXT]
+        asked = plain if not texts or "JobIDRaw" in plain else ["JobIDRaw", *plain]
+        args = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
+                "--format=" + ",".join(asked)]
+        if job_ids:
+            args.append("--jobs=" + ",".join(job_ids))
+        if since is not None:
+            args += [f"--starttime={since}", f"--endtime={until or 'now'}"]
+        args.append("--user=" + ",".join(users) if users else "--allusers")
+        if allocations_only:
+            args.append("--allocations")
+        batch: list[dict[str, str]] = []
+        jobs: set[str] = set()
+        for line in self.lines(args):
+            values = line.split(SEP)
+            if len(values) != len(asked):
+                raise SlurmError(f"sacct printed a line this cannot read: {line[:200]!r}")
+            row = dict(zip(asked, values))
+            if not texts:
+                yield row
+                continue
+            jobs.add(row["JobIDRaw"].split(".")[0])
+            if len(jobs) > TEXTS_PER_CALL:      # this row is the next batch's first
+                yield from self._with_texts(batch, texts, fields)
+                batch, jobs = [], {row["JobIDRaw"].split(".")[0]}
+            batch.append(row)
+        yield from self._with_texts(batch, texts, fields)
+
+    def _with_texts(self, rows: list[dict[str, str]], texts: Sequence[str],
+                    fields: Sequence[str]) -> Iterator[dict[str, str]]:
+        """`rows` with their free-text `texts` from sacct --json, as `fields` asks."""
+        if not rows:
+            return
+        found = self.sacct_texts(sorted({r["JobIDRaw"].split(".")[0] for r in rows}), texts)
+        for row in rows:
+            mine = found.get(row["JobIDRaw"], {})
+            yield {f: row[f] if f in row else mine.get(f, "") for f in fields}
+
+    def sacct_texts(self, job_ids: Sequence[str], fields: Sequence[str]
+                    ) -> dict[str, dict[str, str]]:
+        """JobIDRaw (and step, 7.batch) -> the free-text `fields` of the jobs `job_ids`, from
+        sacct --json: each text inside its own string, whatever it holds."""
+        out: dict[str, dict[str, str]] = {}
+        ids = [j for j in job_ids if j.isdigit()]
+        for at in range(0, len(ids), TEXTS_PER_CALL):
+            chunk = ids[at:at + TEXTS_PER_CALL]
+            jobs = json_output.document(
+                self.run(["sacct", "--json", "--jobs=" + ",".join(chunk)], timeout=120), "sacct")
+            asked = set(chunk)
+            out.update({k: v for k, v in json_output.accounted(jobs, fields).items()
+                        if k.split(".")[0] in asked})
+        return out

@@ -59,6 +59,25 @@ def _read(version_line: str) -> tuple[str, bool]:
     return found.group(0), f"{found.group(1)}.{found.group(2)}" in {r.version for r in RELEASES}
 
 
+# The first release whose backfill takes --time-min as a soft limit where slurm.conf's
+# SchedulerParameters says time_min_as_soft_limit: it plans with it and lets the job run
+# to its --time, so no limit is ever lowered (earlier releases ignore the option).
+SOFT_TIME_MIN = (23, 11)
+SOFT_TIME_MIN_OPTION = "time_min_as_soft_limit"
+
+
+def major_minor(version_line: str) -> tuple[int, int] | None:
+    """(24, 11) from any version line ("slurm-wlm 24.11.5", "24.11"); None where none."""
+    found = re.search(r"(\d+)\.(\d+)", version_line)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def soft_time_min(version_line: str) -> bool:
+    """Whether this release honours time_min_as_soft_limit."""
+    found = major_minor(version_line)
+    return found is not None and found >= SOFT_TIME_MIN
+
+
 def _tested() -> str:
     return ", ".join(r.version for r in RELEASES)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from slurm_synergy import paths
 from slurm_synergy.cli.plugin import install_options, release_check
+from slurm_synergy.slurm import Slurm
 from slurm_synergy.columns import aligned
-from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.gpu import GpuError, open_backend
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
@@ -23,10 +23,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "gpus":
         print(gpus_table())
         return 0
-    conf = args.conf or paths.slurm_conf()
-    if conf is None:
-        raise SynergyError("no slurm.conf: set SLURM_CONF, pass --conf, or start the "
-                           "local cluster (make cluster)")
+    conf = args.conf or paths.slurm_conf_file()
     conf = conf.resolve()
     if conf == paths.local_slurm_conf():
         from slurm_synergy.cluster.localbox import LocalCluster
@@ -35,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         where = HookPaths.site()
     if args.stats_dir:
         where = HookPaths(args.stats_dir, where.log, where.run_dir, where.policy)
-    print(release_check(conf, args))
+    print(release_check(Slurm(conf).version(), args))
     print("\n".join(apply(conf, where)) if args.apply else plan_text(conf, where))
     return 0
 

@@ -1,5 +1,5 @@
-"""`synergy plugin ...`: sync, explain, install, chains, catalog, and the jobs' own
-resubmit."""
+"""`synergy plugin ...`: sync, timelimits, explain, install, chains, catalog, and the jobs'
+own resubmit."""
 
 
 from __future__ import annotations
@@ -28,10 +28,13 @@ from slurm_synergy.submission.resubmit import NothingToGain, resubmit
 from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
-from slurm_synergy.decisions.sync import keep_syncing, name_timer, sync
+from slurm_synergy.decisions.rounds import keep_running, name_process
+from slurm_synergy.decisions.sync import TIMER_NAME as SYNC_TIMER, keep_syncing, sync
 from slurm_synergy.decisions.table import Owned, entries_of, read, table_path
-from slurm_synergy.decisions.timelimits import explained
-from slurm_synergy.slurm import node_shape, user_name
+from slurm_synergy.decisions.timelimits import (
+    DEFAULT_STATE, TIMER_NAME as LIMITS_TIMER, explained, raise_left_s, rates_path, tick)
+from slurm_synergy.model.policy import load_policy
+from slurm_synergy.slurm import node_shape
 from slurm_synergy.site import Site
 
 
@@ -39,24 +42,34 @@ from slurm_synergy.site import Site
 def run(args: argparse.Namespace) -> int:
     """One plugin action. resubmit exits NOTHING_TO_GAIN_EXIT where submitting again gains
     nothing (the job script then trains in place)."""
-    if args.action in ("sync", "install"):
+    if args.action in ("sync", "timelimits", "install"):
         root_may_run()
     if args.action == "sync" and args.every:
-        name_timer()
+        name_process(SYNC_TIMER)
         keep_syncing(args.every, args.table, args.partition,
                      log=lambda line: print(line, flush=True))
     elif args.action == "sync":
-        print(sync(path=args.table, partition=args.partition,
-                   time_limits=args.time_limits))
+        print(sync(path=args.table, partition=args.partition))
+    elif args.action == "timelimits":
+        slurm = Slurm()
+        rates = rates_path(args.table or table_path())
+
+        def one_round() -> str:
+            """A round of the time-limit timer, in its line."""
+            return tick(slurm, lambda: load_policy(policy_path()).time_rule, args.state,
+                        rates, raise_left_s(args.every or 0)).line()
+        if args.every:
+            name_process(LIMITS_TIMER)
+            keep_running(one_round, args.every, log=lambda line: print(line, flush=True))
+        else:
+            print(one_round())
     elif args.action == "explain":
         print(explain(args.fingerprint, args.partition, args.qos))
     elif args.action == "install":
-        conf = args.conf or paths.slurm_conf()
-        if conf is None:
-            raise SynergyError("no slurm.conf: set SLURM_CONF, pass --conf, or start the "
-                               "local cluster (make cluster)")
-        print(release_check(conf, args))
-        print("\n".join(apply(conf)) if args.apply else plan_text(conf))
+        conf = args.conf or paths.slurm_conf_file()
+        release = Slurm(conf).version()
+        print(release_check(release, args))
+        print("\n".join(apply(conf, release)) if args.apply else plan_text(conf, release))
     elif args.action == "chains":
         print(chains())
     elif args.action == "catalog":
@@ -132,7 +145,7 @@ def explain(fingerprint: str, partition: str | None = None, qos: str = "") -> st
     lines.append(f"cost: {measuring_cost(profile, again)}")
     try:
         lines.append(explained(service.slurm, Owned(os.geteuid(), d),
-                               service.policy.time_rule, user_name()))
+                               service.policy.time_rule))
     except SynergyError as e:
         lines.append(f"run time: not predicted: {e}")
     path = table_path()
@@ -188,10 +201,10 @@ def chains() -> str:
                     for c in links])
 
 
-def release_check(conf: Path, args: argparse.Namespace) -> str:
-    """The cluster's Slurm release, read from its scontrol: a line for one the product is
-    tested on; SynergyError for another where --apply would install without --force."""
-    line = Slurm(conf).version()
+def release_check(line: str, args: argparse.Namespace) -> str:
+    """The cluster's Slurm release (its scontrol --version `line`): a line for one the
+    product is tested on; SynergyError for another where --apply would install without
+    --force."""
     return installable(line, force=args.force or not args.apply)
 
 
@@ -205,7 +218,7 @@ def install_options(a: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub) -> None:
-    """`plugin sync|explain|install|chains|catalog|resubmit`."""
+    """`plugin sync|timelimits|explain|install|chains|catalog|resubmit`."""
     p = sub.add_parser("plugin", help="the decision engine and the job_submit shim")
     actions = p.add_subparsers(dest="action", required=True)
     a = actions.add_parser("sync", help="compile the decision table from the profile store")
@@ -214,11 +227,18 @@ def add_parser(sub) -> None:
                    "default partition)")
     a.add_argument("--every", type=positive_float, metavar="SECONDS",
                    help="sync again every SECONDS, until stopped (a site's cron as one "
-                   "process; the local cluster's timer), time limits too")
-    a.add_argument("--time-limits", action="store_true",
-                   help="also set pending jobs' --time-min from their workloads' completed "
-                   "jobs and put lowered limits back before they end a job (root or a "
-                   "Slurm operator; docs/time-limits.md)")
+                   "process; the local cluster's timer)")
+    a = actions.add_parser("timelimits", help="set pending jobs' --time-min from their "
+                           "workloads' completed jobs, and put limits Slurm lowered back "
+                           "before they end a job (root or a Slurm operator; "
+                           "docs/time-limits.md)")
+    a.add_argument("--every", type=positive_float, metavar="SECONDS",
+                   help="a round every SECONDS, until stopped (default: one round, as a "
+                   "site's cron runs it every minute)")
+    a.add_argument("--state", type=Path, default=DEFAULT_STATE,
+                   help=f"root's record of the jobs it set (default: {DEFAULT_STATE})")
+    a.add_argument("--table", type=Path, help="the decision table, beside which sync "
+                   "leaves the decisions' rates (default: beside slurm.conf)")
     a = actions.add_parser("explain", help="a workload's decision and every reason for it")
     a.add_argument("fingerprint", help="16 hex digits, as in the job comment synergy:fp=...")
     a.add_argument("--partition", help="as for sync")

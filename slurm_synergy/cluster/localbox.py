@@ -6,9 +6,11 @@ already healthy, so it is idempotent and restarts whatever died. A daemon that w
 start gets the tail of its log in the error.
 
 It is run as a site runs its cluster: a shared profile store (state/profiles, mode 1777)
-that every user's jobs write to, and a timer, root's `synergy plugin sync --every`, that
-compiles it into the decision table, as a site's cron does, so a user's next job of a
-measured workload is right-sized at submission without anyone running sync by hand.
+that every user's jobs write to, and two timers of root's, as a site's cron runs them:
+`synergy plugin sync --every`, which compiles the store into the decision table, so a
+user's next job of a measured workload is right-sized at submission without anyone
+running sync by hand, and `synergy plugin timelimits --every`, which gives pending jobs
+a --time-min backfill can use (its record in state/lib).
 
 One class starts, checks and stops every daemon of the cluster (each a few lines over
 the same state folder and pid files); the node sizing (node.py), the accounting database
@@ -37,12 +39,14 @@ from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.decisions.sync import TIMER_EVERY_S, TIMER_NAME, sync
 from slurm_synergy.decisions.table import TABLE_NAME
+from slurm_synergy.decisions.timelimits import TIMER_NAME as LIMITS_NAME
 from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
 from slurm_synergy.cluster import kept, mariadb, node as nodemod, preflight, rootfs
 from slurm_synergy.cluster.commands import checked, running_pid, tail
 
 TIMER = "sync-timer"
+LIMITS_TIMER = "limits-timer"
 PARTITION = "gpu"
 MULTI_PARTITION = "multi"     # every node: jobs over several nodes or GPU types
 PORTS = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "mariadb": 6820}
@@ -91,6 +95,8 @@ class LocalCluster:
             "slurmdbd": Daemon("slurmdbd", run / "slurmdbd.pid", log / "slurmdbd.log"),
             "slurmctld": Daemon("slurmctld", run / "slurmctld.pid", log / "slurmctld.log"),
             TIMER: Daemon(TIMER, run / "sync-timer.pid", log / "sync.log", program=TIMER_NAME),
+            LIMITS_TIMER: Daemon(LIMITS_TIMER, run / "limits-timer.pid", log / "time-limits.log",
+                                 program=LIMITS_NAME),
         }
         self._name_slurmds()
 
@@ -132,6 +138,7 @@ class LocalCluster:
             "multi_partition": MULTI_PARTITION, "ports": PORTS,
             "state": str(self.state), "layout": layout, "cgroup_mode": mode,
             "job_submit": self.job_submit, "slurm_version": self.release.version,
+            "soft_time_min": slurm_release.soft_time_min(self.release.version),
             "plugin_dir": str(rootfs.plugin_dir(self.root)) if self.root else "",
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
             **{hook: str(self.etc / name) for hook, name in HOOK_FILES.items()},
@@ -167,7 +174,9 @@ class LocalCluster:
 
     # --- lifecycle ---------------------------------------------------------------
     def up(self, log: Callable[[str], None] = print) -> None:
-        """Start whatever is not already healthy, in order; idempotent."""
+        """Start whatever is not already healthy, in order; idempotent. This process and
+        what it starts then use this cluster (SLURM_CONF): bringing it up says so."""
+        os.environ["SLURM_CONF"] = str(self.conf)
         preflight.require_programs(self.release)
         preflight.no_other_release_up(self.release)
         with locked(self.state / ".lock", wait_s=900):  # another up or down: minutes
@@ -200,10 +209,12 @@ class LocalCluster:
                         "stays so: jobs will not start on it until you resume it with "
                         f"`scontrol update nodename={n.name} state=resume`")
             log(sync(slurm=self.slurm, path=self.etc / TABLE_NAME))
-            if self.sync_every_s > 0:
-                self._ensure(TIMER, self.timer_running, self._start_timer, log)
-            elif self._stop(TIMER):
-                log("stopped the sync timer")
+            for timer, start in ((TIMER, self._start_timer),
+                                 (LIMITS_TIMER, self._start_limits_timer)):
+                if self.sync_every_s > 0:
+                    self._ensure(timer, partial(self._alive, timer), start, log)
+                elif self._stop(timer):
+                    log(f"stopped the {timer}")
             where = ("this host's packages" if self.root is None
                      else f"Debian {self.release.suite}'s packages in {self.root}")
             log(f"cluster up: Slurm {self.release.version} ({where}), cgroup enforcement: "
@@ -226,7 +237,7 @@ class LocalCluster:
                         log(f"cancelled {cancelled} job(s)")
                 except SynergyError as e:
                     log(f"jobs not cancelled: {e}")
-            for name in [TIMER, *(d.name for d in self.slurmds), "slurmctld", "slurmdbd",
+            for name in [TIMER, LIMITS_TIMER, *(d.name for d in self.slurmds), "slurmctld", "slurmdbd",
                          "mariadbd", "munged"]:
                 if self._stop(name):
                     log(f"stopped {name}")
@@ -243,10 +254,12 @@ class LocalCluster:
             healthy &= ok
             pid = self._pid(name)
             lines.append(f"{name:<13} {'up' if ok else 'DOWN':<5} pid {pid or '-'}")
-        # Not counted in health: a cluster may run without it (cluster up --sync-every 0).
-        timer = self._pid(TIMER)
-        lines.append(f"{TIMER:<13} {'up' if timer else 'off':<5} pid {timer or '-'} "
-                     f"(the decision table's sync; log {self.daemons[TIMER].log})")
+        # Not counted in health: a cluster may run without them (cluster up --sync-every 0).
+        for timer, what in ((TIMER, "the decision table's sync"),
+                            (LIMITS_TIMER, "--time-min for backfill")):
+            pid = self._pid(timer)
+            lines.append(f"{timer:<13} {'up' if pid else 'off':<5} pid {pid or '-'} "
+                         f"({what}; log {self.daemons[timer].log})")
         mode_file = self.state / "mode"
         mode = mode_file.read_text().strip() if mode_file.exists() else "unknown"
         lines.append(f"cgroup enforcement: {describe_mode(mode)}")
@@ -350,16 +363,30 @@ class LocalCluster:
         return argv
 
     def _start_timer(self) -> None:
-        """root's sync every sync_every_s, in the background, logging to log/sync.log;
-        it compiles the store this process's environment names (site_store_root)."""
-        daemon = self.daemons[TIMER]
+        """root's sync every sync_every_s; it compiles the store this process's
+        environment names (site_store_root)."""
+        self._start_root_timer(TIMER, ["sync"])
+
+    def _start_limits_timer(self) -> None:
+        """root's time-limit timer every sync_every_s, its record in state/lib."""
+        self._start_root_timer(LIMITS_TIMER, ["timelimits", "--state", str(self.limits_state)])
+
+    def _start_root_timer(self, name: str, action: list[str]) -> None:
+        """`synergy plugin <action> --every sync_every_s` in the background, logging to its
+        daemon's log, on this cluster's table."""
+        daemon = self.daemons[name]
         with open(daemon.log, "a") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync",
+                [sys.executable, "-m", "slurm_synergy.cli", "plugin", *action,
                  "--every", str(self.sync_every_s), "--table", str(self.etc / TABLE_NAME)],
                 stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
                 env=dict(os.environ, SLURM_CONF=str(self.conf)))
         atomic_write_text(daemon.pidfile, f"{proc.pid}\n")
+
+    @property
+    def limits_state(self) -> Path:
+        """The time-limit timer's record of the jobs it set."""
+        return self.state / "lib" / "time-limits.json"
 
     def _start_slurmctld(self) -> None:
         checked(self._daemon(["slurmctld", "-f", str(self.conf)]), "slurmctld",

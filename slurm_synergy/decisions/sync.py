@@ -23,7 +23,8 @@ from typing import Callable, Sequence
 
 from slurm_synergy.decisions.limits import Cap
 from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
-from slurm_synergy.decisions.timelimits import RAISE_LEFT_S, raise_left_s, tick
+from slurm_synergy.decisions.rounds import keep_running
+from slurm_synergy.decisions.timelimits import write_rates
 from slurm_synergy.decisions.table import (MAX_PER_USER, Held, Owned, fit, owned_by_other,
                                            render, table_path, uids_of, write)
 from slurm_synergy.fileio import locked, shown
@@ -157,14 +158,12 @@ def _one(t: _Turns, service: DecisionService, partition: str, user_budget_s: flo
 
 def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = None,
          path: Path | None = None, partition: str | None = None,
-         service: DecisionService | None = None, time_limits: bool = False,
-         every_s: float = 0.0, site: Site | None = None) -> str:
+         service: DecisionService | None = None, site: Site | None = None) -> str:
     """Compile the table from the profile stores (every user's folder of the site's store,
     else the caller's own); returns a line saying what was written and what was left
     out. SynergyError only for what is the site's (its policy, Slurm, the table's file).
-    `time_limits`: then set pending jobs' time_min and raise running ones' limits
-    (decisions/timelimits.py; root's timer, or an operator's), as one syncing every
-    `every_s` must (0: a site's cron, every minute). `site`: the caller's, read once where
+    Beside the table, the decisions' rates for the time-limit timer
+    (decisions/timelimits.py, a process of its own). `site`: the caller's, read once where
     it started (else read here)."""
     skipped: list[str] = []
     if stores is None:
@@ -189,13 +188,7 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
         kept, cut = fit([*done.owned, *done.held])
         write(path, render(kept, service.policy, shape, partition, qos))
         decisions = [o for o in kept if isinstance(o, Owned)]
-        timed = ""
-        if time_limits:
-            try:
-                timed = tick(service.slurm, decisions, service.policy.time_rule, path,
-                             raise_left_s(every_s) if every_s else RAISE_LEFT_S)
-            except SynergyError as e:
-                timed = f"time limits not looked at: {e}"
+        write_rates(path, decisions)
     skipped += done.skipped
     skipped += [f"uid {uid} ({user_name(uid)}): {n} entr{'y' if n == 1 else 'ies'} cut: the "
                 "table was past the shim's limits, and this user had the most"
@@ -211,8 +204,6 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     if len(kept) > len(decisions):
         line += (f", {len(kept) - len(decisions)} workload(s) held: their marked run "
                  "measured nothing")
-    if timed:
-        line += f"; {timed}"
     if skipped:
         shown_lines = [shown(s, 400) for s in skipped[:SHOWN_SKIPPED]]
         if len(skipped) > SHOWN_SKIPPED:
@@ -221,25 +212,8 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     return line
 
 
-def name_timer() -> None:
-    """This process is the timer: its name (comm) is TIMER_NAME, as ps shows it."""
-    try:
-        Path("/proc/self/comm").write_text(TIMER_NAME)
-    except OSError:
-        pass        # not Linux: only the name ps shows
-
-
 def keep_syncing(every_s: float, path: Path | None = None, partition: str | None = None,
                  log: Callable[[str], None] = print) -> None:
     """sync every `every_s` seconds, for ever (a site's cron as one process: the local
-    cluster's timer); logs a round's line when it differs from the last one's."""
-    last = ""
-    while True:
-        try:
-            line = sync(path=path, partition=partition, time_limits=True, every_s=every_s)
-        except Exception as e:  # noqa: BLE001 - one failed round must not stop the timer
-            line = f"sync failed: {type(e).__name__}: {e}"
-        if line != last:
-            log(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
-            last = line
-        time.sleep(every_s)
+    cluster's sync timer)."""
+    keep_running(lambda: sync(path=path, partition=partition), every_s, log)

@@ -142,8 +142,7 @@ def table_path() -> Path:
     """SYNERGY_DECISIONS, else beside the slurm.conf in use (where job_submit.lua is)."""
     if os.environ.get("SYNERGY_DECISIONS"):
         return Path(os.environ["SYNERGY_DECISIONS"])
-    conf = paths.slurm_conf() or Path("/etc/slurm/slurm.conf")
-    return conf.parent / TABLE_NAME
+    return paths.slurm_conf_file().parent / TABLE_NAME
 
 
 def qos_text(caps: Mapping[str, Cap]) -> str:

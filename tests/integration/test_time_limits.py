@@ -1,17 +1,25 @@
-"""Time limits backfill can use, on the real cluster: root's sync (`plugin sync
---time-limits`, as the timer runs it each round) sets a pending job's --time-min from its
-workload's completed jobs, Slurm's backfill starts it in a gap its --time does not fit,
-and a run longer than predicted gets its --time back before the lowered limit ends it."""
+"""Time limits backfill can use, on the real cluster, with users attacking it: root's
+time-limit timer (`synergy plugin timelimits`, one round per call, as a site's cron runs
+it) sets a pending job's --time-min from its workload's completed jobs, and Slurm's
+backfill starts it in a gap its --time does not fit. On 22.05 Slurm lowers its limit to
+that time_min and the timer gives its --time back before it would end the job; from 23.11
+(time_min_as_soft_limit) the limit is never lowered, and a job ten times longer than its
+history runs to its end with the timer stopped.
+
+Meanwhile another user writes, into their own jobs' comments, well-formed lines of every
+text form root could have read (squeue's and sacct's), each behind another line-break
+class, naming the victim's running job and forging the victim's history: none of it may
+change the victim's jobs or predictions, or raise any limit past a job's own --time."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from slurm_synergy.model import comment as comment_format
-from slurm_synergy.model.units import duration_s
+from slurm_synergy.slurm import SEP
+from slurm_synergy.slurm_release import soft_time_min
 
 from tests.helpers import site_policy_with
 
@@ -19,91 +27,135 @@ from .conftest import executable, finish, synergy
 
 pytestmark = pytest.mark.cluster
 
-# The same script (so the same workload key) naps as long as its job's environment says.
-NAP = "#!/bin/bash\n# time-limits {tag}\nsleep ${{NAP:-20}}\n"
+# The same script (so the same workload key) naps as long as its job's environment says;
+# its tag is in a command, since a plain script's key leaves its comments out.
+NAP = "#!/bin/bash\n: time-limits {tag}\nsleep ${{NAP:-20}}\n"
+HISTORY_S, RUN_S = 7, 70              # the prediction's history, a tenth of the real run
+# Every line break Python's splitlines() knows: root's old readers split on each.
+LINE_BREAKS = {"LF": "\n", "CR": "\r", "CRLF": "\r\n", "VT": "\x0b", "FF": "\x0c",
+               "FS": "\x1c", "GS": "\x1d", "RS": "\x1e", "NEL": "\x85", "LS": "\u2028",
+               "PS": "\u2029"}
 
 
 def sbatch(tenants, who, script, *options: str) -> str:
-    ran = tenants.run(who, ["sbatch", "--parsable", "--partition=gpu", "--cpus-per-task=1",
-                            "--mem=200M", f"--output={tenants.shared}/%j.out", *options,
-                            str(script)])
+    ran = tenants.run(who, ["sbatch", "--parsable", "--cpus-per-task=1", "--mem=200M",
+                            f"--output={tenants.shared}/%j.out", *options, str(script)])
     assert ran.returncode == 0, ran.stderr
     return ran.stdout.strip()
 
 
-def squeue(slurm, job: str, fmt: str) -> str:
-    return slurm.run(["squeue", "--noheader", f"--jobs={job}", f"--format={fmt}"]).strip()
-
-
-def time_limits(policy) -> str:
-    os.environ["SYNERGY_POLICY"] = str(policy)
-    try:
-        done = synergy("plugin", "sync", "--time-limits")
-    finally:
-        os.environ.pop("SYNERGY_POLICY")
+def timer_round(policy, state) -> str:
+    """One round of root's timer, as cron runs it."""
+    done = synergy("plugin", "timelimits", "--state", str(state),
+                   env={"SYNERGY_POLICY": str(policy)})
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def test_backfill_starts_a_predicted_job_sooner_and_a_long_run_keeps_its_time(
-        slurm, tenants, tag):
+def forged_queue_line(job: str, uid: int, state: str, limit: str, used: str) -> str:
+    """A line of root's old squeue form (its comment first), naming `job`."""
+    return SEP.join(("synergy:fp=0000000000000000", job, str(uid), state, limit, used, "1"))
+
+
+def forged_history_line(fp: str, uid: int) -> str:
+    """A line of root's old sacct form (texts first): a run of `fp` that ran out of time,
+    which would block every prediction of it."""
+    return SEP.join((f"synergy:fp={fp}", "", "999999", str(uid), "TIMEOUT", "5", "1"))
+
+
+def test_backfill_on_a_predicted_time_min_against_forged_lines(slurm, tenants, tag, tmp_path):
     alice, bob = tenants.alice, tenants.bob
-    # A one-minute floor (the shipped policy's is 2): the predicted job fits the gap
-    # with two minutes to spare, whenever backfill's pass comes.
+    soft = soft_time_min(slurm.version())
     policy = tenants.shared / f"policy-{tag}.toml"
     policy.write_text(site_policy_with(time_min_floor_min="1"))
     policy.chmod(0o644)
+    state = tmp_path / "time-limits.json"
     script = executable(tenants.shared / f"nap-{tag}.sh", NAP.format(tag=tag))
     other = executable(tenants.shared / f"other-{tag}.sh", NAP.format(tag=tag + "-other"))
-    # The workload's history: one completed 20 s run.
-    first = sbatch(tenants, alice, script, "--time=20")
-    assert finish(slurm, [first])[first].state == "COMPLETED"
-
-    # bob holds one of node1's two cores for 150 s (limit 3 min); his two-core job waits
-    # for it at the top of the queue, so backfill may start a one-core job only where
-    # its limit ends before that reservation.
-    long = sbatch(tenants, bob, other, "--time=3", "--export=ALL,NAP=150")
-    wide = sbatch(tenants, bob, other, "--time=10", "--cpus-per-task=2", "--mem=200M")
-    # alice's next run of the workload naps 200 s, past its prediction (20 s) and any
-    # limit Slurm can lower it to (3 minutes at most); her job of a workload without
-    # history asks the same --time.
-    ids = [long, wide]
+    victim_script = executable(tenants.shared / f"victim-{tag}.sh",
+                               NAP.format(tag=tag + "-victim"))
+    ids: list[str] = []
     try:
-        nap = sbatch(tenants, alice, script, "--time=20", "--export=ALL,NAP=200")
-        unknown = sbatch(tenants, alice, other, "--time=20")
-        ids += [nap, unknown]
-        line = time_limits(policy)
+        # alice's workload: one completed run of HISTORY_S; her victim job asks two days
+        # on node2 (not the cores backfill is tested on).
+        first = sbatch(tenants, alice, script, "--partition=gpu", "--time=20",
+                       f"--export=ALL,NAP={HISTORY_S}")
+        victim = sbatch(tenants, alice, victim_script, "--partition=multi", "--nodelist=node2",
+                        "--time=2-0", "--export=ALL,NAP=40")
+        ids += [first, victim]
+        assert finish(slurm, [first])[first].state == "COMPLETED"
+        fp = comment_format.fingerprint(slurm.comment(first))
+        # bob's forged history of alice's workload, one completed job per line break.
+        forgers = [sbatch(tenants, bob, other, "--partition=multi", "--time=5",
+                          f"--comment=x{lb}{forged_history_line(fp, alice.uid)}{lb}y",
+                          "--export=ALL,NAP=0") for lb in LINE_BREAKS.values()]
+        ids += forgers
+        # bob's held jobs, whose comments forge alice's running job as pending.
+        as_pending = forged_queue_line(victim, alice.uid, "PENDING", "3:00", "0:00")
+        held = [sbatch(tenants, bob, other, "--partition=gpu", "--time=5", "--hold",
+                       f"--comment=x{lb}{as_pending}{lb}y") for lb in LINE_BREAKS.values()]
+        ids += held
+        finish(slurm, forgers)
+
+        # bob holds one of node1's two cores (limit 3 minutes) and his two-core job waits
+        # for it at the top of the queue: backfill may start a one-core job only where
+        # its limit (or time_min) ends before that reservation.
+        long = sbatch(tenants, bob, other, "--partition=gpu", "--time=3", "--export=ALL,NAP=100")
+        wide = sbatch(tenants, bob, other, "--partition=gpu", "--time=10", "--cpus-per-task=2")
+        nap = sbatch(tenants, alice, script, "--partition=gpu", "--time=20",
+                     f"--export=ALL,NAP={RUN_S}")
+        unknown = sbatch(tenants, alice, other, "--partition=gpu", "--time=20")
+        ids += [long, wide, nap, unknown]
+
+        line = timer_round(policy, state)
         assert f"time_min set on job(s) {nap}" in line, line
-        comment = slurm.comment(nap)
-        minutes, predicted, jobs = comment_format.time_min(comment)
-        # the 20 s run (and its start and end) x 2 -> 1 minute, from one job
-        assert (minutes, jobs) == (1, 1) and 20 <= predicted <= 29, comment
-        assert squeue(slurm, nap, "%T") == "PENDING"
+        minutes, predicted, jobs = comment_format.time_min(slurm.comment(nap))
+        # alice's own 7 s run alone (n1: none of bob's forged rows), x2 -> the 1-minute floor
+        assert (minutes, jobs) == (1, 1) and HISTORY_S <= predicted <= HISTORY_S + 9
+        # bob's forgeries now say alice's job runs on a lowered limit near its end.
+        for lb, job in zip(LINE_BREAKS.values(), held):
+            forged = forged_queue_line(victim, alice.uid, "RUNNING", "2:00", "1:59")
+            ran = tenants.run(bob, ["scontrol", "update", f"JobId={job}",
+                                    f"Comment=x{lb}{forged}{lb}y"])
+            assert ran.returncode == 0, ran.stderr
+        if not soft:
+            timer_round(policy, state)
 
-        # Backfill (every 30 s) starts the predicted job in the gap, its limit lowered;
-        # the job without history, asking the same --time, stays behind the wide one.
+        # Backfill (every 30 s) starts the predicted job in the gap; the job without
+        # history, asking the same --time, stays behind the wide one.
         deadline = time.monotonic() + 120
-        while squeue(slurm, nap, "%T") != "RUNNING":
+        while (started := slurm.timed_job(nap)).state != "RUNNING":
             assert time.monotonic() < deadline, "backfill did not start the predicted job"
-            time.sleep(3)
-        assert squeue(slurm, wide, "%T") == "PENDING"
-        assert squeue(slurm, unknown, "%T") == "PENDING"
-        # Slurm lowered its limit to fit before the wide job's start.
-        lowered = duration_s(squeue(slurm, nap, "%l"))
-        assert lowered is not None and 60 <= lowered <= 180, lowered
-
-        # The timer's rounds: before the lowered limit would end the 200 s run, its
-        # --time comes back.
-        raised = ""
-        while squeue(slurm, nap, "%T") == "RUNNING":
-            raised += time_limits(policy)
-            time.sleep(5)
-        assert f"limit put back to --time on job(s) {nap}" in raised, raised
-        ended = finish(slurm, [nap])[nap]
-        assert ended.state == "COMPLETED", ended
-        row = slurm.sacct([nap], ("JobID", "TimelimitRaw", "ElapsedRaw", "Comment"))[0]
-        assert row["TimelimitRaw"] == "20" and int(row["ElapsedRaw"]) >= 200, row
-        # Its comment says so, for its report (tback=, its --time in minutes).
-        assert comment_format.time_back(row["Comment"]) == 20, row
+            time.sleep(2)
+        assert slurm.timed_job(wide).state == "PENDING"
+        assert slurm.timed_job(unknown).state == "PENDING"
+        if soft:
+            # Planned with its time_min, it keeps its --time: nothing to put back, and no
+            # round runs from here (the timer stopped).
+            assert started.limit_min == 20, started
+        else:
+            # Slurm lowered its limit to fit before the wide job's start; the timer's
+            # rounds give its --time back before that limit would end it.
+            assert started.limit_min is not None and 1 <= started.limit_min <= 3, started
+            raised = ""
+            while slurm.timed_job(nap).state == "RUNNING":
+                raised += timer_round(policy, state)
+                time.sleep(5)
+            assert f"limit put back to --time on job(s) {nap}" in raised, raised
+        ended = finish(slurm, [nap, victim])
+        assert ended[nap].state == "COMPLETED" and ended[victim].state == "COMPLETED", ended
+        rows = {r["JobID"]: r for r in slurm.sacct(
+            [nap, victim, long], ("JobID", "TimelimitRaw", "ElapsedRaw", "Comment"))}
+        assert rows[nap]["TimelimitRaw"] == "20" and int(rows[nap]["ElapsedRaw"]) >= RUN_S
+        assert comment_format.time_back(rows[nap]["Comment"]) == (None if soft else 20)
+        # alice's victim ran to its own end on its own two days, untouched by the timer;
+        # bob's long job kept its own 3 minutes.
+        assert rows[victim]["TimelimitRaw"] == str(2 * 24 * 60), rows[victim]
+        assert comment_format.time_min(rows[victim]["Comment"]) is None
+        assert comment_format.time_back(rows[victim]["Comment"]) is None
+        assert rows[long]["TimelimitRaw"] == "3"
+        for job in held:
+            again = slurm.timed_job(job)
+            assert again is not None and (again.limit_min, again.time_min_min) == (5, 0), again
     finally:
         slurm.cancel(ids)

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from slurm_synergy.decisions import rounds as rounds_module
 from slurm_synergy.decisions.sync import compile_decisions, sync
 from slurm_synergy.decisions.table import Held, TableEntry, read
 from slurm_synergy.model.engine import NodeShape
@@ -256,13 +257,13 @@ def test_the_timer_logs_each_change_once_and_outlives_a_failed_round(monkeypatch
             raise Done
 
     monkeypatch.setattr(syncmod, "sync", one_round)
-    monkeypatch.setattr(syncmod.time, "sleep", sleep)
+    monkeypatch.setattr(rounds_module.time, "sleep", sleep)
     logged: list[str] = []
     with pytest.raises(Done):
         syncmod.keep_syncing(7.5, log=logged.append)
     assert rounds == [7.5] * 4
     assert [line.split(" ", 1)[1] for line in logged] == [
-        "table: 0", "sync failed: SynergyError: slurmctld down", "table: 1"]
+        "table: 0", "round failed: SynergyError: slurmctld down", "table: 1"]
 
 
 def test_a_workload_whose_marked_run_measured_nothing_is_held_in_its_users_name(tmp_path):

@@ -156,9 +156,23 @@ def test_install_adds_what_slurm_conf_lacks_and_is_idempotent():
     from slurm_synergy.plugin.install import conf_edit
 
     text = "ClusterName=x\nJobSubmitPlugins=require_timelimit  # site's own\n"
-    new, changes = conf_edit(text)
+    new, changes = conf_edit(text, "slurm-wlm 22.05.8")
     assert "JobSubmitPlugins=require_timelimit,lua  # site's own" in new
     assert "\nAccountingStoreFlags=job_comment\n" in new
+    assert "time_min_as_soft_limit" not in new          # 22.05 would ignore it
     assert [c.done for c in changes] == [False, False]
-    again, changes = conf_edit(new)
+    again, changes = conf_edit(new, "slurm-wlm 22.05.8")
     assert again == new and all(c.done for c in changes)
+
+
+def test_install_makes_time_min_a_soft_limit_from_23_11():
+    from slurm_synergy.plugin.install import conf_edit
+
+    text = "ClusterName=x\nSchedulerParameters=bf_interval=60,bf_continue\n"
+    for release in ("slurm 23.11.4", "slurm-wlm 24.11.5", "slurm-wlm 26.05.5"):
+        new, changes = conf_edit(text, release)
+        assert "SchedulerParameters=bf_interval=60,bf_continue,time_min_as_soft_limit\n" in new
+        again, changes = conf_edit(new, release)
+        assert again == new and all(c.done for c in changes)
+    new, _ = conf_edit("ClusterName=x\n", "slurm-wlm 24.11.5")
+    assert "\nSchedulerParameters=time_min_as_soft_limit\n" in new

@@ -157,11 +157,12 @@ def flow_policy(**knobs: str) -> str:
 
 
 def hook_ctx(tmp_path: Path, job="101", gpus="0", comment="", cap_w=0.0, restart=0,
-             uid="", gid: int | None = None) -> HookContext:
+             uid="", gid: int | None = None, shared="") -> HookContext:
     """A node hook's context, its files under tmp_path (the job's uid "": no cgroup watch)."""
     return HookContext(job_id=job, node="n1", uid=uid, gid=gid,
                        gpu_ids=tuple(x for x in gpus.split(",") if x),
-                       restart=restart, comment=comment, policy=Policy(power_cap_w=cap_w or 0),
+                       restart=restart, comment=comment, shared=shared,
+                       policy=Policy(power_cap_w=cap_w or 0),
                        policy_error="" if cap_w is not None else "unreadable", cap_w=cap_w,
                        run_dir=tmp_path / "run", stats_dir=tmp_path / "stats",
                        log=HookLog(tmp_path / "hooks.log", "hook", job))

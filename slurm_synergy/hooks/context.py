@@ -18,6 +18,7 @@ from slurm_synergy.gpu.device import job_gpu_ids
 from slurm_synergy.model.policy import Policy, load_policy
 from slurm_synergy.paths import policy_path
 from slurm_synergy.hooks.records import JOB_ID, NODE
+from slurm_synergy.hooks.sharing import shared_by_setting
 
 
 DEFAULT_LOG = Path("/var/log/slurm-synergy/hooks.log")
@@ -62,6 +63,7 @@ class HookContext:
     gpu_ids: tuple[str, ...]       # SLURM_JOB_GPUS: device (minor) numbers
     restart: int                   # SLURM_JOB_RESTART_COUNT: a requeued job keeps its id
     comment: str
+    shared: str                    # why its boards may be shared (hooks/sharing.py); '' whole
     policy: Policy
     policy_error: str              # '' when the site policy was read
     cap_w: float | None            # the site cap (0: none); None: unknown, never raise a limit
@@ -115,7 +117,8 @@ def context(hook: str, env: dict[str, str] | None = None) -> HookContext:
         gpu_ids=tuple(job_gpu_ids(env)),
         restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0)
         if env.get("SLURM_JOB_RESTART_COUNT", "0").isdigit() else 0,
-        comment=env.get("SLURM_JOB_COMMENT", ""), policy=policy, policy_error=problem,
+        comment=env.get("SLURM_JOB_COMMENT", ""), shared=shared_by_setting(env, node),
+        policy=policy, policy_error=problem,
         cap_w=cap_w, run_dir=run_dir,
         stats_dir=paths.cluster_stats_dir(env.get("SLURM_CLUSTER_NAME", ""), env), log=log)
 

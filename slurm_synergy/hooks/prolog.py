@@ -4,7 +4,9 @@ can tell what the job used.
 
 Always succeeds: a failed prolog drains the node and requeues the job, and nothing here
 is worth that. The GPUs are already at their ceiling (the last epilog saw to it), so a
-limit that cannot be applied only costs the job's energy saving.
+limit that cannot be applied only costs the job's energy saving. A job's own limit is set
+only on a board it holds whole (hooks/sharing.py): the check and the record that tells
+later prologs of this node which boards the job holds are made under one lock.
 """
 
 from __future__ import annotations
@@ -14,10 +16,16 @@ import subprocess
 import sys
 from typing import Callable, Sequence
 
+from slurm_synergy.fileio import locked
 from slurm_synergy.gpu import Backend, Gpu, GpuError
 from slurm_synergy.hooks.context import HookContext, utc_now
 from slurm_synergy.hooks.power import Target, asked_power_w, job_target
 from slurm_synergy.hooks.records import GpuStart, PrologRecord, read_prolog, RecordError, write_json
+from slurm_synergy.hooks.sharing import other_holders
+from slurm_synergy.model.errors import SynergyError
+
+# How long a prolog waits for another of this node's to finish looking at the boards.
+BOARDS_WAIT_S = 5.0
 
 StartSampler = Callable[[HookContext, Sequence[Gpu]], "int | None"]
 
@@ -36,13 +44,14 @@ def start_sampler(ctx: HookContext, gpus: Sequence[Gpu]) -> int | None:
     return proc.pid
 
 
-def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None) -> GpuStart:
+def _apply(ctx: HookContext, gpu: Gpu, asked_w: int | None, shared: str) -> GpuStart:
     info, log = gpu.info, ctx.log
     energy = gpu.energy_mj()
-    if info.shared and asked_w is not None:
+    shared = info.shared or shared
+    if shared and asked_w is not None:
         # The limit is the board's: the job's own would throttle its other tenants. The
-        # board stays under the site cap (the epilog sees to it after every job).
-        log(f"gpu {info.uuid}: {info.shared}: the job's {asked_w} W limit is not set")
+        # board goes to its ceiling (a lone tenant before may have lowered it).
+        log(f"gpu {info.uuid}: {shared}: the job's {asked_w} W limit is not set")
         asked_w = None
     try:
         rng, before = gpu.power_range(), gpu.power_limit_mw()
@@ -81,16 +90,16 @@ def _gpus(ctx: HookContext, backend: Backend) -> tuple[list[Gpu], list[GpuStart]
         ctx.log(f"GPU(s) {','.join(missing)} of SLURM_JOB_GPUS not found by {backend.name} "
                 f"(gres.conf File= numbers should be the devices' minor numbers)")
     asked = asked_power_w(ctx.comment)
-    return gpus, [_apply(ctx, g, asked) for g in gpus]
+    held = other_holders(ctx.run_dir, ctx.job_id, ctx.node, [g.info.uuid for g in gpus])
+    return gpus, [_apply(ctx, g, asked, ctx.shared or (f"held by job {held[g.info.uuid]} "
+                                                        "too" if g.info.uuid in held else ""))
+                  for g in gpus]
 
 
 def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sampler) -> int:
     """Set the job's GPUs to their limits, note their energy counters and start the sampler;
     returns 0 always (a failed prolog would drain the node)."""
     log = ctx.log
-    gpus, starts = _gpus(ctx, backend)
-    if not gpus and not ctx.watches_cgroup:
-        return 0
     if ctx.prolog_path.exists():
         # Run twice for one job (slurmd retries, an admin by hand): the first record holds
         # the energy counters at the job's real start and stays.
@@ -100,10 +109,21 @@ def run(ctx: HookContext, backend: Backend, sampler: StartSampler = start_sample
             return 0
         except RecordError as e:
             log(f"replacing an unreadable prolog record ({e})")
-    ctx.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    started = utc_now()
-    record = PrologRecord(ctx.job_id, started, tuple(starts))
-    write_json(ctx.prolog_path, record, 0o600)   # written before the sampler looks for it
+    try:
+        ctx.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with locked(ctx.run_dir / f".{ctx.node}.boards.lock", BOARDS_WAIT_S):
+            gpus, starts = _gpus(ctx, backend)
+            started = utc_now()
+            if gpus or ctx.watches_cgroup:   # written before the sampler looks for it
+                write_json(ctx.prolog_path, PrologRecord(ctx.job_id, started, tuple(starts)),
+                           0o600)
+    except (SynergyError, OSError) as e:
+        # Who else is on the boards is unknown: they stay at the ceiling the last epilog
+        # left them at, and the job keeps its energy counters unread.
+        log(f"boards not looked at ({e}); the job's GPUs keep their limits")
+        return 0
+    if not gpus and not ctx.watches_cgroup:
+        return 0
     pid = None
     try:
         pid = sampler(ctx, gpus)

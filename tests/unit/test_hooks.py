@@ -100,6 +100,41 @@ def test_a_board_the_job_does_not_hold_whole_keeps_the_site_cap_not_the_jobs_lim
         in log
 
 
+def test_a_board_another_job_of_this_node_holds_goes_to_its_ceiling(tmp_path):
+    """Shards of one board (gres/shard) are told apart by nothing in a prolog's
+    environment: a job's own limit is set on a board no other job of the node holds, and
+    a second tenant's prolog puts the board back to its ceiling."""
+    gpu = FakeGpu(0, limit_w=300)
+    first = hook_ctx(tmp_path, job="101", comment="decision=c1,m512,g1,w0,p150", cap_w=280)
+    assert prolog.run(first, backend(gpu), no_sampler) == 0
+    assert gpu.limit_mw == 150 * W                           # alone on it
+    second = hook_ctx(tmp_path, job="102", comment="decision=c1,m512,g1,w0,p120", cap_w=280)
+    assert prolog.run(second, backend(gpu), no_sampler) == 0
+    assert gpu.limit_mw == 280 * W                           # two tenants: the ceiling
+    assert "held by job 101 too: the job's 120 W limit is not set" in \
+        (tmp_path / "hooks.log").read_text()
+    assert epilog.run(first, backend(gpu)) == 0 and gpu.limit_mw == 280 * W
+
+
+def test_an_mps_job_or_a_node_of_shards_never_sets_a_boards_limit(tmp_path):
+    from slurm_synergy.hooks.sharing import hostnames, shared_by_setting
+    conf = tmp_path / "slurm.conf"
+    (tmp_path / "nodes.conf").write_text(
+        "NodeName=gpu[01-03],big Gres=gpu:a100:4,shard:32 CPUs=64\nNodeName=n1 Gres=gpu:2\n")
+    conf.write_text("ClusterName=x\nInclude nodes.conf\n")
+    assert hostnames("gpu[01-03],big") == ["gpu01", "gpu02", "gpu03", "big"]
+    env = {"SLURM_CONF": str(conf)}
+    assert "shard:32" in shared_by_setting(env, "gpu02")
+    assert shared_by_setting(env, "n1") == ""
+    assert "MPS job" in shared_by_setting({**env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"},
+                                          "n1")
+    gpu = FakeGpu(0, limit_w=300)
+    c = hook_ctx(tmp_path, comment="decision=c1,m512,g1,w0,p150", cap_w=280,
+                 shared=shared_by_setting(env, "gpu02"))
+    assert prolog.run(c, backend(gpu), no_sampler) == 0
+    assert gpu.limit_mw == 280 * W
+
+
 def test_a_job_that_raised_its_gpu_above_the_cap_is_put_back(tmp_path):
     gpu = FakeGpu(0, limit_w=250, max_w=400)
     c = hook_ctx(tmp_path, cap_w=250)

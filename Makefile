@@ -62,6 +62,11 @@ cluster-status: setup
 demo: setup
 	$(SYNERGY) demo
 
+# The checkout's own targets use the local cluster where SLURM_CONF names no other; the
+# product's commands alone never fall back to it (a site's cron must not reach the demo's).
+LOCAL_CONF = $(shell $(PY) -c 'from slurm_synergy.paths import local_slurm_conf; print(local_slurm_conf())')
+submit report: export SLURM_CONF ?= $(LOCAL_CONF)
+
 submit: setup
 	$(SYNERGY) submit $(CSV) $(ARGS)
 

@@ -37,7 +37,7 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None, user: str = DEMO_USER
     if os.environ.get("SLURM_CONF"):
         print(f"using the cluster of SLURM_CONF={os.environ['SLURM_CONF']}")
     else:
-        LocalCluster().up()
+        LocalCluster().up()         # which names it: SLURM_CONF from here on
     slurm = Slurm()
     # A demo is meant to run again each time, so the ledger does not hold it back.
     result = submit_csv(csv, SubmitOptions(out=out, force=True), slurm)

@@ -99,19 +99,23 @@ def local_slurm_conf() -> Path:
     return state_dir() / "etc" / "slurm.conf"
 
 
-def slurm_conf() -> Path | None:
-    """The slurm.conf every command uses.
+# Where Slurm's commands look without SLURM_CONF (Debian's packages, most sites).
+DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
-    SLURM_CONF wins, so the same code drives a site cluster; otherwise the local
-    cluster's config when it has been rendered; otherwise Slurm's own default.
+
+def slurm_conf() -> Path | None:
+    """The slurm.conf every command uses: SLURM_CONF, else None (Slurm's own default).
+
+    Never the local cluster's unless SLURM_CONF names it: a site that installs from a
+    checkout that once ran the demo must not have root's cron act on the demo's cluster.
+    `synergy cluster`, `make demo` and the Makefile's local targets name it themselves.
     """
-    if os.environ.get("SLURM_CONF"):
-        return Path(os.environ["SLURM_CONF"])
-    local = local_slurm_conf()
-    try:
-        return local if local.exists() else None
-    except PermissionError:     # a checkout this user cannot enter: not their cluster's
-        return None
+    return Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else None
+
+
+def slurm_conf_file() -> Path:
+    """The slurm.conf file in use: SLURM_CONF, else Slurm's default path."""
+    return slurm_conf() or DEFAULT_SLURM_CONF
 
 
 def gpu_stats_dir(env: dict[str, str] | None = None) -> Path:
@@ -129,11 +133,11 @@ def gpu_stats_dir(env: dict[str, str] | None = None) -> Path:
 
 
 def on_local_cluster(env: dict[str, str] | None = None) -> bool:
-    """Whether the slurm.conf in use (SLURM_CONF of `env`, else slurm_conf()) is the local
-    cluster's, whose shared folders live in its state folder."""
+    """Whether the slurm.conf in use (SLURM_CONF of `env`) is the local cluster's, whose
+    shared folders live in its state folder."""
     env = dict(os.environ) if env is None else env
-    conf = Path(env["SLURM_CONF"]) if env.get("SLURM_CONF") else slurm_conf()
-    return conf is not None and conf.resolve() == local_slurm_conf()
+    return bool(env.get("SLURM_CONF")) and Path(env["SLURM_CONF"]).resolve() == \
+        local_slurm_conf()
 
 
 def local_profile_store(state: Path | None = None) -> Path:

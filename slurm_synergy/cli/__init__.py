@@ -1,7 +1,7 @@
 """synergy: right-size deep-learning training jobs on Slurm.
 
-Commands talk to the cluster named by SLURM_CONF, or to the local cluster
-(`synergy cluster up`) when SLURM_CONF is not set.
+Commands talk to the cluster named by SLURM_CONF, else to the one of Slurm's default
+slurm.conf; the local cluster (`synergy cluster up`) prints the SLURM_CONF that names it.
 """
 
 from __future__ import annotations

@@ -127,9 +127,15 @@ def test_the_shared_store_is_the_environments_else_the_local_clusters(tmp_path, 
     state = tmp_path / "state"
     (state / "etc").mkdir(parents=True)
     (state / "etc" / "slurm.conf").write_text("")
+    (state / "profiles").mkdir()
     monkeypatch.setenv("SYNERGY_STATE", str(state))
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.delenv("SYNERGY_PROFILES")
+    # Without SLURM_CONF naming it, the local cluster (up or once up) is not in use: a
+    # site's commands never reach its store, table or cluster.
+    assert paths.slurm_conf() is None and site_store_root() is None
+    (state / "profiles").rmdir()
+    monkeypatch.setenv("SLURM_CONF", str(state / "etc" / "slurm.conf"))
     assert site_store_root() is None                 # the cluster has not made it yet
     (state / "profiles").mkdir()
     assert site_store_root() == paths.local_profile_store() == state / "profiles"

@@ -85,7 +85,8 @@ UNIT_WORKERS ?= 3
 # later release's own daemons, one cluster after the other (docs/install.md).
 RELEASE_LANES ?= 24.11 26.05
 LANE_TESTS := $(addprefix tests/integration/,test_plugin.py test_node_hooks.py \
-              test_limits.py test_cluster.py test_tune.py test_slurm_output.py)
+              test_limits.py test_cluster.py test_tune.py test_slurm_output.py \
+              test_time_limits.py)
 test: setup
 	@beside_log=$$(mktemp); \
 	( nice -n 19 $(MAKE) --no-print-directory lint; lint=$$?; \
@@ -131,4 +132,7 @@ bench: setup
 	$(PY) bench/bench_cluster.py --rounds 3; \
 	$(PY) bench/bench_backfill.py --rounds 3; \
 	$(PY) bench/bench_prediction.py; \
-	$(PY) bench/bench_timelimits.py
+	$(PY) bench/bench_timelimits.py; \
+	$(PY) bench/bench_attack.py; \
+	$(PY) bench/bench_timer_calls.py; \
+	$(PY) bench/bench_timer_stopped.py

@@ -27,41 +27,23 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
-from slurm_synergy.cluster.users import ensure_user, reachable  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model import comment as comment_format  # noqa: E402
 from slurm_synergy.slurm import SEP, Slurm  # noqa: E402
+from tenant import as_user, sbatch, script, tenants  # noqa: E402
 
-ALICE, BOB, ACCOUNT = "synergy-alice", "synergy-bob", "synergy-tenants"
+ALICE, BOB = "synergy-alice", "synergy-bob"
 LINE_BREAKS = {"LF": "\n", "CR": "\r", "CRLF": "\r\n", "VT": "\x0b", "FF": "\x0c",
                "FS": "\x1c", "GS": "\x1d", "RS": "\x1e", "NEL": "\x85", "LS": "\u2028",
                "PS": "\u2029"}
-# The tag in a command: a plain script's key leaves its comments out.
-SCRIPT = "#!/bin/bash\n: attack {tag}\nsleep ${{NAP:-1}}\n"
-
-
-def as_user(user: str, args: list[str], shared: Path) -> str:
-    env = {"PATH": os.environ["PATH"], "SLURM_CONF": os.environ["SLURM_CONF"],
-           "HOME": str(shared)}
-    ran = subprocess.run(["runuser", "-u", user, "--", *args], capture_output=True, text=True,
-                         env=env, cwd=shared)
-    if ran.returncode:
-        raise SystemExit(f"{user}: {' '.join(args[:3])}: {ran.stderr.strip()}")
-    return ran.stdout.strip()
-
-
-def sbatch(user: str, shared: Path, script: Path, *options: str) -> str:
-    return as_user(user, ["sbatch", "--parsable", "--cpus-per-task=1", "--mem=100M",
-                          f"--output={shared}/%j.out", *options, str(script)], shared)
-
 
 def limits(slurm: Slurm, job: str) -> tuple[str, str]:
     """(TimeLimit, MinTime) as squeue prints them, no text of any user's."""
@@ -84,90 +66,11 @@ def main() -> int:
     ap.add_argument("--round", default="", help="root's round, a command (default: "
                     "synergy plugin timelimits with a record of its own)")
     args = ap.parse_args()
-    box = LocalCluster(sync_every_s=0)
-    box.up(log=lambda line: None)
+    LocalCluster(sync_every_s=0).up(log=lambda line: None)
     slurm = Slurm()
-    made = [u for u in (ALICE, BOB) if ensure_user(slurm, u, ACCOUNT)]
-    shared = Path(tempfile.mkdtemp(prefix="synergy-attack-"))
-    shared.chmod(0o1777)
-    policy = shared / "policy.toml"
-    policy.write_text((ROOT / "etc" / "policy.toml").read_text().replace(
-        "time_min_floor_min = 2", "time_min_floor_min = 1"))
-    policy.chmod(0o644)
-    state = shared / "root" / "time-limits.json"
-    one_round = shlex.split(args.round) if args.round else [
-        sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits", "--state", str(state)]
-    env = dict(os.environ, SYNERGY_POLICY=str(policy),
-               SYNERGY_DECISIONS=str(shared / "root" / "synergy-decisions.tbl"))
-    (shared / "root").mkdir(mode=0o700)
-    alice, bob = (int(as_user(u, ["id", "-u"], shared)) for u in (ALICE, BOB))
-    ids: list[str] = []
-    rows = []
-    try:
-        with reachable(ROOT):
-            scripts = {}
-            for name in ["victim", "bob", "a", *LINE_BREAKS]:
-                scripts[name] = shared / f"{name}.sh"
-                scripts[name].write_text(SCRIPT.format(tag=f"{name}-{shared.name}"))
-                scripts[name].chmod(0o755)
-            # alice: a workload with history ("a"), and one per class, each with one
-            # completed run and a job waiting for a --time-min; her victims, two days each.
-            hist = {n: sbatch(ALICE, shared, scripts[n], "--partition=gpu", "--time=20")
-                    for n in ["a", *LINE_BREAKS]}
-            ids += hist.values()
-            wait(slurm, list(hist.values()))
-            fps = {n: comment_format.fingerprint(slurm.comment(j)) for n, j in hist.items()}
-            waiting = {n: sbatch(ALICE, shared, scripts[n], "--partition=gpu", "--time=20",
-                                 "--hold") for n in LINE_BREAKS}
-            victims = {n: sbatch(ALICE, shared, scripts["victim"], "--partition=gpu",
-                                 "--time=2-0", "--hold") for n in LINE_BREAKS}
-            own = {n: sbatch(BOB, shared, scripts["bob"], "--partition=gpu", "--time=2",
-                             "--hold") for n in LINE_BREAKS}
-            ids += [*waiting.values(), *victims.values(), *own.values()]
-            # bob's history of his own workload, and his forged one of alice's.
-            forgers = {n: sbatch(BOB, shared, scripts["bob"], "--partition=multi", "--time=5",
-                                 f"--comment=x{lb}{history_line(fps[n], alice)}{lb}y")
-                       for n, lb in LINE_BREAKS.items()}
-            ids += forgers.values()
-            wait(slurm, list(forgers.values()))
-            time.sleep(5)           # their comments reach slurmdbd with their ends
-            # bob's workload with history: the forged lines of his own jobs name it.
-            bob_fp = comment_format.fingerprint(slurm.comment(forgers["LF"]))
-            carriers = {}
-            for n, lb in LINE_BREAKS.items():
-                forged = (f"x{lb}{queue_line(fps['a'], victims[n], alice, 'PENDING', '3:00', '0:00')}"
-                          f"{lb}{queue_line(bob_fp or '', own[n], bob, 'PENDING', '10:00:00', '0:00')}"
-                          f"{lb}y")
-                carriers[n] = sbatch(BOB, shared, scripts["bob"], "--partition=gpu", "--time=5",
-                                     "--hold", f"--comment={forged}")
-            ids += carriers.values()
-            first = subprocess.run(one_round, capture_output=True, text=True, env=env, cwd=shared)
-            # Read after the first round: the old timer read sacct only for users with
-            # jobs still waiting, so a block held while bob had one.
-            blocked = {n: limits(slurm, waiting[n])[1] in ("0:00", "N/A") for n in LINE_BREAKS}
-            for n, lb in LINE_BREAKS.items():
-                forged = (f"x{lb}{queue_line(fps['a'], victims[n], alice, 'RUNNING', '2:00', '1:59')}"
-                          f"{lb}{queue_line(bob_fp or '', own[n], bob, 'RUNNING', '3:00', '2:59')}"
-                          f"{lb}y")
-                as_user(BOB, ["scontrol", "update", f"JobId={carriers[n]}", f"Comment={forged}"],
-                        shared)
-            second = subprocess.run(one_round, capture_output=True, text=True, env=env, cwd=shared)
-            time.sleep(1)
-            for n in LINE_BREAKS:
-                v_limit, v_min = limits(slurm, victims[n])
-                o_limit, _ = limits(slurm, own[n])
-                rows.append({"class": n, "victim_time_min": v_min not in ("0:00", "N/A"),
-                             "victim_limit": v_limit, "victim_limit_cut": v_limit != "2-00:00:00",
-                             "prediction_blocked": blocked[n],
-                             "own_limit": o_limit, "own_limit_raised": o_limit != "2:00"})
-    finally:
-        slurm.cancel(ids)
-        for name in made:
-            subprocess.run(["userdel", name], check=False)
+    with tenants(slurm, (ALICE, BOB), ROOT) as shared:
+        result = attack(slurm, shared, args.round)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"round": one_round, "rounds": [first.stdout + first.stderr,
-                                             second.stdout + second.stderr], "rows": rows,
-              "slurm": slurm.version()}
     (args.out / "attack.json").write_text(json.dumps(result, indent=1) + "\n")
     yes = {True: "yes", False: "no"}
     lines = ["| class | victim's job given a time_min | victim's 2 days cut | "
@@ -175,11 +78,85 @@ def main() -> int:
     lines += [f"| {r['class']} | {yes[r['victim_time_min']]} | "
               f"{yes[r['victim_limit_cut']]} ({r['victim_limit']}) | "
               f"{yes[r['prediction_blocked']]} | {yes[r['own_limit_raised']]} "
-              f"({r['own_limit']}) |" for r in rows]
+              f"({r['own_limit']}) |" for r in result["rows"]]
     (args.out / "attack.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print("\n".join(result["rounds"]))
     return 0
+
+
+def attack(slurm: Slurm, shared: Path, round_command: str) -> dict:
+    """The attack, class by class, and what Slurm says of each job after root's rounds."""
+    policy = shared / "policy.toml"
+    policy.write_text((ROOT / "etc" / "policy.toml").read_text().replace(
+        "time_min_floor_min = 2", "time_min_floor_min = 1"))
+    policy.chmod(0o644)
+    state = shared / "root" / "time-limits.json"
+    one_round = shlex.split(round_command) if round_command else [
+        sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits", "--state", str(state)]
+    env = dict(os.environ, SYNERGY_POLICY=str(policy),
+               SYNERGY_DECISIONS=str(shared / "root" / "synergy-decisions.tbl"))
+    alice, bob = (int(as_user(u, ["id", "-u"], shared)) for u in (ALICE, BOB))
+    ids: list[str] = []
+    rows = []
+    try:
+        scripts = {name: script(shared, name, shared.name)
+                   for name in ["victim", "bob", "a", *LINE_BREAKS]}
+        # alice: a workload with history ("a"), and one per class, each with one
+        # completed run and a job waiting for a --time-min; her victims, two days each.
+        hist = {n: sbatch(ALICE, shared, scripts[n], "--partition=gpu", "--time=20")
+                for n in ["a", *LINE_BREAKS]}
+        ids += hist.values()
+        wait(slurm, list(hist.values()))
+        fps = {n: comment_format.fingerprint(slurm.comment(j)) for n, j in hist.items()}
+        waiting = {n: sbatch(ALICE, shared, scripts[n], "--partition=gpu", "--time=20",
+                             "--hold") for n in LINE_BREAKS}
+        victims = {n: sbatch(ALICE, shared, scripts["victim"], "--partition=gpu",
+                             "--time=2-0", "--hold") for n in LINE_BREAKS}
+        own = {n: sbatch(BOB, shared, scripts["bob"], "--partition=gpu", "--time=2",
+                         "--hold") for n in LINE_BREAKS}
+        ids += [*waiting.values(), *victims.values(), *own.values()]
+        # bob's history of his own workload, and his forged one of alice's.
+        forgers = {n: sbatch(BOB, shared, scripts["bob"], "--partition=multi", "--time=5",
+                             f"--comment=x{lb}{history_line(fps[n], alice)}{lb}y")
+                   for n, lb in LINE_BREAKS.items()}
+        ids += forgers.values()
+        wait(slurm, list(forgers.values()))
+        time.sleep(5)           # their comments reach slurmdbd with their ends
+        # bob's workload with history: the forged lines of his own jobs name it.
+        bob_fp = comment_format.fingerprint(slurm.comment(forgers["LF"]))
+        carriers = {}
+        for n, lb in LINE_BREAKS.items():
+            forged = (f"x{lb}{queue_line(fps['a'], victims[n], alice, 'PENDING', '3:00', '0:00')}"
+                      f"{lb}{queue_line(bob_fp or '', own[n], bob, 'PENDING', '10:00:00', '0:00')}"
+                      f"{lb}y")
+            carriers[n] = sbatch(BOB, shared, scripts["bob"], "--partition=gpu", "--time=5",
+                                 "--hold", f"--comment={forged}")
+        ids += carriers.values()
+        first = subprocess.run(one_round, capture_output=True, text=True, env=env, cwd=shared)
+        # Read after the first round: the old timer read sacct only for users with
+        # jobs still waiting, so a block held while bob had one.
+        blocked = {n: limits(slurm, waiting[n])[1] in ("0:00", "N/A") for n in LINE_BREAKS}
+        for n, lb in LINE_BREAKS.items():
+            forged = (f"x{lb}{queue_line(fps['a'], victims[n], alice, 'RUNNING', '2:00', '1:59')}"
+                      f"{lb}{queue_line(bob_fp or '', own[n], bob, 'RUNNING', '3:00', '2:59')}"
+                      f"{lb}y")
+            as_user(BOB, ["scontrol", "update", f"JobId={carriers[n]}", f"Comment={forged}"],
+                    shared)
+        second = subprocess.run(one_round, capture_output=True, text=True, env=env, cwd=shared)
+        time.sleep(1)
+        for n in LINE_BREAKS:
+            v_limit, v_min = limits(slurm, victims[n])
+            o_limit, _ = limits(slurm, own[n])
+            rows.append({"class": n, "victim_time_min": v_min not in ("0:00", "N/A"),
+                         "victim_limit": v_limit, "victim_limit_cut": v_limit != "2-00:00:00",
+                         "prediction_blocked": blocked[n],
+                         "own_limit": o_limit, "own_limit_raised": o_limit != "2:00"})
+    finally:
+        slurm.cancel(ids)
+    return {"round": one_round, "rounds": [first.stdout + first.stderr,
+                                           second.stdout + second.stderr], "rows": rows,
+            "slurm": slurm.version()}
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ report: setup
 UNIT_WORKERS ?= 3
 # Then the release lanes: the flows whose Slurm side differs between releases (the shim's
 # fields, in-place updates, the node hooks, QOS limits, the cluster itself) again on each
-# later release's own daemons, one cluster after the other (docs/install.md).
+# later release's own daemons, one cluster after the other (docs/install.md); and the
+# time limits, whose backfill differs from 23.11 (time_min_as_soft_limit).
 RELEASE_LANES ?= 24.11 26.05
 LANE_TESTS := $(addprefix tests/integration/,test_plugin.py test_node_hooks.py \
               test_limits.py test_cluster.py test_tune.py test_slurm_output.py \

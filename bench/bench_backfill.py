@@ -15,7 +15,7 @@ trains, decided, in sacct), and every flow after it uses that one profile store,
 two flows differ in the policy's time limits alone:
 
   time-asked  policy time_min = false: every job keeps the limit it asked
-  timemin     the shipped policy: the sync timer sets --time-min on the short jobs from
+  timemin     the shipped policy: root's time-limit timer sets --time-min on the short jobs from
               their key's completed runs (model/runtime.py)
 
 Flows interleaved over --rounds (the order turned each round). Per flow and round, from

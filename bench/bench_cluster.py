@@ -186,7 +186,7 @@ def bench_policy(work: Path, flow: str) -> Path:
 
 
 def fresh_cluster(store: Path, policy: Path) -> None:
-    """The cluster's timer restarted on an empty store (and the table compiled from it)."""
+    """The cluster's timers restarted on an empty store (and the table compiled from it)."""
     os.environ["SYNERGY_PROFILES"] = str(store)
     os.environ["SYNERGY_POLICY"] = str(policy)
     LocalCluster(sync_every_s=0).up(log=lambda line: None)

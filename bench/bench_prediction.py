@@ -8,7 +8,7 @@ contracts) and the built-in trainer as the built-in and as a user's script. Batc
 the history (its first job of each row measured while it trains, then decided); batch 2
 is the same list; batch 3 has twice the epochs or iterations wherever a row gives them,
 so a prediction must scale by the job's known work. Right after each batch is submitted,
-each job's prediction is made as root's sync timer makes it (decisions/timelimits.py:
+each job's prediction is made as root's time-limit timer makes it (decisions/timelimits.py:
 the user's history of the key from sacct, the decision's bound, model/runtime.py), with
 the shipped policy, and set on whatever is still pending; the table holds each job's
 predicted and actual run, their ratio, and whether it ran past the --time-min the
@@ -38,7 +38,8 @@ from bench_cluster import (PYTHON, USERS, as_user, bench_cluster, bench_policy, 
 from profiler.datagen import ensure_image_dataset  # noqa: E402
 from slurm_synergy.decisions.sync import compile_decisions  # noqa: E402
 from slurm_synergy.decisions.service import DecisionService  # noqa: E402
-from slurm_synergy.decisions.timelimits import HISTORY_SINCE, history_of, predictions  # noqa: E402
+from slurm_synergy.decisions.timelimits import (HISTORY_SINCE, history_of,  # noqa: E402
+                                                predictions, slowdown)
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.profiles import stores_to_compile  # noqa: E402
 from slurm_synergy.model.comment import time_min, work  # noqa: E402
@@ -99,14 +100,16 @@ def submit(folder: Path, jobs_csv: Path, store: Path, policy: Path) -> dict[str,
 
 
 def predicted_now(slurm: Slurm, ids: dict[str, str]) -> dict[str, float]:
-    """Each just-submitted job's predicted run, s, as the sync timer predicts it."""
+    """Each just-submitted job's predicted run, s, as root's time-limit timer predicts it."""
     service = DecisionService.for_site(Site.load(slurm))
     partition = slurm.default_partition()
     owned = compile_decisions(stores_to_compile()[0], service, partition).owned
-    history = history_of(slurm.ended(HISTORY_SINCE, [USER]))
-    mine = [j for j in slurm.timed_jobs() if j.job_id in ids]
+    rates = {(o.uid, o.decision.fingerprint): (o.decision.cpus, slowdown(o))
+             for o in owned if not o.shared}
+    mine = [j for j in slurm.queued_texts() if j.job_id in ids]
+    history = history_of(slurm.ended(HISTORY_SINCE, sorted({j.uid for j in mine})))
     rule = service.policy.time_rule
-    return {j.job_id: p.seconds for j, p in predictions(mine, owned, history, rule).items()}
+    return {job: p.seconds for job, p in predictions(mine, rates, history, rule).items()}
 
 
 def ended(slurm: Slurm, ids: dict[str, str], batch: str,

@@ -48,8 +48,10 @@ def check_queries(slurm: Slurm, ids: dict[str, str]) -> None:
         == (10, 2, "PENDING", "")
     assert (timed[running].limit_min, timed[running].cpus, timed[running].restarts) == (5, 1, 0)
     assert timed[running].started and done not in timed
-    assert slurm.timed_job(running) == timed[running] and slurm.timed_job(done).state == \
-        "COMPLETED"
+    again = slurm.timed_job(running)
+    assert again is not None and (again.uid, again.state, again.limit_min, again.started) == \
+        (timed[running].uid, "RUNNING", 5, timed[running].started)
+    assert slurm.timed_job(done).state == "COMPLETED"
     texts = {j.job_id: j for j in slurm.queued_texts()}
     assert USER_COMMENT in texts[held].comment and done not in texts
     assert (texts[held].state, texts[held].limit_min, texts[held].cpus, texts[held].array) \
@@ -75,7 +77,7 @@ def check_queries(slurm: Slurm, ids: dict[str, str]) -> None:
     steps = {row["JobID"]: row for row in slurm.sacct([done], allocations_only=False)}
     assert {done, f"{done}.batch"} <= set(steps), steps
     assert steps[f"{done}.batch"]["JobName"] == "batch", steps
-    ended = {e.job_id: e for e in slurm.ended("now-1day", [texts[held].uid])}
+    ended = {e.job_id: e for e in slurm.ended("now-1day", [texts[held].uid], per_user=3)}
     assert (ended[int(done)].state, ended[int(done)].cpus) == ("COMPLETED", 1)
     assert int(running) not in ended and int(held) not in ended
     assert slurm.cluster_name() in slurm.clusters()

@@ -209,12 +209,13 @@ class LocalCluster:
                         "stays so: jobs will not start on it until you resume it with "
                         f"`scontrol update nodename={n.name} state=resume`")
             log(sync(slurm=self.slurm, path=self.etc / TABLE_NAME))
-            for timer, start in ((TIMER, self._start_timer),
-                                 (LIMITS_TIMER, self._start_limits_timer)):
+            for timer, start, what in ((TIMER, self._start_timer, "sync timer"),
+                                       (LIMITS_TIMER, self._start_limits_timer,
+                                        "time-limit timer")):
                 if self.sync_every_s > 0:
                     self._ensure(timer, partial(self._alive, timer), start, log)
                 elif self._stop(timer):
-                    log(f"stopped the {timer}")
+                    log(f"stopped the {what}")
             where = ("this host's packages" if self.root is None
                      else f"Debian {self.release.suite}'s packages in {self.root}")
             log(f"cluster up: Slurm {self.release.version} ({where}), cgroup enforcement: "

@@ -38,22 +38,30 @@ def test_up_is_idempotent(box):
     assert {name: box._pid(name) for name in box.daemons} == pids
 
 
-def test_up_starts_roots_sync_timer_and_up_without_it_stops_it(box):
+def test_up_starts_roots_timers_and_up_without_them_stops_them(box):
     try:
         proc = synergy("cluster", "up")
         assert proc.returncode == 0, proc.stderr
-        assert "starting sync-timer" in proc.stdout
-        pid = box._pid("sync-timer")
+        assert "starting sync-timer" in proc.stdout and "starting limits-timer" in proc.stdout
+        pid, limits = box._pid("sync-timer"), box._pid("limits-timer")
         assert pid is not None and os.stat(f"/proc/{pid}").st_uid == 0
         assert open(f"/proc/{pid}/cmdline").read().split("\0")[-6:-2] == [
             "sync", "--every", "15.0", "--table"]
-        assert f"{'sync-timer':<13} up    pid {pid}" in synergy("cluster", "status").stdout
+        # The time-limit timer, a process of its own, with its record in the state folder.
+        assert limits is not None and os.stat(f"/proc/{limits}").st_uid == 0
+        argv = open(f"/proc/{limits}/cmdline").read().split("\0")
+        assert argv[4:7] == ["timelimits", "--state", str(box.limits_state)], argv
+        status = synergy("cluster", "status").stdout
+        assert f"{'sync-timer':<13} up    pid {pid}" in status
+        assert f"{'limits-timer':<13} up    pid {limits}" in status
     finally:
         proc = cluster_up()
     assert "stopped the sync timer" in proc.stdout
-    assert not box.timer_running()
+    assert "stopped the time-limit timer" in proc.stdout
+    assert not box.timer_running() and box._pid("limits-timer") is None
     status = synergy("cluster", "status")
     assert status.returncode == 0 and f"{'sync-timer':<13} off" in status.stdout
+    assert f"{'limits-timer':<13} off" in status.stdout
 
 
 def test_up_restarts_a_dead_daemon(box, slurm):
@@ -68,7 +76,8 @@ def test_up_restarts_a_dead_daemon(box, slurm):
     assert f"starting {name}" in proc.stdout and proc.stdout.count("starting") == 1
     assert box._pid(name) not in (None, old)
     assert {d: box._pid(d) for d in others} == others
-    assert all(n.state in ("idle", "mixed", "allocated") for n in slurm.nodes(""))
+    states = {n.name: n.state for n in slurm.nodes("")}
+    assert all(s in ("idle", "mixed", "allocated") for s in states.values()), states
 
 
 def test_three_nodes_two_gpu_types_and_a_job_over_two_nodes(box, slurm, tmp_path):

@@ -176,3 +176,15 @@ def test_install_makes_time_min_a_soft_limit_from_23_11():
         assert again == new and all(c.done for c in changes)
     new, _ = conf_edit("ClusterName=x\n", "slurm-wlm 24.11.5")
     assert "\nSchedulerParameters=time_min_as_soft_limit\n" in new
+
+
+def test_the_install_plan_names_the_time_limit_timers_risk_before_23_11(tmp_path):
+    from slurm_synergy.plugin.install import plan_text
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    old, new = plan_text(conf, "slurm-wlm 22.05.8"), plan_text(conf, "slurm-wlm 24.11.5")
+    assert "synergy plugin timelimits" in old and "RISK on this release" in old
+    assert "killed at the lowered" in old and "time_min_as_soft_limit" not in old
+    assert "RISK" not in new and "never a job" in new
+    assert "add  slurm.conf: SchedulerParameters=time_min_as_soft_limit" in new

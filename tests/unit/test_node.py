@@ -105,3 +105,20 @@ def test_a_profile_store_that_is_not_roots_folder_stops_the_cluster(tmp_path, mo
     (tmp_path / "profiles").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(SynergyError, match="profiles is not a folder of root's"):
         LocalCluster(state=tmp_path).render()
+
+
+def test_from_23_11_the_local_cluster_plans_with_time_min_as_a_soft_limit(tmp_path,
+                                                                           monkeypatch):
+    from slurm_synergy import slurm_release
+    from slurm_synergy.cluster import localbox, node
+    monkeypatch.setattr(node, "real_gpus", lambda: (0, ""))
+    # (the roots are not needed to render: only the release's version is read)
+    monkeypatch.setattr(localbox.rootfs, "root_of", lambda release: tmp_path / "root")
+    chosen = slurm_release.chosen
+    for version, soft in (("22.05", False), ("24.11", True), ("26.05", True)):
+        monkeypatch.setattr(slurm_release, "chosen", lambda v=version: chosen(v))
+        localbox.LocalCluster(state=tmp_path / version).render()
+        lines = (tmp_path / version / "etc" / "slurm.conf").read_text().splitlines()
+        sched = next(line for line in lines if line.startswith("SchedulerParameters="))
+        assert sched.endswith(",time_min_as_soft_limit") == soft, sched
+        assert "PriorityType=priority/basic" in lines      # its own line, whatever the release

@@ -133,7 +133,10 @@ def test_the_shared_store_is_the_environments_else_the_local_clusters(tmp_path, 
     monkeypatch.delenv("SYNERGY_PROFILES")
     # Without SLURM_CONF naming it, the local cluster (up or once up) is not in use: a
     # site's commands never reach its store, table or cluster.
+    from slurm_synergy.decisions.table import table_path
+    monkeypatch.delenv("SYNERGY_DECISIONS", raising=False)
     assert paths.slurm_conf() is None and site_store_root() is None
+    assert table_path() == paths.DEFAULT_SLURM_CONF.parent / "synergy-decisions.tbl"
     (state / "profiles").rmdir()
     monkeypatch.setenv("SLURM_CONF", str(state / "etc" / "slurm.conf"))
     assert site_store_root() is None                 # the cluster has not made it yet

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.model import comment as comment_format  # noqa: E402
 from slurm_synergy.slurm import SEP, Slurm  # noqa: E402
-from tenant import as_user, sbatch, script, tenants  # noqa: E402
+from tenant import add_round_option, as_user, round_argv, sbatch, script, tenants  # noqa: E402
 
 ALICE, BOB = "synergy-alice", "synergy-bob"
 LINE_BREAKS = {"LF": "\n", "CR": "\r", "CRLF": "\r\n", "VT": "\x0b", "FF": "\x0c",
@@ -56,15 +55,18 @@ def queue_line(fp: str, job: str, uid: int, state: str, limit: str, used: str) -
     return SEP.join((f"synergy:fp={fp}", job, str(uid), state, limit, used, "1"))
 
 
-def history_line(fp: str, uid: int) -> str:
-    return SEP.join((f"synergy:fp={fp}", "", "999999", str(uid), "TIMEOUT", "5", "1"))
+def history_lines(fp: str, uid: int, job: str) -> str:
+    """The old sacct form's run of `fp` that ran out of time (it blocks `fp`'s predictions)
+    and today's bracketed form giving `job`, `fp`'s one run, another key (it leaves `fp`
+    without history)."""
+    return "\n".join((SEP.join((f"synergy:fp={fp}", "", "999999", str(uid), "TIMEOUT", "5", "1")),
+                      SEP.join((job, "synergy:fp=ffffffffffffffff", "", job))))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    ap.add_argument("--round", default="", help="root's round, a command (default: "
-                    "synergy plugin timelimits with a record of its own)")
+    add_round_option(ap)
     args = ap.parse_args()
     LocalCluster(sync_every_s=0).up(log=lambda line: None)
     slurm = Slurm()
@@ -92,8 +94,7 @@ def attack(slurm: Slurm, shared: Path, round_command: str) -> dict:
         "time_min_floor_min = 2", "time_min_floor_min = 1"))
     policy.chmod(0o644)
     state = shared / "root" / "time-limits.json"
-    one_round = shlex.split(round_command) if round_command else [
-        sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits", "--state", str(state)]
+    one_round = round_argv(round_command, state)
     env = dict(os.environ, SYNERGY_POLICY=str(policy),
                SYNERGY_DECISIONS=str(shared / "root" / "synergy-decisions.tbl"))
     alice, bob = (int(as_user(u, ["id", "-u"], shared)) for u in (ALICE, BOB))
@@ -118,7 +119,7 @@ def attack(slurm: Slurm, shared: Path, round_command: str) -> dict:
         ids += [*waiting.values(), *victims.values(), *own.values()]
         # bob's history of his own workload, and his forged one of alice's.
         forgers = {n: sbatch(BOB, shared, scripts["bob"], "--partition=multi", "--time=5",
-                             f"--comment=x{lb}{history_line(fps[n], alice)}{lb}y")
+                             f"--comment=x{lb}{history_lines(fps[n], alice, hist[n])}{lb}y")
                    for n, lb in LINE_BREAKS.items()}
         ids += forgers.values()
         wait(slurm, list(forgers.values()))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
-from tenant import as_user, script, tenants  # noqa: E402
+from tenant import add_round_option, as_user, round_argv, script, tenants  # noqa: E402
 
 USER = "synergy-alice"
 COMMANDS = ("squeue", "sacct", "scontrol", "sinfo", "sacctmgr", "scancel")
@@ -60,8 +59,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    ap.add_argument("--round", default="", help="root's round, a command (default: this "
-                    "checkout's synergy plugin timelimits)")
+    add_round_option(ap)
     args = ap.parse_args()
     LocalCluster(sync_every_s=0).up(log=lambda line: None)
     slurm = Slurm()
@@ -85,9 +83,7 @@ def measure(slurm: Slurm, shared: Path, jobs: int, round_command: str
             ) -> tuple[list[dict], str, str, list[str]]:
     """The queue set up as a user's, and root's two rounds counted."""
     log, vanish = shared / "root" / "calls.log", shared / "root" / "vanish"
-    one_round = shlex.split(round_command) if round_command else [
-        sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits", "--state",
-        str(shared / "root" / "time-limits.json")]
+    one_round = round_argv(round_command, shared / "root" / "time-limits.json")
     env = dict(os.environ, PATH=counting_path(shared / "root" / "bin", log, vanish),
                SYNERGY_DECISIONS=str(shared / "root" / "synergy-decisions.tbl"))
     job = script(shared, "job", shared.name)

@@ -4,10 +4,13 @@ the user's commands run with runuser."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -59,3 +62,15 @@ def script(shared: Path, name: str, tag: str, nap: str = "${NAP:-1}") -> Path:
     path.write_text(f"#!/bin/bash\n: {name} {tag}\nsleep {nap}\n")
     path.chmod(0o755)
     return path
+
+
+def add_round_option(ap: argparse.ArgumentParser) -> None:
+    """--round: root's time-limit round to measure, as a command (another checkout's)."""
+    ap.add_argument("--round", default="", help="root's round, a command (default: this "
+                    "checkout's synergy plugin timelimits, with a record of its own)")
+
+
+def round_argv(command: str, state: Path) -> list[str]:
+    """The round --round names, else this checkout's with its record at `state`."""
+    return shlex.split(command) if command else [
+        sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits", "--state", str(state)]

@@ -1,12 +1,21 @@
-"""Slurm's accounting as its commands show it and change it: sacct's records of jobs
-(read so that no text a user wrote can make a record: the fields that hold users' words
-come from sacct --json by job id), and sacctmgr's clusters, users and QOS. The base of
-gateway.Slurm; the runner is runner.py."""
+"""Slurm's accounting as its commands show it and change it: sacct's records of jobs,
+read so that no text a user wrote can make a record, and sacctmgr's clusters, users and
+QOS. The base of gateway.Slurm; the runner is runner.py.
+
+sacct escapes nothing, and a comment or job name may hold newlines and the separator, so
+its records come from a query without any text of a user's; the texts from a second query
+beside it, each record bracketed by its job id (`JobIDRaw|texts|JobIDRaw`). A job's texts
+are taken from there only where exactly one line names its id, at either end, and that
+line is whole: a user's text can add lines naming any job, never take away the one Slurm
+printed, so any other job's texts are read from sacct --json by its id instead.
+"""
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import replace
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from typing import Iterator, Mapping, Sequence
 
 from slurm_synergy.model.errors import SlurmError
@@ -23,13 +32,13 @@ class Accounting(Runner):
 
     def ended(self, since: str, users: Sequence[int], per_user: int = 500) -> list[Ended]:
         """The jobs of `users` (uids) that ended since `since` (any time sacct takes), at
-        most `per_user` of each (the latest), with their comments: the uids, states and
-        times from sacct's text, which holds no text of a user's; the comments from its
-        --json form by job id. Rows of any other uid are dropped."""
+        most `per_user` of each (the latest), with their comments. Rows of any other uid
+        are dropped."""
         if not users:
             return []
         wanted = set(users)
-        fields = ("JobIDRaw", "UID", "State", "ElapsedRaw", "AllocCPUS")
+        fields = ("JobIDRaw", "UID", "State", "ElapsedRaw", "AllocCPUS", "Comment",
+                  "AdminComment")
         newest: dict[int, list[tuple[int, Ended]]] = {}
         for v in self.sacct_rows((), fields, since=since,
                                  users=[user_name(u) for u in sorted(wanted)]):
@@ -41,14 +50,11 @@ class Accounting(Runner):
             job = int(v["JobIDRaw"])
             kept = newest.setdefault(uid, [])
             heapq.heappush(kept, (job, Ended(job, uid, state, int(v["ElapsedRaw"]),
-                                             int(v["AllocCPUS"]), "", "")))
+                                             int(v["AllocCPUS"]), v["Comment"],
+                                             v["AdminComment"])))
             if len(kept) > per_user:
                 heapq.heappop(kept)
-        rows = sorted((e for kept in newest.values() for _, e in kept), key=lambda e: e.job_id)
-        texts = self.sacct_texts([str(e.job_id) for e in rows], ("Comment", "AdminComment"))
-        return [replace(e, comment=texts.get(str(e.job_id), {}).get("Comment", ""),
-                        admin_comment=texts.get(str(e.job_id), {}).get("AdminComment", ""))
-                for e in rows]
+        return sorted((e for kept in newest.values() for _, e in kept), key=lambda e: e.job_id)
 
     def clusters(self, timeout: float = 60) -> list[str]:
         """The clusters slurmdbd accounts for (answering at all says slurmdbd is up)."""
@@ -122,51 +128,78 @@ class Accounting(Runner):
     def sacct_rows(self, job_ids: Sequence[str], fields: Sequence[str] = SACCT_FIELDS,
                    allocations_only: bool = True, since: str | None = None,
                    until: str | None = None, users: Sequence[str] = ()) -> Iterator[dict[str, str]]:
-        """sacct's records as it prints them (see sacct), read while it prints them. The
-        fields that hold users' words (FREE_TEXT: comments, names, paths) are never read
-        from its text, where a newline in them could start a line of another job's: the
-        text is asked for without them, and they come from sacct --json by job id, a few
-        hundred jobs at a time."""
+        """sacct's records as it prints them (see sacct), read while it prints them; the
+        fields that hold users' words (FREE_TEXT) read as this module says. A job whose
+        texts come from --json comes after the others, with its steps."""
         if not job_ids and since is None:
             return
+        filters = [f"--jobs={','.join(job_ids)}"] if job_ids else []
+        if since is not None:
+            filters += [f"--starttime={since}", f"--endtime={until or 'now'}"]
+        filters.append("--user=" + ",".join(users) if users else "--allusers")
+        if allocations_only:
+            filters.append("--allocations")
         texts = [f for f in fields if f in FREE_TEXT]
         plain = [f for f in fields if f not in FREE_TEXT]
-        asked = plain if not texts or "JobIDRaw" in plain else ["JobIDRaw", *plain]
-        args = ["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
-                "--format=" + ",".join(asked)]
-        if job_ids:
-            args.append("--jobs=" + ",".join(job_ids))
-        if since is not None:
-            args += [f"--starttime={since}", f"--endtime={until or 'now'}"]
-        args.append("--user=" + ",".join(users) if users else "--allusers")
-        if allocations_only:
-            args.append("--allocations")
-        batch: list[dict[str, str]] = []
-        jobs: set[str] = set()
-        for line in self.lines(args):
-            values = line.split(SEP)
-            if len(values) != len(asked):
-                raise SlurmError(f"sacct printed a line this cannot read: {line[:200]!r}")
-            row = dict(zip(asked, values))
-            if not texts:
-                yield row
-                continue
-            jobs.add(row["JobIDRaw"].split(".")[0])
-            if len(jobs) > TEXTS_PER_CALL:      # this row is the next batch's first
-                yield from self._with_texts(batch, texts, fields)
-                batch, jobs = [], {row["JobIDRaw"].split(".")[0]}
-            batch.append(row)
-        yield from self._with_texts(batch, texts, fields)
-
-    def _with_texts(self, rows: list[dict[str, str]], texts: Sequence[str],
-                    fields: Sequence[str]) -> Iterator[dict[str, str]]:
-        """`rows` with their free-text `texts` from sacct --json, as `fields` asks."""
-        if not rows:
+        if not texts:
+            yield from self._plain_rows(plain, filters)
             return
-        found = self.sacct_texts(sorted({r["JobIDRaw"].split(".")[0] for r in rows}), texts)
-        for row in rows:
-            mine = found.get(row["JobIDRaw"], {})
-            yield {f: row[f] if f in row else mine.get(f, "") for f in fields}
+        asked = plain if "JobIDRaw" in plain else ["JobIDRaw", *plain]
+        rows = self._plain_rows(asked, filters)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            beside = pool.submit(self._bracketed, texts, filters)
+            try:
+                first = next(rows, None)      # both queries wait on slurmdbd together
+                found, doubtful = beside.result()
+            except BaseException:
+                rows.close()                  # sacct stopped, not left writing
+                raise
+        held: dict[str, list[dict[str, str]]] = {}
+        for row in chain([first] if first else [], rows):
+            raw = row["JobIDRaw"]
+            job = raw.split(".")[0]
+            if job in held or job in doubtful or raw not in found:
+                held.setdefault(job, []).append(row)
+            else:
+                yield {f: row[f] if f in row else found[raw][f] for f in fields}
+        if held:
+            from_json = self.sacct_texts(sorted(held), texts)
+            for job_rows in held.values():
+                for row in job_rows:
+                    mine = from_json.get(row["JobIDRaw"], {})
+                    yield {f: row[f] if f in row else mine.get(f, "") for f in fields}
+
+    def _plain_rows(self, fields: Sequence[str], filters: Sequence[str]
+                    ) -> Iterator[dict[str, str]]:
+        """sacct's text of `fields`, none of them a user's text: every line is a record (one
+        that does not read is Slurm's fault, and fails the call)."""
+        for line in self.lines(["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
+                                "--format=" + ",".join(fields), *filters]):
+            values = line.split(SEP)
+            if len(values) != len(fields):
+                raise SlurmError(f"sacct printed a line this cannot read: {line[:200]!r}")
+            yield dict(zip(fields, values))
+
+    def _bracketed(self, texts: Sequence[str], filters: Sequence[str]
+                   ) -> tuple[dict[str, dict[str, str]], set[str]]:
+        """JobIDRaw -> its `texts`, where exactly one line of sacct's bracketed text names
+        the id and that line is whole; and the jobs (their ids without a step) that any
+        other line names at either end."""
+        out = self.run(["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",
+                        "--format=" + ",".join(["JobIDRaw", *texts, "JobIDRaw"]), *filters],
+                       timeout=120)
+        whole: dict[str, list[dict[str, str]]] = {}
+        named: Counter[str] = Counter()
+        for line in out.split("\n")[:-1]:
+            parts = line.split(SEP)
+            first, last = parts[0], parts[-1]
+            named[first] += 1
+            if last != first:
+                named[last] += 1
+            elif len(parts) == len(texts) + 2:
+                whole.setdefault(first, []).append(dict(zip(texts, parts[1:-1])))
+        found = {i: w[0] for i, w in whole.items() if len(w) == 1 and named[i] == 1}
+        return found, {i.split(".")[0] for i in named if i not in found}
 
     def sacct_texts(self, job_ids: Sequence[str], fields: Sequence[str]
                     ) -> dict[str, dict[str, str]]:

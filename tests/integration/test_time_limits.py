@@ -57,10 +57,14 @@ def forged_queue_line(job: str, uid: int, state: str, limit: str, used: str) -> 
     return SEP.join(("synergy:fp=0000000000000000", job, str(uid), state, limit, used, "1"))
 
 
-def forged_history_line(fp: str, uid: int) -> str:
-    """A line of root's old sacct form (texts first): a run of `fp` that ran out of time,
-    which would block every prediction of it."""
-    return SEP.join((f"synergy:fp={fp}", "", "999999", str(uid), "TIMEOUT", "5", "1"))
+def forged_history_lines(fp: str, uid: int, job: str) -> str:
+    """Lines of root's sacct forms: the old one (texts first), a run of `fp` that ran out
+    of time, which would block every prediction of it; and today's texts bracketed by job
+    ids, giving `job` (a run of `fp`) another workload's key, which would leave `fp` with
+    no history."""
+    return "\n".join((SEP.join((f"synergy:fp={fp}", "", "999999", str(uid), "TIMEOUT", "5",
+                                "1")),
+                      SEP.join((job, "synergy:fp=ffffffffffffffff", "", job))))
 
 
 def test_backfill_on_a_predicted_time_min_against_forged_lines(slurm, tenants, tag, tmp_path):
@@ -86,9 +90,10 @@ def test_backfill_on_a_predicted_time_min_against_forged_lines(slurm, tenants, t
         assert finish(slurm, [first])[first].state == "COMPLETED"
         fp = comment_format.fingerprint(slurm.comment(first))
         # bob's forged history of alice's workload, one completed job per line break.
+        forged = forged_history_lines(fp, alice.uid, first)
         forgers = [sbatch(tenants, bob, other, "--partition=multi", "--time=5",
-                          f"--comment=x{lb}{forged_history_line(fp, alice.uid)}{lb}y",
-                          "--export=ALL,NAP=0") for lb in LINE_BREAKS.values()]
+                          f"--comment=x{lb}{forged}{lb}y", "--export=ALL,NAP=0")
+                   for lb in LINE_BREAKS.values()]
         ids += forgers
         # bob's held jobs, whose comments forge alice's running job as pending.
         as_pending = forged_queue_line(victim, alice.uid, "PENDING", "3:00", "0:00")

@@ -137,17 +137,23 @@ def test_without_a_decision_runs_of_its_own_size_or_fewer_cores_predict_it(tmp_p
     assert q.updates[0][1]["TimeMin"] == "7"        # 200 s x 2 = 400 s
 
 
-def test_running_past_a_lowered_limit_gets_its_own_time_back_once(files):
+def started_lowered(files, used_s: int) -> Queue:
+    """Job 12 given its 4-minute time_min, then started by backfill with its limit lowered
+    to it, and seen by a round `used_s` into its run."""
     state, rates = files
     q = Queue([pending("12")], [done(5)])
     tick(q, rule(), state, rates)
-    # Backfill started it with its limit lowered to 4 minutes (its time_min); 3:30 in,
-    # it still runs.
     q.texts = [JobText("12", ME, "RUNNING", False, 4, 1, KEYED, "")]
-    q.running = [running("12", 4, 30)]
+    q.running = [running("12", 4, used_s)]
+    tick(q, rule(), state, rates)
+    return q
+
+
+def test_running_past_a_lowered_limit_gets_its_own_time_back_once(files):
+    state, rates = files
+    q = started_lowered(files, 30)                  # seen at its start: nothing due yet
     q.updates.clear()
-    tick(q, rule(), state, rates)                   # seen at its start: nothing due yet
-    q.running = [running("12", 4, 210)]
+    q.running = [running("12", 4, 210)]             # 3:30 in, it still runs
     assert "limit put back to --time on job(s) 12" in tick(q, rule(), state, rates).line()
     # The comment says so for the job's report; the rest of it is kept.
     assert q.updates == [("12", {"TimeLimit": "20", "Comment": f"{KEYED} tback=20"})]
@@ -159,11 +165,7 @@ def test_running_past_a_lowered_limit_gets_its_own_time_back_once(files):
 
 def test_a_limit_changed_after_its_start_is_left_alone(files):
     state, rates = files
-    q = Queue([pending("12")], [done(5)])
-    tick(q, rule(), state, rates)
-    q.texts = [JobText("12", ME, "RUNNING", False, 4, 1, KEYED, "")]
-    q.running = [running("12", 4, 30)]
-    tick(q, rule(), state, rates)
+    q = started_lowered(files, 30)
     # An admin (or its user) lowered it further while it ran: that is theirs to keep.
     q.running = [running("12", 3, 150)]
     q.updates.clear()
@@ -173,11 +175,7 @@ def test_a_limit_changed_after_its_start_is_left_alone(files):
 
 def test_a_requeued_job_is_followed_again(files):
     state, rates = files
-    q = Queue([pending("12")], [done(5)])
-    tick(q, rule(), state, rates)
-    q.texts = [JobText("12", ME, "RUNNING", False, 4, 1, KEYED, "")]
-    q.running = [running("12", 4, 10)]
-    tick(q, rule(), state, rates)
+    q = started_lowered(files, 10)
     q.running = [running("12", 4, 220)]
     tick(q, rule(), state, rates)
     assert load_record(state).jobs["12"].raised
@@ -192,10 +190,7 @@ def test_a_requeued_job_is_followed_again(files):
 
 def test_put_back_needs_neither_the_policy_nor_the_queues_texts(files):
     state, rates = files
-    q = Queue([pending("12")], [done(5)])
-    tick(q, rule(), state, rates)
-    q.running = [running("12", 4, 10)]
-    tick(q, rule(), state, rates)
+    q = started_lowered(files, 10)
 
     def broken():
         raise SynergyError("policy.toml: time_min_margin: not a number")

@@ -189,8 +189,8 @@ def test_every_reader_root_uses_gives_back_the_jobs_there_are(jobs, v22):
     assert sorted((e.job_id, e.uid, e.comment) for e in ended) == sorted(
         (j.job_id, j.uid, j.comment) for j in jobs if j.state == "COMPLETED")
     rows = slurm.sacct([str(j.job_id) for j in jobs], ("JobID", "JobName", "State", "WorkDir"))
-    assert [(r["JobID"], r["JobName"], r["State"], r["WorkDir"]) for r in rows] == \
-        [(str(j.job_id), j.name, j.state, j.workdir) for j in jobs]
+    assert sorted((r["JobID"], r["JobName"], r["State"], r["WorkDir"]) for r in rows) == \
+        sorted((str(j.job_id), j.name, j.state, j.workdir) for j in jobs)
 
 
 @_fuzzed
@@ -223,3 +223,29 @@ def test_the_emulator_prints_a_users_text_raw_where_a_text_form_asks_for_it():
     out = Emulated([victim, attacker], True).run(
         ["squeue", "--noheader", "--states=PENDING,RUNNING", "--Format=Comment:40|,JobID:40|"])
     assert len(out.splitlines()) == 3
+
+
+def test_a_whole_forged_line_never_stands_for_a_job_whose_own_text_broke_its_line():
+    # The victim's own comment holds a newline, so Slurm's line of it is in two pieces;
+    # the attacker prints one whole bracketed line with the victim's id. That line alone
+    # is whole, but the victim's pieces name the id too: its texts come from --json.
+    victim = Job(500, 1001, "COMPLETED", 20, 10, 1, "mine\nsecond line", "v", "/v")
+    attacker = Job(600, 1002, "COMPLETED", 20, 10, 1,
+                   f"x\n500{SEP}synergy:fp=ffffffffffffff01{SEP}500\ny", "a", "/a")
+    calls: list[list[str]] = []
+    emulated = Emulated([victim, attacker], v22=False)
+    slurm = emulated.gateway()
+    run = slurm._run_once
+    slurm._run_once = lambda args, timeout: calls.append(list(args)) or run(args, timeout)
+    rows = {r["JobID"]: r["Comment"] for r in slurm.sacct(["500", "600"], ("JobID", "Comment"))}
+    assert rows == {"500": victim.comment, "600": attacker.comment}
+    assert any("--json" in c for c in calls)
+    # Without newlines in anyone's text, no --json call is made.
+    calls.clear()
+    plain = Emulated([replace(victim, comment="mine"), replace(attacker, comment="a")], False)
+    slurm = plain.gateway()
+    run = slurm._run_once
+    slurm._run_once = lambda args, timeout: calls.append(list(args)) or run(args, timeout)
+    assert {r["JobID"]: r["Comment"] for r in slurm.sacct(["500", "600"], ("JobID", "Comment"))} \
+        == {"500": "mine", "600": "a"}
+    assert not any("--json" in c for c in calls)

@@ -209,11 +209,11 @@ class LocalCluster:
                         "stays so: jobs will not start on it until you resume it with "
                         f"`scontrol update nodename={n.name} state=resume`")
             log(sync(slurm=self.slurm, path=self.etc / TABLE_NAME))
-            for timer, start, what in ((TIMER, self._start_timer, "sync timer"),
-                                       (LIMITS_TIMER, self._start_limits_timer,
-                                        "time-limit timer")):
+            for timer, action, what in ((TIMER, ["sync"], "sync timer"), (LIMITS_TIMER, [
+                    "timelimits", "--state", str(self.limits_state)], "time-limit timer")):
                 if self.sync_every_s > 0:
-                    self._ensure(timer, partial(self._alive, timer), start, log)
+                    self._ensure(timer, partial(self._alive, timer),
+                                 partial(self._start_root_timer, timer, action), log)
                 elif self._stop(timer):
                     log(f"stopped the {what}")
             where = ("this host's packages" if self.root is None
@@ -363,18 +363,10 @@ class LocalCluster:
             return ["unshare", "--uts", "--", "sh", "-c", script, "sh", hostname, *argv]
         return argv
 
-    def _start_timer(self) -> None:
-        """root's sync every sync_every_s; it compiles the store this process's
-        environment names (site_store_root)."""
-        self._start_root_timer(TIMER, ["sync"])
-
-    def _start_limits_timer(self) -> None:
-        """root's time-limit timer every sync_every_s, its record in state/lib."""
-        self._start_root_timer(LIMITS_TIMER, ["timelimits", "--state", str(self.limits_state)])
-
     def _start_root_timer(self, name: str, action: list[str]) -> None:
         """`synergy plugin <action> --every sync_every_s` in the background, logging to its
-        daemon's log, on this cluster's table."""
+        daemon's log, on this cluster's table (the sync timer compiles the store this
+        process's environment names: site_store_root)."""
         daemon = self.daemons[name]
         with open(daemon.log, "a") as out:
             proc = subprocess.Popen(

@@ -16,7 +16,7 @@ import heapq
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
-from typing import Iterator, Mapping, Sequence
+from typing import Generator, Iterator, Mapping, Sequence
 
 from slurm_synergy.model.errors import SlurmError
 from slurm_synergy.slurm import json_output
@@ -170,7 +170,7 @@ class Accounting(Runner):
                     yield {f: row[f] if f in row else mine.get(f, "") for f in fields}
 
     def _plain_rows(self, fields: Sequence[str], filters: Sequence[str]
-                    ) -> Iterator[dict[str, str]]:
+                    ) -> Generator[dict[str, str], None, None]:
         """sacct's text of `fields`, none of them a user's text: every line is a record (one
         that does not read is Slurm's fault, and fails the call)."""
         for line in self.lines(["sacct", "--parsable2", "--noheader", f"--delimiter={SEP}",

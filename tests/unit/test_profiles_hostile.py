@@ -312,14 +312,17 @@ def test_a_local_cluster_in_a_folder_the_user_cannot_enter_is_not_theirs(tmp_pat
     """A checkout root keeps to itself (mode 0700, as mktemp makes one) with its local
     cluster up: a user's process there finds no slurm.conf of its own, and a profiling
     job's best-effort sync says why it did nothing instead of failing the job. Once, the
-    unreadable path raised PermissionError from the config lookup."""
+    unreadable path raised PermissionError from the config lookup; now no lookup goes
+    there unless SLURM_CONF names it."""
+    from slurm_synergy import paths
     from slurm_synergy.measure.lock import sync_decisions
     (tmp_path / "state" / "etc").mkdir(parents=True)
     (tmp_path / "state" / "etc" / "slurm.conf").write_text("ClusterName=root-only\n")
     tmp_path.chmod(0o700)
     monkeypatch.setenv("SYNERGY_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "state" / "etc" / "slurm.conf"))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.delenv("SYNERGY_DECISIONS", raising=False)
+    assert as_user(VICTIM, paths.slurm_conf) == "None"
     lines: list[str] = []
 
     def sync_as_user():

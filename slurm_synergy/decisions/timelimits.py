@@ -300,9 +300,9 @@ def set_time_mins(slurm: Slurm, record: Record, rule: TimeRule,
         del record.jobs[gone]                # ended: root's record forgets it
     if not rule.enabled or len(record.jobs) >= MAX_TRACKED:
         return
-    waiting = [j for j in queue if j.state == "PENDING" and not j.array and j.limit_min
-               and j.job_id not in record.jobs and key_of(j.comment, j.admin_comment)
-               and not _opted_out(j.comment)]
+    waiting = [j for j in queue if j.state == "PENDING" and not j.array and not j.het
+               and j.limit_min and j.job_id not in record.jobs
+               and key_of(j.comment, j.admin_comment) and not _opted_out(j.comment)]
     picked = _in_turns(waiting, record)
     if not picked:
         return

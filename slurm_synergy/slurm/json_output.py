@@ -82,7 +82,8 @@ def text(value: Any) -> str:
 
 def queued(jobs: Iterable[Mapping[str, Any]]) -> list[JobText]:
     """squeue --json's jobs with their users' texts. An array's pending tasks (one record
-    until they start) and its started tasks are marked `array`."""
+    until they start) and its started tasks are marked `array`, a heterogeneous job's
+    components `het`."""
     out = []
     for j in jobs:
         array_job = number(j.get("array_job_id")) or 0
@@ -90,7 +91,8 @@ def queued(jobs: Iterable[Mapping[str, Any]]) -> list[JobText]:
         array = bool(array_job) or task is not None or bool(text(j.get("array_task_string")))
         out.append(JobText(str(_int(j, "job_id")), _int(j, "user_id"), state(j.get("job_state")),
                            array, number(j.get("time_limit")), number(j.get("cpus")) or 0,
-                           text(j.get("comment")), text(j.get("admin_comment"))))
+                           text(j.get("comment")), text(j.get("admin_comment")),
+                           bool(number(j.get("het_job_id")))))
     return out
 
 

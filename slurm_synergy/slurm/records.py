@@ -117,6 +117,7 @@ class JobText:
     cpus: int
     comment: str
     admin_comment: str
+    het: bool = False         # a heterogeneous job's component
 
 
 @dataclass(frozen=True)

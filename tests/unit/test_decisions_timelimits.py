@@ -74,8 +74,8 @@ class Queue:
 
 
 def pending(job_id, uid=ME, limit=20, cpus=1, comment=KEYED, admin=f"synergy:fp={FP}",
-            array=False):
-    return JobText(job_id, uid, "PENDING", array, limit, cpus, comment, admin)
+            array=False, het=False):
+    return JobText(job_id, uid, "PENDING", array, limit, cpus, comment, admin, het)
 
 
 def done(job_id, uid=ME, elapsed=80, cpus=2, state="COMPLETED"):
@@ -111,11 +111,12 @@ def test_a_pending_job_gets_a_time_min_from_its_users_completed_jobs(files):
     assert q.updates == []
 
 
-def test_nothing_is_set_opted_out_arrays_off_or_not_under_its_own_limit(files):
+def test_nothing_is_set_opted_out_arrays_hetjobs_off_or_not_under_its_own_limit(files):
     state, rates = files
     out = f"{KEYED} {comment_format.TIME_AS_ASKED}"
     q = Queue([pending("12", comment=out), pending("14", limit=3), pending("15", limit=None),
-               pending("16", array=True), pending("17", comment="synergy:off", admin="")],
+               pending("16", array=True), pending("17", comment="synergy:off", admin=""),
+               pending("19", het=True)],
               [done(5)])
     tick(q, rule(), state, rates)
     tick(Queue([pending("18")], [done(5)]), rule(TimeRule(enabled=False)), state, rates)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.submission.csvjobs import load_jobs  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
@@ -264,7 +265,7 @@ def main() -> int:
                         "profile stores (after a change of model, policy or engine), "
                         "profiling nothing")
     args = parser.parse_args()
-    if not os.environ.get("SLURM_CONF"):
+    if not os.environ.get("SLURM_CONF") or paths.on_local_cluster():
         LocalCluster(sync_every_s=0).up(log=lambda line: print(line, file=sys.stderr))
     shape = node_shape(Slurm())
     policy = load_policy(policy_path())

@@ -74,7 +74,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path,
                         default=ROOT / "bench" / "results" / "report_shapes.json")
     args = parser.parse_args()
-    if not os.environ.get("SLURM_CONF"):
+    if not os.environ.get("SLURM_CONF") or paths.on_local_cluster():
         LocalCluster(sync_every_s=0).up(log=lambda line: print(line, file=sys.stderr))
         # reportseff's sacct finds the local cluster as a user's shell would.
         os.environ["SLURM_CONF"] = str(paths.local_slurm_conf())

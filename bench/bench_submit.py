@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.cluster.localbox import LocalCluster  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 from slurm_synergy.submission.submit import SubmitOptions, submit_csv  # noqa: E402
@@ -55,7 +56,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "submit.json")
     args = parser.parse_args()
-    if not os.environ.get("SLURM_CONF"):
+    if not os.environ.get("SLURM_CONF") or paths.on_local_cluster():
         LocalCluster(sync_every_s=0).up(log=lambda line: print(line, file=sys.stderr))
     slurm = Slurm()
     with tempfile.TemporaryDirectory(prefix="synergy-bench-") as tmp:

@@ -34,10 +34,12 @@ def run_demo(csv: Path = EXAMPLE, out: Path | None = None, user: str = DEMO_USER
     returns the exit status: 1 where a job failed (the ordinary user's too) or that user's
     second job was not right-sized."""
     out = out or paths.workspace() / "runs" / "demo"
-    if os.environ.get("SLURM_CONF"):
+    if os.environ.get("SLURM_CONF") and not paths.on_local_cluster():
         print(f"using the cluster of SLURM_CONF={os.environ['SLURM_CONF']}")
     else:
-        LocalCluster().up()         # which names it: SLURM_CONF from here on
+        # Unset, or naming the local cluster (as `cluster up` tells a user to export it):
+        # the local cluster, up with its timers, and named from here on.
+        LocalCluster().up()
     slurm = Slurm()
     # A demo is meant to run again each time, so the ledger does not hold it back.
     result = submit_csv(csv, SubmitOptions(out=out, force=True), slurm)

@@ -11,7 +11,7 @@ from tqdm import tqdm
 from slurm_synergy.columns import aligned
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
 from slurm_synergy.model.comment import marks as comment_marks
-from slurm_synergy.slurm import Slurm, tres
+from slurm_synergy.slurm import FREE_TEXT, SACCT_FIELDS, Slurm, tres
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -35,39 +35,43 @@ class JobRecord:
         return self.state.startswith(FINAL_STATES)
 
 
-def records(slurm: Slurm, job_ids: Sequence[str]) -> list[JobRecord]:
-    """The jobs as sacct has them now (one per row it returns; none for a job not yet in it)."""
+def records(slurm: Slurm, job_ids: Sequence[str], texts: bool = True) -> list[JobRecord]:
+    """The jobs as sacct has them now (one per row it returns; none for a job not yet in it);
+    without their names and comments where not `texts` (users' words take sacct a second
+    query: slurm/accounting.py)."""
+    fields = SACCT_FIELDS if texts else tuple(f for f in SACCT_FIELDS if f not in FREE_TEXT)
     out = []
-    for row in slurm.sacct(job_ids):
+    for row in slurm.sacct(job_ids, fields):
         out.append(JobRecord(
-            job_id=row["JobID"], name=row["JobName"], state=row["State"],
+            job_id=row["JobID"], name=row.get("JobName", ""), state=row["State"],
             exit_code=row["ExitCode"], elapsed=row["Elapsed"],
             cpus=int(row["AllocCPUS"] or 0),
             mem=tres(row["AllocTRES"], "mem") or row["ReqMem"],
             gpus=int(tres(row["AllocTRES"], "gres/gpu") or 0),
-            comment=row["Comment"]))
+            comment=row.get("Comment", "")))
     return out
 
 
 def wait(slurm: Slurm, job_ids: Sequence[str], timeout_s: float = 1800,
          poll_s: float = 2.0) -> list[JobRecord]:
-    """Block until accounting has every job in a final state; a progress bar meanwhile."""
+    """Block until accounting has every job in a final state; a progress bar meanwhile.
+    Polled without the jobs' names and comments, which are read once at the end."""
     deadline = time.monotonic() + timeout_s
     wanted = len(job_ids)
     with tqdm(total=wanted, desc="jobs finished", unit="job", disable=None) as bar:
-        recs = records(slurm, job_ids)
+        recs = records(slurm, job_ids, texts=False)
         _known(slurm, job_ids, recs)
         while True:
             done = sum(r.final for r in recs)
             bar.update(done - bar.n)
             if len(recs) >= wanted and done == len(recs):
-                return recs
+                return records(slurm, job_ids)
             if time.monotonic() > deadline:
                 pending = ", ".join(f"{r.job_id}={r.state}" for r in recs if not r.final)
                 raise SynergyError(f"jobs still not finished after {timeout_s:.0f}s: "
                                    f"{pending or 'not yet in accounting'}")
             time.sleep(poll_s)
-            recs = records(slurm, job_ids)
+            recs = records(slurm, job_ids, texts=False)
 
 
 def unmatched(job_ids: Sequence[str], found: Iterable[str]) -> list[str]:

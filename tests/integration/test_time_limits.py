@@ -78,6 +78,9 @@ def test_backfill_on_a_predicted_time_min_against_forged_lines(slurm, tenants, t
     other = executable(tenants.shared / f"other-{tag}.sh", NAP.format(tag=tag + "-other"))
     victim_script = executable(tenants.shared / f"victim-{tag}.sh",
                                NAP.format(tag=tag + "-victim"))
+    # bob's blockers have a workload of their own: the long one's 100 s run, once ended,
+    # is history that rightly predicts his later jobs of its script.
+    blocker = executable(tenants.shared / f"blocker-{tag}.sh", NAP.format(tag=tag + "-block"))
     ids: list[str] = []
     try:
         # alice's workload: one completed run of HISTORY_S; her victim job asks two days
@@ -105,8 +108,8 @@ def test_backfill_on_a_predicted_time_min_against_forged_lines(slurm, tenants, t
         # bob holds one of node1's two cores (limit 3 minutes) and his two-core job waits
         # for it at the top of the queue: backfill may start a one-core job only where
         # its limit (or time_min) ends before that reservation.
-        long = sbatch(tenants, bob, other, "--partition=gpu", "--time=3", "--export=ALL,NAP=100")
-        wide = sbatch(tenants, bob, other, "--partition=gpu", "--time=10", "--cpus-per-task=2")
+        long = sbatch(tenants, bob, blocker, "--partition=gpu", "--time=3", "--export=ALL,NAP=100")
+        wide = sbatch(tenants, bob, blocker, "--partition=gpu", "--time=10", "--cpus-per-task=2")
         nap = sbatch(tenants, alice, script, "--partition=gpu", "--time=20",
                      f"--export=ALL,NAP={RUN_S}")
         unknown = sbatch(tenants, alice, other, "--partition=gpu", "--time=20")

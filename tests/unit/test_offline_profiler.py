@@ -233,7 +233,7 @@ def test_a_script_with_no_loader_is_profiled_from_its_training_steps(tmp_path):
     assert proc.returncode == 0, proc.stderr
     p = own_store(tmp_path).load("00000000000000bb")
     assert {x.measure for x in p.points} == {"train"}
-    assert {x.cores for x in p.points} == {1, 2}
+    assert {x.cores for x in p.points} == {1, 2}, p.notes
     assert p.model.basis == "steps" and p.model.prep_core_s == 0
     assert p.model.host_core_s > 0 and len(p.model.held_out) == 2
     assert any(n.startswith("no data loader") for n in p.notes), p.notes

@@ -697,14 +697,18 @@ local function plan(job_desc, tbl, part_list, submit_uid, comment, fixed)
 			and tonumber(pm) == job_desc.pn_min_memory) then
 		prior = nil
 	end
-	local asked = prior or string.format("c%s,m%s,g%s",
+	-- What the shim itself saw the job ask (never a client's asked=, the user's text):
+	-- root's rescue of a job that ran out of memory at the decided size (decisions/
+	-- rescue.py) trusts this copy alone, in the admin comment.
+	local seen = string.format("c%s,m%s,g%s",
 		-- cpus_per_task is 16-bit: 65534 (NO_VAL16) is "not set".
 		(is_set(job_desc.cpus_per_task) and job_desc.cpus_per_task < 65534)
 			and whole_text(job_desc.cpus_per_task) or "-",
 		(is_set(asked_mem) and asked_mem < 2 ^ 40) and whole_text(asked_mem) or "-",
 		typed(count or "0", asked_type))
+	p.admin = FINGERPRINT_PREFIX .. fp .. " asked=" .. seen .. " decision=" .. summary
 	p.comment = comment:gsub(" decision=%S*", ""):gsub(" asked=%S*", "")
-		.. " asked=" .. asked .. " decision=" .. summary
+		.. " asked=" .. (prior or seen) .. " decision=" .. summary
 	return p
 end
 
@@ -741,11 +745,12 @@ local function apply(job_desc, p)
 		result = p.skip or "keyed"
 	end
 	job_desc.comment = p.comment
-	if p.plain then
-		-- Where the job's owner cannot change it: the reports trust this copy.
+	if p.plain or p.admin then
+		-- Where the job's owner cannot change it: the reports trust this copy, and root's
+		-- rescue acts on its asked= and decision= alone.
 		local admin = job_desc.admin_comment
 		job_desc.admin_comment = ((admin ~= nil and admin ~= "") and (admin .. " ") or "")
-			.. FINGERPRINT_PREFIX .. p.fp
+			.. (p.admin or (FINGERPRINT_PREFIX .. p.fp))
 	end
 	-- The environment last: what is set there cannot be put back.
 	local env = job_desc.environment

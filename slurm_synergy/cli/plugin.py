@@ -28,6 +28,7 @@ from slurm_synergy.submission.resubmit import NothingToGain, resubmit
 from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
+from slurm_synergy.decisions.rescue import ledger_path, rescue_round
 from slurm_synergy.decisions.rounds import keep_running, name_process
 from slurm_synergy.decisions.sync import TIMER_NAME as SYNC_TIMER, keep_syncing, sync
 from slurm_synergy.decisions.table import Owned, entries_of, read, table_path
@@ -54,10 +55,18 @@ def run(args: argparse.Namespace) -> int:
         slurm = Slurm()
         rates = rates_path(args.table or table_path())
 
+        ledger = ledger_path(args.table or table_path())
+
         def one_round() -> str:
-            """A round of the time-limit timer, in its line."""
-            return tick(slurm, lambda: load_policy(policy_path()).time_rule, args.state,
-                        rates, raise_left_s(args.every or 0)).line()
+            """A round of root's timer, in its line: jobs that ran out of memory at the
+            decided size put back first (slurmctld holds them only minutes), then limits."""
+            try:
+                rescued = rescue_round(slurm, ledger).line()
+            except SynergyError as e:
+                rescued = f"jobs out of memory not looked at: {e}"
+            limits = tick(slurm, lambda: load_policy(policy_path()).time_rule, args.state,
+                          rates, raise_left_s(args.every or 0)).line()
+            return "; ".join(part for part in (rescued, limits) if part)
         if args.every:
             name_process(LIMITS_TIMER)
             keep_running(one_round, args.every, log=lambda line: print(line, flush=True))
@@ -230,8 +239,9 @@ def add_parser(sub) -> None:
                    "process; the local cluster's timer)")
     a = actions.add_parser("timelimits", help="set pending jobs' --time-min from their "
                            "workloads' completed jobs, and put limits Slurm lowered back "
-                           "before they end a job (root or a Slurm operator; "
-                           "docs/time-limits.md)")
+                           "before they end a job; put a job that ran out of memory at the "
+                           "decided size back with what it asked (root or a Slurm operator; "
+                           "docs/time-limits.md, docs/rescue.md)")
     a.add_argument("--every", type=positive_float, metavar="SECONDS",
                    help="a round every SECONDS, until stopped (default: one round, as a "
                    "site's cron runs it every minute)")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from slurm_synergy.decisions.limits import Cap
+from slurm_synergy.decisions.rescue import ledger_path, rescued_workloads
 from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
 from slurm_synergy.decisions.rounds import keep_running
 from slurm_synergy.decisions.timelimits import write_rates
@@ -156,6 +157,32 @@ def _one(t: _Turns, service: DecisionService, partition: str, user_budget_s: flo
                            "left out")
 
 
+def _unmeasured_since_rescue(owned: list[Owned], stores: Sequence[ProfileStore],
+                             table: Path) -> tuple[list[Owned], list[str]]:
+    """`owned` less the decisions of workloads a job of which ran out of memory at the
+    decided size and was put back (decisions/rescue.py), where no profile was written
+    since: their jobs ask as they did and the next is measured. And a line for each."""
+    rescued = rescued_workloads(ledger_path(table))
+    if not rescued:
+        return owned, []
+    by_owner = {s.owner: s for s in stores}
+    kept, notes = [], []
+    for o in owned:
+        at, job = rescued.get((o.uid, o.fingerprint), (0.0, ""))
+        store = by_owner.get(o.uid)
+        try:
+            # ctime: a time nobody sets back (a profile touched into the future is not newer).
+            newer = store is not None and store.path(o.fingerprint).lstat().st_ctime > at
+        except OSError:
+            newer = False
+        if at and not newer:
+            notes.append(f"{o.fingerprint} (uid {o.uid}): as asked until a run measures it "
+                         f"again: its job {job} ran out of memory at the decided size")
+        else:
+            kept.append(o)
+    return kept, notes
+
+
 def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = None,
          path: Path | None = None, partition: str | None = None,
          service: DecisionService | None = None, site: Site | None = None) -> str:
@@ -185,6 +212,7 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     # store's table land last.
     with locked(path.with_name(f".{path.name}.lock")):
         done = compile_decisions(stores, service, partition)
+        done.owned, unmeasured = _unmeasured_since_rescue(done.owned, stores, path)
         kept, cut = fit([*done.owned, *done.held])
         write(path, render(kept, service.policy, shape, partition, qos))
         decisions = [o for o in kept if isinstance(o, Owned)]
@@ -204,6 +232,9 @@ def sync(stores: Sequence[ProfileStore] | None = None, slurm: Slurm | None = Non
     if len(kept) > len(decisions):
         line += (f", {len(kept) - len(decisions)} workload(s) held: their marked run "
                  "measured nothing")
+    if unmeasured:
+        line += (f"; {len(unmeasured)} workload(s) as asked until measured again:\n  "
+                 + "\n  ".join(shown(u, 400) for u in unmeasured[:SHOWN_SKIPPED]))
     if skipped:
         shown_lines = [shown(s, 400) for s in skipped[:SHOWN_SKIPPED]]
         if len(skipped) > SHOWN_SKIPPED:

@@ -3,7 +3,7 @@ etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sac
 
     synergy:fp=<16 hex> [req=cpus,mem,gpus] [work=i160] [profile=1] [asked=c2,m3072,g1[:TYPE]]
         [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [by=<job>] [measured=run]
-        [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2] [tback=20]
+        [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2] [tback=20] [rescued=oom@12s]
 
 A component of a job over two GPU types carries no fingerprint, so the shim leaves it
 alone; its decision= is the planner's (the prolog reads its power limit as any other):
@@ -23,7 +23,9 @@ resubmission after
 profiling writes from=; `synergy tune` writes tuned=; root's sync timer writes tmin= where
 it set the job's --time-min (minutes), from a predicted run of p seconds resting on n
 completed jobs (decisions/timelimits.py), and tback= where it put a running job's lowered
-limit back to its --time (minutes), the job having run past that prediction. A mark
+limit back to its --time (minutes), the job having run past that prediction; root's
+rescue writes rescued=oom@<s> where a job that ran out of memory at the decided size after
+<s> seconds was put back with what it asked (decisions/rescue.py). A mark
 written again replaces the earlier one; the rest of the comment is the user's and is kept.
 The Lua shim spells asked= and decision= the same way: tests/contract_cases.toml's
 decisions come out of both as one comment (test_contract_cases.py), and test_comment.py
@@ -200,6 +202,13 @@ def time_back(comment: str) -> int | None:
     """The comment's tback=: the --time (minutes) root's timer gave back to a running job
     whose lowered limit it would have outrun; None where none."""
     return _count(marks(comment).get("tback", ""))
+
+
+def rescued(comment: str) -> int | None:
+    """The comment's rescued=oom@<s>: the seconds of the run that ran out of memory at the
+    decided size before root put the job back with what it asked; None where none."""
+    m = re.fullmatch(r"oom@(\d{1,9})s", marks(comment).get("rescued", ""))
+    return int(m.group(1)) if m else None
 
 
 def tag(comment: str) -> str | None:

@@ -58,6 +58,9 @@ def _marks(comment: str) -> dict[str, Any]:
                            # while it trained, or a plain script's (never profiled apart).
                            "profiling": marks.get("profile") == "1"
                            and marks.get("measured") != "run" and marks.get("plain") != "1"}
+    lost = comment_format.rescued(comment)
+    if lost is not None:
+        out["rescued_lost_s"] = float(lost)
     timed = comment_format.time_min(comment)
     if timed:
         out.update(time_min_s=60.0 * timed[0], predicted_s=float(timed[1]),
@@ -81,8 +84,8 @@ COLUMNS = ("job_id", "raw_id", "array_id", "name", "user", "partition", "state",
            "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
            "fingerprint", "from_job", "sized_by", "measured", "profiling", "limit_s",
-           "time_min_s", "predicted_s", "time_back_s", "nodes", "one_node",
-           "one_task", "narrow_step",
+           "time_min_s", "predicted_s", "time_back_s", "rescued_lost_s", "nodes",
+           "one_node", "one_task", "narrow_step",
            "comment")
 
 

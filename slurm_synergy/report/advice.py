@@ -37,9 +37,22 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
         return [f"profiling run; resubmitted right-sized as {j['resubmitted_as']}"] \
             if j["resubmitted_as"] else []
     rss, mem = j["max_rss_mb"], j["node_mem_mb"]       # per node, as --mem asks
-    if state == "OUT_OF_MEMORY":
-        out.append(f"ran out of memory at {_mem_text(mem or 0)}: ask for more, or let the "
-                   "plugin profile it (synergy submit --profile)")
+    lowered = j["decided_mem_mb"] is not None and (
+        j["asked_mem_mb"] is None or j["decided_mem_mb"] < j["asked_mem_mb"])
+    if j["rescued_lost_s"] is not None:
+        out.append(f"ran out of memory at the decided {_mem_text(j['decided_mem_mb'] or 0)} "
+                   f"after {j['rescued_lost_s']:.0f} s; root put it back with what it asked, "
+                   "and this is that run: its workload's next jobs ask as it did until a "
+                   "run measures it again")
+    if state == "OUT_OF_MEMORY" and lowered:
+        out.append(f"ran out of memory at the decided {_mem_text(mem or 0)}: root's timer puts "
+                   "it back with what it asked within a round, unless it was submitted with "
+                   "--no-requeue (then resubmit it); its workload's next jobs ask as it did "
+                   "until a run measures it again")
+    elif state == "OUT_OF_MEMORY":
+        out.append(f"ran out of memory at {_mem_text(mem or 0)}, the size it asked (not put "
+                   "back: the plugin did not lower it): ask for more, or let the plugin "
+                   "profile it (synergy submit --profile)")
     elif rss is not None and mem and state == "COMPLETED" and not j["mem_estimated"]:
         enough = max(rss * HEADROOM, 256)
         if mem - enough >= MIN_WASTE_MB and mem >= 2 * enough:
@@ -90,7 +103,8 @@ _READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resub
           "total_cpu_s", "elapsed_s", "one_task", "narrow_step", "gpus", "gpu_util_pct",
           "gpu_sm_active_pct",
           "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus", "time_min_s",
-          "predicted_s", "time_back_s", "limit_s", "fingerprint")
+          "predicted_s", "time_back_s", "limit_s", "fingerprint", "rescued_lost_s",
+          "asked_mem_mb", "decided_mem_mb")
 
 
 def for_workloads(jobs: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:

@@ -20,7 +20,8 @@ from typing import Generator, Iterator, Mapping, Sequence
 
 from slurm_synergy.model.errors import SlurmError
 from slurm_synergy.slurm import json_output
-from slurm_synergy.slurm.records import FREE_TEXT, SACCT_FIELDS, SEP, Ended, user_name
+from slurm_synergy.slurm.records import (FREE_TEXT, SACCT_FIELDS, SEP, Ended, OutOfMemory,
+                                         user_name)
 from slurm_synergy.slurm.runner import Runner
 
 # Jobs whose texts one sacct --json call reads.
@@ -55,6 +56,30 @@ class Accounting(Runner):
             if len(kept) > per_user:
                 heapq.heappop(kept)
         return sorted((e for kept in newest.values() for _, e in kept), key=lambda e: e.job_id)
+
+    def out_of_memory(self, since: str) -> list[OutOfMemory]:
+        """Every user's jobs that ended since `since` having run out of memory, in their
+        batch script or a step (whose job may then end FAILED or COMPLETED), read without
+        any text of a user's; array tasks and heterogeneous jobs are left out."""
+        fields = ("JobIDRaw", "UID", "State", "ElapsedRaw")
+        jobs: dict[str, dict[str, str]] = {}
+        hit: set[str] = set()
+        for v in self._plain_rows(fields, [f"--starttime={since}", "--endtime=now",
+                                           "--allusers"]):
+            job, _, step = v["JobIDRaw"].partition(".")
+            if not job.isdigit():
+                continue
+            if not step:
+                jobs[job] = v
+            if v["State"].startswith("OUT_OF_MEMORY"):
+                hit.add(job)
+        out = []
+        for job in sorted(hit & set(jobs), key=int):
+            v = jobs[job]
+            if v["UID"].isdigit() and v["ElapsedRaw"].isdigit():
+                out.append(OutOfMemory(job, int(v["UID"]), v["State"].split(" ")[0],
+                                       int(v["ElapsedRaw"])))
+        return out
 
     def clusters(self, timeout: float = 60) -> list[str]:
         """The clusters slurmdbd accounts for (answering at all says slurmdbd is up)."""

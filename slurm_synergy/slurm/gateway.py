@@ -49,6 +49,15 @@ class Slurm(Accounting):
         if job_ids:
             self.run(["scontrol", "release", ",".join(job_ids)])
 
+    def requeue_held(self, job_id: str) -> None:
+        """Put a job that ended back in the queue under its own id, held (Slurm refuses a
+        job submitted with --no-requeue, or one it no longer holds)."""
+        self.run(["scontrol", "requeuehold", job_id], retry=False)
+
+    def hold(self, job_id: str) -> None:
+        """Hold a pending job; root's hold is an admin's, which its user cannot release."""
+        self.run(["scontrol", "hold", job_id])
+
     def cancel(self, job_ids: Sequence[str]) -> None:
         """Cancel jobs."""
         if job_ids:

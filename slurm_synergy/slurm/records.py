@@ -105,6 +105,17 @@ class TimedJob:
 
 
 @dataclass(frozen=True)
+class OutOfMemory:
+    """A job that ran out of memory (its batch script or one of its steps), as sacct shows
+    it without any text of its user's."""
+
+    job_id: str
+    uid: int
+    state: str                # the job's own state (OUT_OF_MEMORY, or FAILED after a step's)
+    elapsed_s: int            # the run it lost
+
+
+@dataclass(frozen=True)
 class JobText:
     """A job slurmctld holds with the texts of its user's (comment) and of its admins
     (admin comment), from squeue --json: each text inside its own string."""

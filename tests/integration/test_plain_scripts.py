@@ -2,7 +2,10 @@
 the real local cluster, each twice: the shim keys the first and marks it, the node's
 TaskProlog puts the probe on its tasks' path, it trains to its end while it is measured
 and yields a profile; the site's sync compiles it; the second starts right-sized (sacct).
-A job that runs no Python, and one its user opted out, are left as they were asked."""
+A job that runs no Python, and one its user opted out, are left as they were asked.
+A config edited under the same script to need more memory than was decided: the job runs
+out of memory, root's timer puts it back with what it asked, it completes, and the
+workload is measured again before it is right-sized again."""
 
 from __future__ import annotations
 
@@ -44,8 +47,13 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--manual", action="store_true")
 p.add_argument("--config", default="")
 a = p.parse_args()
+held = b""
 if a.config:
-    a.lr = float(open(a.config).read().split(":")[1])
+    conf = dict(line.split(":") for line in open(a.config).read().splitlines() if ":" in line)
+    a.lr = float(conf["lr"])
+    # A config may make the run hold more memory (a larger batch or model), touched.
+    held = bytearray(int(conf.get("hold_mb", 0)) << 20)
+    for i in range(0, len(held), 4096): held[i] = 1
 torch.manual_seed(a.seed)
 class Squares(Dataset):
     def __len__(self): return 256
@@ -418,3 +426,137 @@ def test_a_config_edited_under_the_same_script_drops_the_decision_until_measured
     profile = ProfileStore.named(rounds.site / str(alice.uid)).load(fp)
     assert profile.allocation.job_id == four["JobIDRaw"], log_of(folder, four)[-3000:]
     assert any(f.path == str(folder / "cfg.yaml") for f in profile.command_files), profile
+
+
+# A config of the grown workload: the trainer holds this many MB more than it did when
+# measured, within the 3G the script asks, past what was decided from that run.
+GROWN_MB = 1200
+# A script that asks less than its config needs: it runs out of memory at its own size.
+OWN_SIZE = "{py} train.py --seconds 6 --config big.yaml\n"
+
+
+@dataclass(frozen=True)
+class Grown:
+    fp: str
+    decided: object                          # the table's decision from the measured run
+    failed: dict[str, str]                   # the grown job's run that ran out of memory
+    rescued: dict[str, str]                  # ... the same job put back with what it asked
+    runs: list[dict[str, str]]               # ... both, as sacct --duplicates shows them
+    own: list[dict[str, str]]                # a job that ran out at its own size, all runs
+    timer: str                               # what root's timer said
+    between: dict                            # the table after the rescued run
+    synced: str                              # ... and what the site's sync said
+    after: dict[str, str]                    # the workload's next job
+    table: dict                              # the table after that job's run
+
+
+FINAL = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+
+def all_runs(slurm, job: str) -> list[dict[str, str]]:
+    """Every record of a job, a requeued one's earlier runs first (sacct --duplicates)."""
+    out = slurm.run(["sacct", "--duplicates", "--allocations", "--parsable2", "--noheader",
+                     "--jobs", job, "--format=JobIDRaw,State,ReqMem,AllocCPUS"])
+    return [dict(zip(("JobIDRaw", "State", "ReqMem", "AllocCPUS"), line.split("|")))
+            for line in out.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def grown(rounds, box, slurm, tenants, tmp_path_factory) -> Grown:
+    """A plain script measured and decided; its config then edited to hold GROWN_MB more,
+    and the script submitted again beside one that asks less than its config needs; root's
+    timer (one round, as cron runs it); then the workload's next job."""
+    folder, alice, env = rounds.folder, rounds.alice, rounds.env
+    tag = f"{time.time_ns() % 10**6:06d}"
+    cfg, big = folder / "grow.yaml", folder / "big.yaml"
+    cfg.write_text("lr: 0.01\n")
+    big.write_text(f"lr: 0.01\nhold_mb: {GROWN_MB}\n")
+    scripts = {}
+    for name, body in (("grows", "{py} train.py --seconds 22 --config grow.yaml\n"),
+                       ("own-size", OWN_SIZE)):
+        path = folder / f"{name}.sh"
+        path.write_text(HEADER.format(name=f"plain{tag}-{name}", out=folder, extra="")
+                        + body.format(py=PY))
+        scripts[name] = path
+    gid = pwd.getpwuid(alice.uid).pw_gid
+    for path in (cfg, big, *scripts.values()):
+        os.chown(path, alice.uid, gid)
+        os.utime(path, (time.time() - 600,) * 2)
+    first = submit_all(tenants, alice, folder, {"grows": scripts["grows"]}, env)
+    finish(slurm, first.values(), timeout=600)
+    fp = key_of(accounted(slurm, first)["grows"][0])
+    site_sync(rounds.site, rounds.policy)
+    decided = read(box.etc / TABLE_NAME)[1].get((alice.uid, fp))
+    # The user edits the config (well before the job, as users do) and submits again.
+    cfg.write_text(f"lr: 0.01\nhold_mb: {GROWN_MB}\n")
+    os.utime(cfg, (time.time() - 300,) * 2)
+    again = submit_all(tenants, alice, folder, {"grows": scripts["grows"]},
+                       {**env, "TRAIN_SECONDS": "6"})
+    job = again["grows"]
+    own = tenants.run(alice, ["sbatch", "--parsable", "--mem=700M", str(scripts["own-size"])],
+                      env=env)
+    assert own.returncode == 0, own.stderr
+    own_id = own.stdout.strip()
+    finish(slurm, [job, own_id], timeout=600)
+    failed = accounted(slurm, again)["grows"][0]
+    state = tmp_path_factory.mktemp("rescue") / "time-limits.json"
+    timer = synergy("plugin", "timelimits", "--state", str(state),
+                    env={"SYNERGY_POLICY": str(rounds.policy)})
+    assert timer.returncode == 0, timer.stderr
+    # Put back: pending, then run again with what it asked, to its end.
+    deadline = time.monotonic() + 300
+    while not ((runs := all_runs(slurm, job)) and len(runs) >= 2
+               and runs[-1]["State"].split(" ")[0] in FINAL):
+        assert time.monotonic() < deadline, (timer.stdout, runs)
+        time.sleep(2)
+    rescued = accounted(slurm, again)["grows"][0]
+    synced = site_sync(rounds.site, rounds.policy)
+    between = read(box.etc / TABLE_NAME)[1]
+    after = submit_all(tenants, alice, folder, {"grows": scripts["grows"]}, env)
+    finish(slurm, after.values(), timeout=600)
+    site_sync(rounds.site, rounds.policy)
+    return Grown(fp, decided, failed, rescued, runs, all_runs(slurm, own_id), timer.stdout,
+                 between, synced, accounted(slurm, after)["grows"][0],
+                 read(box.etc / TABLE_NAME)[1])
+
+
+def test_a_job_whose_config_grew_past_its_decision_is_put_back_and_completes(rounds, grown):
+    d, failed, rescued = grown.decided, grown.failed, grown.rescued
+    assert d is not None and d.mem_mb < 1024 + GROWN_MB, d     # the bet the product made
+    assert failed["State"] in ("OUT_OF_MEMORY", "FAILED") and \
+        mem_mb(failed["ReqMem"]) == d.mem_mb, (failed, log_of(rounds.folder, failed)[-2000:])
+    job = failed["JobIDRaw"]
+    assert f"put back with what they asked: job(s) {job}" in grown.timer, grown.timer
+    # The same job, run again with what its script asked, to its end; sacct keeps both runs.
+    assert rescued["JobIDRaw"] == job and rescued["State"] == "COMPLETED", \
+        (rescued, log_of(rounds.folder, rescued)[-2000:])
+    assert mem_mb(rescued["ReqMem"]) == 3072 and int(rescued["AllocCPUS"]) == 2, rescued
+    assert len(grown.runs) == 2 and grown.runs[0]["State"] in ("REQUEUED", "OUT_OF_MEMORY"), \
+        grown.runs
+    assert re.search(r" rescued=oom@\d+s", rescued["Comment"]), rescued
+    assert re.search(r" rescued=oom@\d+s$", rescued["AdminComment"]), rescued
+    assert "trained" in log_of(rounds.folder, rescued)
+
+
+def test_the_rescued_workload_is_measured_again_before_it_is_right_sized_again(rounds, grown):
+    alice = rounds.alice
+    assert (alice.uid, grown.fp) not in grown.between, grown.synced
+    after = grown.after
+    # Its next job asks what its script asks, is measured, and completes.
+    assert after["State"] == "COMPLETED" and "decision=" not in after["Comment"] and \
+        "profile=1" in after["Comment"], after
+    assert mem_mb(after["ReqMem"]) == 3072, after
+    # The decision from that run fits what the grown config holds.
+    d = grown.table.get((alice.uid, grown.fp))
+    assert d is not None and GROWN_MB < d.mem_mb <= 3072, (d, log_of(rounds.folder, after)[-2000:])
+
+
+def test_a_job_out_of_memory_at_its_own_size_is_not_put_back_and_says_why(rounds, grown,
+                                                                          tenants):
+    (own,) = grown.own
+    assert own["State"] == "OUT_OF_MEMORY" and own["ReqMem"] == "700M", grown.own
+    ran = tenants.synergy(rounds.alice, "report", "--jobs", own["JobIDRaw"], "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    advice = [a["advice"] for a in json.loads(ran.stdout)["advice"]]
+    assert any("the size it asked (not put back: the plugin did not lower it)" in line
+               for line in advice), advice

@@ -29,6 +29,18 @@ def test_a_decided_job_is_rewritten_and_its_comment_tells_its_workers(tmp_path):
     assert job["comment"] == (f"synergy:fp={FP} req=cpus,mem asked=c2,m3072,g2 "
                               "decision=c5,m1280,g1,w4,p250")
     assert any("cpus 2, mem 3072 MB, gres:gpu:2 -> cpus 5" in line for line in logs)
+    assert job["admin_comment"] == f"synergy:fp={FP} asked=c2,m3072,g2 decision=c5,m1280,g1,w4,p250"
+
+
+def test_the_admin_comment_holds_what_the_shim_saw_asked_never_the_users_asked(tmp_path):
+    # A comment's asked= is its user's text: a client (user mode) may write any. Root's
+    # rescue restores what the admin comment says, which the shim took from the request.
+    forged = dict(OURS, comment=f"synergy:fp={FP} asked=c64,m999999,g8 decision=c1,m1280,g1,w4",
+                  cpus_per_task="1", pn_min_memory="1280")
+    (job,), _ = run(tmp_path, [forged], table(decision(FP, cpus=1, mem_mb=1280, gpus=1,
+                                                        workers=4)))
+    assert job["comment"].endswith("asked=c64,m999999,g8 decision=c1,m1280,g1,w4")
+    assert job["admin_comment"] == f"synergy:fp={FP} asked=c1,m1280,g2 decision=c1,m1280,g1,w4"
 
 
 def test_the_gpu_type_the_job_asked_for_is_kept(tmp_path):

@@ -68,6 +68,8 @@ def test_a_decided_plain_job_is_right_sized(tmp_path):
     assert job["tres_per_node"] == "gres:gpu:1"
     assert job["comment"] == (f"synergy:fp={fp} plain=1 req=cpus,mem,gpus asked=c4,m8192,g1 "
                               "decision=c2,m1024,g1,w1")
+    # Where its user cannot change it, for root's rescue: what the shim saw it ask.
+    assert job["admin_comment"] == f"synergy:fp={fp} asked=c4,m8192,g1 decision=c2,m1024,g1,w1"
     # The key the job runs under is the shim's, whatever the user's environment said.
     assert job["env.SYNERGY_FINGERPRINT"] == fp and taskenv.lines(job["comment"]) == \
         "SYNERGY_WORKERS=1\n"

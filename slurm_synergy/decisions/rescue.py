@@ -1,0 +1,280 @@
+"""Rescue of right-sized jobs that ran out of memory: a pass of root's timer
+(`synergy plugin timelimits`), and what the decision learns from it.
+
+A decision is a bet that a workload's next job needs what its measured run needed; a
+config edited under the same script, a bigger dataset or a later peak can make it wrong.
+When a job the shim gave less memory than it asked ends out of memory (its batch script or
+one of its steps), the product took that risk, so it carries it: root puts the job back in
+the queue under its own id with what its user asked, once, and no one has to do anything.
+
+Nothing a user wrote is read as structure. The jobs come from sacct without any text of a
+user's (Accounting.out_of_memory); what the job asked and what was decided come from its
+admin comment, which only the shim (as slurmctld) and admins write, read by job id from
+sacct --json, never from the comment (a client's asked= there is its user's text). Before
+root changes the job it reads it again by id (squeue, text-free) and acts only where its
+uid and finished state agree. The order keeps one job from being rescued twice, whatever
+fails in between: root's ledger first (22.05 and 24.11 rewrite the out-of-memory record as
+REQUEUED), then `requeuehold`, an admin hold, the asked size, the begin time Slurm pushed
+two minutes out set back to now, and release.
+
+A job its user submitted with --no-requeue (or on a site with JobRequeue=0) is not put
+back: Slurm refuses it, the ledger and the job's admin comment say so, and its user sees
+in `synergy jobs` what to resubmit. A job that ran out at what it asked, or was never
+lowered, is its own: left alone.
+
+The workload learns: the table's sync (decisions/sync.py) leaves its memory as asked,
+marking its next job to be measured, until a profile newer than the rescue exists (the
+rescued run's own follow raises the profile where it sees a higher peak:
+measure/inrun/follow.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from slurm_synergy.fileio import atomic_write_text, read_untrusted
+from slurm_synergy.model import comment as comment_format
+from slurm_synergy.model.errors import SynergyError
+from slurm_synergy.slurm import OutOfMemory, Slurm
+
+# Root's ledger of the jobs it rescued (or could not), beside the decision table: sync
+# reads it to leave a rescued workload's memory as asked.
+LEDGER_NAME = "synergy-rescues.json"
+LEDGER_BYTES = 16 << 20
+# How far back a round looks: slurmctld holds a finished job MinJobAge (300 s by default)
+# and up to a minute more; a requeue is possible only while it does.
+LOOK_BACK = "now-15minutes"
+RESCUES_PER_ROUND = 20       # jobs put back in one round, whatever users submit
+KEEP_S = 30 * 86400          # ledger entries kept this long (a month of reports)
+MAX_KEPT = 20000
+# The mark root adds to the job's admin comment (and its comment, for the user's reports).
+MARK = "rescued"
+FINISHED = ("OUT_OF_MEMORY", "FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL", "TIMEOUT")
+# What the shim writes in the admin comment of a job it right-sized (etc/job_submit.lua).
+_ADMIN = re.compile(r"(?:^| )synergy:fp=([0-9a-f]{16}) asked=(\S+) decision=(\S+)")
+_SIZE = re.compile(r"c(\d+|-),m(\d+|-),g(\d+)(?::([\w.-]+))?(?:,.*)?")
+
+
+@dataclass(frozen=True)
+class Size:
+    """Cores a task, MB a node, GPUs a node (and their type), as the shim wrote them; None
+    where the job left it to Slurm's defaults."""
+
+    cpus: int | None
+    mem_mb: int | None
+    gpus: int
+    gpu_type: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Size | None:
+        """c2,m3072,g1[:TYPE] (a decision's ,w..,p.. after it ignored); None where not."""
+        m = _SIZE.fullmatch(text)
+        if not m:
+            return None
+        num = lambda t: None if t == "-" else int(t)  # noqa: E731
+        return cls(num(m.group(1)), num(m.group(2)), int(m.group(3)), m.group(4))
+
+    def text(self) -> str:
+        """As the shim writes it."""
+        return (f"c{self.cpus if self.cpus else '-'},m{self.mem_mb if self.mem_mb else '-'},"
+                f"g{self.gpus}{':' + self.gpu_type if self.gpu_type else ''}")
+
+
+@dataclass(frozen=True)
+class Sized:
+    """What the shim saw a job ask and what it decided, from the job's admin comment."""
+
+    fingerprint: str
+    asked: Size
+    decided: Size
+
+    def lowered_memory(self) -> bool:
+        """The decision gave it less memory than it asked (or than Slurm's default, where
+        it asked none): the risk the product took."""
+        d = self.decided.mem_mb
+        return d is not None and (self.asked.mem_mb is None or d < self.asked.mem_mb)
+
+
+def sized(admin_comment: str) -> Sized | None:
+    """The shim's asked= and decision= in an admin comment; None where there are none."""
+    m = _ADMIN.search(admin_comment)
+    if not m:
+        return None
+    asked, decided = Size.parse(m.group(2)), Size.parse(m.group(3))
+    return Sized(m.group(1), asked, decided) if asked and decided else None
+
+
+@dataclass
+class Rescue:
+    """One job root looked at: whose, which workload, what it asked and was given, the run
+    it lost (s), when, and what came of it."""
+
+    uid: int
+    fingerprint: str
+    asked: str
+    decided: str
+    lost_s: int
+    at: float
+    outcome: str        # "requeued" | "not requeued: <why>"
+
+
+@dataclass
+class Ledger:
+    jobs: dict[str, Rescue] = field(default_factory=dict)
+
+
+def ledger_path(table: Path) -> Path:
+    """Where the ledger lives: beside the decision table, which its readers know."""
+    return table.with_name(LEDGER_NAME)
+
+
+def load_ledger(path: Path) -> Ledger:
+    """Root's ledger; empty where there is none or it is not root's own (then no workload
+    is held back, and a job is looked at again only while sacct still says it ran out)."""
+    try:
+        data = json.loads(read_untrusted(path, LEDGER_BYTES, owner=os.geteuid()))
+        return Ledger({str(k): Rescue(**v) for k, v in data["jobs"].items()})
+    except (OSError, SynergyError, ValueError, TypeError, KeyError, AttributeError):
+        return Ledger()
+
+
+def _save(path: Path, ledger: Ledger, now: float) -> None:
+    kept = sorted(((k, r) for k, r in ledger.jobs.items() if now - r.at < KEEP_S),
+                  key=lambda kr: kr[1].at)[-MAX_KEPT:]
+    atomic_write_text(path, json.dumps({"jobs": {k: asdict(r) for k, r in kept}},
+                                       sort_keys=True), 0o644)
+
+
+def rescued_workloads(path: Path) -> dict[tuple[int, str], tuple[float, str]]:
+    """(uid, workload) -> when its latest job was put back, and that job's id: sync leaves
+    the workload's memory as asked until a profile newer than that exists."""
+    out: dict[tuple[int, str], tuple[float, str]] = {}
+    for job, r in load_ledger(path).jobs.items():
+        if r.outcome == "requeued" and r.at > out.get((r.uid, r.fingerprint), (0.0, ""))[0]:
+            out[(r.uid, r.fingerprint)] = (r.at, job)
+    return out
+
+
+def restore_settings(asked: Size, config: Mapping[str, str]) -> dict[str, str]:
+    """`scontrol update` settings that give a pending job back what it asked: its cores a
+    task, its memory (Slurm's default where it asked none) and its GPUs."""
+    cpus = asked.cpus or 1
+    out = {"NumCPUs": str(cpus), "MinCPUsNode": str(cpus), "CPUsPerTask": str(cpus)}
+    if asked.mem_mb:
+        out["MinMemoryNode"] = str(asked.mem_mb)
+    elif (config.get("DefMemPerCPU") or "").isdigit():
+        out["MinMemoryCPU"] = config["DefMemPerCPU"]
+    else:
+        node = config.get("DefMemPerNode") or ""
+        out["MinMemoryNode"] = node if node.isdigit() else "0"    # 0: all of a node's
+    if asked.gpus:
+        out["TresPerNode"] = f"gres/gpu:{asked.gpu_type + ':' if asked.gpu_type else ''}" \
+                             f"{asked.gpus}"
+    return out
+
+
+@dataclass
+class Rescued:
+    """What one round did, for the timer's log line."""
+
+    requeued: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)     # "job (why)"
+
+    def line(self) -> str:
+        """One line saying what was done ("" where nothing)."""
+        parts = []
+        if self.requeued:
+            parts.append("ran out of memory at the decided size, put back with what they "
+                         f"asked: job(s) {', '.join(self.requeued)}")
+        if self.refused:
+            parts.append(f"not put back: {', '.join(self.refused)}")
+        return "; ".join(parts)
+
+
+def _admin_marked(admin_comment: str, mark: str) -> str:
+    return f"{admin_comment} {MARK}={mark}".strip()
+
+
+def _one(slurm: Slurm, oom: OutOfMemory, s: Sized, ledger: Ledger, save: Callable[[], None],
+         config: Mapping[str, str], admin_comment: str, clock: Callable[[], float],
+         done: Rescued) -> None:
+    """Put one job back with what it asked, or record why not."""
+    entry = Rescue(oom.uid, s.fingerprint, s.asked.text(), s.decided.text(), oom.elapsed_s,
+                   clock(), "requeued")
+    again = slurm.timed_job(oom.job_id)
+    if again is None or again.uid != oom.uid or again.state not in FINISHED:
+        entry.outcome = ("not requeued: slurmctld no longer holds it (past MinJobAge); "
+                         "resubmit its script" if again is None
+                         else "not requeued: it changed since it was read")
+        ledger.jobs[oom.job_id] = entry
+        done.refused.append(f"{oom.job_id} ({entry.outcome[14:]})")
+        return
+    # Root's ledger first: one job is never put back twice, whatever fails below.
+    ledger.jobs[oom.job_id] = entry
+    save()
+    try:
+        slurm.requeue_held(oom.job_id)
+    except SynergyError as e:
+        why = str(e).splitlines()[0]
+        entry.outcome = ("not requeued: submitted with --no-requeue (or the site's "
+                         "JobRequeue=0); resubmit its script" if "disabled" in why.lower()
+                         else f"not requeued: Slurm refused: {why}")
+        try:
+            slurm.update_job(oom.job_id, {"AdminComment": _admin_marked(admin_comment,
+                                                                        "no-requeue")})
+        except SynergyError:
+            pass        # the ledger says it
+        done.refused.append(f"{oom.job_id} ({entry.outcome[14:]})")
+        return
+    try:
+        slurm.hold(oom.job_id)
+        slurm.mark(oom.job_id, comment_format.Marks({MARK: f"oom@{oom.elapsed_s}s"}),
+                   {**restore_settings(s.asked, config),
+                    "AdminComment": _admin_marked(admin_comment, f"oom@{oom.elapsed_s}s")})
+        # Requeue pushes its begin time out two minutes: a rescued job waits no longer.
+        slurm.update_job(oom.job_id, {"StartTime": "now"})
+    except SynergyError as e:
+        entry.outcome = f"requeued, its size not restored: {str(e).splitlines()[0]}"
+    finally:
+        # Released whatever happened: a job left held would wait for ever.
+        try:
+            slurm.release([oom.job_id])
+        except SynergyError as e:
+            entry.outcome += f"; not released: {str(e).splitlines()[0]}"
+    if entry.outcome == "requeued":
+        done.requeued.append(oom.job_id)
+    else:
+        done.refused.append(f"{oom.job_id} ({entry.outcome})")
+
+
+def rescue_round(slurm: Slurm, path: Path, clock: Callable[[], float] = time.time) -> Rescued:
+    """One round: the jobs that ran out of memory lately under a lowered --mem, put back."""
+    done = Rescued()
+    ledger = load_ledger(path)
+    before = len(ledger.jobs)
+    fresh = [o for o in slurm.out_of_memory(LOOK_BACK) if o.job_id not in ledger.jobs]
+    if not fresh:
+        return done
+    texts = slurm.sacct_texts([o.job_id for o in fresh], ["AdminComment"])
+    config: dict[str, str] | None = None
+    n = 0
+    for oom in fresh:
+        admin = texts.get(oom.job_id, {}).get("AdminComment", "")
+        s = sized(admin)
+        if s is None or not s.lowered_memory() or f" {MARK}=" in f" {admin}":
+            continue        # not ours, its own size, or put back once already
+        if n == RESCUES_PER_ROUND:
+            break           # the rest next round
+        n += 1
+        config = config if config is not None else slurm.config()
+        _one(slurm, oom, s, ledger, lambda: _save(path, ledger, clock()), config, admin,
+             clock, done)
+    if len(ledger.jobs) != before or done.requeued or done.refused:
+        _save(path, ledger, clock())
+    return done

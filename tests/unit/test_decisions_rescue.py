@@ -1,0 +1,212 @@
+"""Root's rescue of jobs that ran out of memory at the decided size (decisions/rescue.py):
+which jobs it puts back and with what, in which order, what a user's text cannot make it
+do, and what sync learns. Slurm is a fixture here (each call recorded); the real requeue
+runs in tests/integration/test_plain_scripts.py."""
+
+import os
+
+import pytest
+
+from slurm_synergy.decisions import rescue
+from slurm_synergy.decisions.rescue import (Size, ledger_path, load_ledger, rescue_round,
+                                            rescued_workloads, restore_settings, sized)
+from slurm_synergy.decisions.sync import _unmeasured_since_rescue
+from slurm_synergy.decisions.table import Owned
+from slurm_synergy.model.engine import Decision
+from slurm_synergy.model.errors import SlurmError
+from slurm_synergy.profiles import ProfileStore
+from slurm_synergy.slurm import OutOfMemory, TimedJob
+
+FP = "0123456789abcdef"
+ME = 1000
+ADMIN = f"synergy:fp={FP} asked=c2,m3072,g0 decision=c1,m768,g0,w1"
+
+
+class Cluster:
+    """sacct, squeue and scontrol as a rescue round uses them: every call in `calls`."""
+
+    def __init__(self, ooms, admin, states=None, refuse=None):
+        self.ooms, self.admin = ooms, admin
+        self.states = states or {}
+        self.refuse = refuse or {}
+        self.calls: list[tuple] = []
+
+    def out_of_memory(self, since):
+        self.calls.append(("sacct", since))
+        return self.ooms
+
+    def sacct_texts(self, ids, fields):
+        self.calls.append(("sacct --json", tuple(ids)))
+        return {i: {"AdminComment": self.admin[i]} for i in ids if i in self.admin}
+
+    def config(self):
+        return {"DefMemPerCPU": "1024"}
+
+    def timed_job(self, job_id):
+        self.calls.append(("squeue", job_id))
+        uid, state = self.states.get(job_id, (ME, "OUT_OF_MEMORY"))
+        return None if state is None else TimedJob(job_id, uid, state, 10, 0, 1, 1, "", 0)
+
+    def _do(self, call):
+        self.calls.append(call)
+        if call[0] in self.refuse:
+            raise SlurmError(self.refuse[call[0]])
+
+    def requeue_held(self, job_id):
+        self._do(("requeuehold", job_id))
+
+    def hold(self, job_id):
+        self._do(("hold", job_id))
+
+    def mark(self, job_id, marks, settings=None):
+        self._do(("mark", job_id, tuple(sorted(marks.set.items())),
+                  tuple(sorted((settings or {}).items()))))
+
+    def update_job(self, job_id, settings):
+        self._do(("update", job_id, tuple(sorted(settings.items()))))
+
+    def release(self, ids):
+        self._do(("release", tuple(ids)))
+
+
+def oom(job_id="7", uid=ME, elapsed=1):
+    return OutOfMemory(job_id, uid, "OUT_OF_MEMORY", elapsed)
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return ledger_path(tmp_path / "synergy-decisions.tbl")
+
+
+def test_a_job_lowered_below_what_it_asked_is_put_back_once_with_what_it_asked(ledger):
+    c = Cluster([oom()], {"7": ADMIN})
+    done = rescue_round(c, ledger, clock=lambda: 1000.0)
+    assert done.requeued == ["7"] and not done.refused
+    steps = [call[0] for call in c.calls]
+    # Read again by id, the ledger written, then requeued held, sized, begun now, released.
+    assert steps == ["sacct", "sacct --json", "squeue", "requeuehold", "hold", "mark",
+                     "update", "release"]
+    mark = next(call for call in c.calls if call[0] == "mark")
+    settings = dict(mark[3])
+    assert (settings["MinMemoryNode"], settings["NumCPUs"], settings["CPUsPerTask"]) == \
+        ("3072", "2", "2")
+    assert settings["AdminComment"] == f"{ADMIN} rescued=oom@1s"
+    assert dict(mark[2]) == {"rescued": "oom@1s"}
+    assert ("update", "7", (("StartTime", "now"),)) in c.calls
+    r = load_ledger(ledger).jobs["7"]
+    assert (r.uid, r.fingerprint, r.asked, r.decided, r.outcome) == \
+        (ME, FP, "c2,m3072,g0", "c1,m768,g0", "requeued")
+    assert rescued_workloads(ledger) == {(ME, FP): (1000.0, "7")}
+    # Never twice: the next round finds it in the ledger (sacct still says it ran out).
+    c.calls.clear()
+    assert rescue_round(c, ledger).line() == "" and [x[0] for x in c.calls] == ["sacct"]
+
+
+def test_the_ledger_is_written_before_the_requeue(ledger, monkeypatch):
+    c = Cluster([oom()], {"7": ADMIN})
+    seen = []
+    real = c.requeue_held
+
+    def requeue(job_id):
+        seen.append(load_ledger(ledger).jobs.get(job_id))
+        real(job_id)
+    c.requeue_held = requeue
+    rescue_round(c, ledger)
+    assert seen and seen[0] is not None
+
+
+@pytest.mark.parametrize("admin", [
+    "",                                                            # not the shim's
+    f"synergy:fp={FP}",                                            # keyed, not decided
+    f"synergy:fp={FP} asked=c2,m3072,g0 decision=c1,m3072,g0,w1",  # its own memory
+    f"synergy:fp={FP} asked=c2,m3072,g0 decision=c1,m4096,g0,w1",  # more than it asked
+    f"{ADMIN} rescued=oom@3s",                                     # put back once already
+])
+def test_a_job_that_ran_out_at_its_own_size_is_left_alone(ledger, admin):
+    c = Cluster([oom()], {"7": admin})
+    assert rescue_round(c, ledger).line() == ""
+    assert [x[0] for x in c.calls] == ["sacct", "sacct --json"]
+
+
+def test_what_a_user_writes_in_the_comment_is_never_read(ledger):
+    # Only the admin comment (the shim's, an admin's) is read: the user's comment is not
+    # asked for at all, so a forged asked= there restores nothing.
+    c = Cluster([oom()], {"7": ADMIN})
+    rescue_round(c, ledger)
+    texts = [x for x in c.calls if x[0] == "sacct --json"]
+    assert texts == [("sacct --json", ("7",))]
+    assert sized("asked=c64,m999999,g8 decision=c1,m1,g0,w0") is None
+    assert sized(f"ticket 4 {ADMIN}").asked == Size(2, 3072, 0)
+
+
+@pytest.mark.parametrize("state,why", [
+    ((ME, None), "no longer holds it"),
+    ((ME + 1, "OUT_OF_MEMORY"), "changed since it was read"),
+    ((ME, "RUNNING"), "changed since it was read"),
+])
+def test_root_acts_only_where_the_job_read_again_agrees(ledger, state, why):
+    c = Cluster([oom()], {"7": ADMIN}, states={"7": state})
+    done = rescue_round(c, ledger)
+    assert not done.requeued and why in done.line()
+    assert not any(x[0] in ("requeuehold", "mark", "release") for x in c.calls)
+    assert "7" in load_ledger(ledger).jobs and rescued_workloads(ledger) == {}
+
+
+def test_no_requeue_is_respected_and_said(ledger):
+    c = Cluster([oom()], {"7": ADMIN},
+                refuse={"requeuehold": "scontrol: error: Requeue of JobId=7 is disabled"})
+    done = rescue_round(c, ledger)
+    assert "--no-requeue" in done.line() and "resubmit" in done.line()
+    assert ("update", "7", (("AdminComment", f"{ADMIN} rescued=no-requeue"),)) in c.calls
+    assert not any(x[0] in ("hold", "mark", "release") for x in c.calls)
+    assert load_ledger(ledger).jobs["7"].outcome.startswith("not requeued")
+
+
+def test_a_job_requeued_whose_size_is_refused_is_still_released(ledger):
+    c = Cluster([oom()], {"7": ADMIN}, refuse={"mark": "scontrol: error: Invalid ..."})
+    done = rescue_round(c, ledger)
+    assert ("release", ("7",)) in c.calls and "not restored" in done.line()
+
+
+def test_a_round_puts_back_a_bounded_number(ledger):
+    many = [oom(str(i)) for i in range(100, 100 + 3 * rescue.RESCUES_PER_ROUND)]
+    c = Cluster(many, {o.job_id: ADMIN for o in many})
+    assert len(rescue_round(c, ledger).requeued) == rescue.RESCUES_PER_ROUND
+    assert len(rescue_round(c, ledger).requeued) == rescue.RESCUES_PER_ROUND
+
+
+def test_what_is_restored_where_the_job_left_memory_or_cores_to_slurm():
+    assert restore_settings(Size(None, None, 0), {"DefMemPerCPU": "1024"}) == {
+        "NumCPUs": "1", "MinCPUsNode": "1", "CPUsPerTask": "1", "MinMemoryCPU": "1024"}
+    assert restore_settings(Size(4, None, 2, "a100"), {"DefMemPerNode": "UNLIMITED"}) == {
+        "NumCPUs": "4", "MinCPUsNode": "4", "CPUsPerTask": "4", "MinMemoryNode": "0",
+        "TresPerNode": "gres/gpu:a100:2"}
+
+
+def test_a_ledger_not_roots_own_holds_nothing_back(ledger):
+    ledger.write_text('{"jobs": {"7": {"uid": 1000, "fingerprint": "%s", "asked": "", '
+                      '"decided": "", "lost_s": 1, "at": 1e12, "outcome": "requeued"}}}' % FP)
+    assert rescued_workloads(ledger)
+    os.chown(ledger, 12345, 12345)
+    assert rescued_workloads(ledger) == {}
+
+
+def test_sync_leaves_a_rescued_workload_as_asked_until_a_newer_profile(tmp_path):
+    table = tmp_path / "synergy-decisions.tbl"
+    store = ProfileStore.named(tmp_path / "store")
+    store.root.mkdir()
+    decision = Owned(os.geteuid(), Decision(FP, "job", 1, 768, 0, "", 0, 1, 80.0, 100.0, 1,
+                                            3072, ()))
+    profile = store.path(FP)
+    profile.write_text("{}")
+    c = Cluster([OutOfMemory("7", os.geteuid(), "OUT_OF_MEMORY", 1)], {"7": ADMIN},
+                states={"7": (os.geteuid(), "OUT_OF_MEMORY")})
+    rescue_round(c, ledger_path(table), clock=lambda: profile.lstat().st_ctime + 1)
+    kept, notes = _unmeasured_since_rescue([decision], [store], table)
+    assert kept == [] and notes and "its job 7 ran out of memory" in notes[0]
+    # A profile written since (the rescued run's follow, or the next measured run).
+    rescue_round(c, ledger_path(table))
+    ledger = load_ledger(ledger_path(table))
+    ledger.jobs["7"].at = profile.lstat().st_ctime - 1
+    rescue._save(ledger_path(table), ledger, ledger.jobs["7"].at)
+    assert _unmeasured_since_rescue([decision], [store], table) == ([decision], [])

@@ -136,4 +136,5 @@ bench: setup
 	$(PY) bench/bench_timelimits.py; \
 	$(PY) bench/bench_attack.py; \
 	$(PY) bench/bench_timer_calls.py; \
-	$(PY) bench/bench_timer_stopped.py
+	$(PY) bench/bench_timer_stopped.py; \
+	$(PY) bench/bench_rescue.py

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from slurm_synergy.columns import aligned
 from slurm_synergy.model.errors import SlurmError, SlurmUnreachable, SynergyError
+from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.comment import marks as comment_marks
 from slurm_synergy.slurm import FREE_TEXT, SACCT_FIELDS, Slurm, tres
 
@@ -109,10 +110,17 @@ def _known(slurm: Slurm, job_ids: Sequence[str], recs: Sequence[JobRecord]) -> N
                            "accounting has them")
 
 
-def plugin_note(comment: str) -> str:
-    """What the plugin did to a job, from the marks in its comment."""
+def plugin_note(comment: str, state: str = "") -> str:
+    """What the plugin did to a job, from the marks in its comment (and its state)."""
     words = comment_marks(comment)
     notes = []
+    lost = comment_format.rescued(comment)
+    if lost is not None:
+        notes.append(f"out of memory at the decided size after {lost} s, put back with "
+                     "what it asked")
+    elif state.startswith("OUT_OF_MEMORY") and "decision" in words:
+        notes.append("out of memory at the decided size: put back by root's timer within "
+                     "a round, unless submitted with --no-requeue (then resubmit it)")
     if words.get("measured") == "run":
         notes.append("measured while it trained")
     elif "profile" in words:
@@ -130,5 +138,5 @@ def job_table(recs: Sequence[JobRecord]) -> str:
     """The jobs as an aligned table, with what the plugin did to each."""
     head = ("JobID", "Name", "State", "Elapsed", "CPUs", "Memory", "GPUs", "Plugin")
     rows = [(r.job_id, r.name, r.state, r.elapsed, str(r.cpus), r.mem, str(r.gpus),
-             plugin_note(r.comment)) for r in recs]
+             plugin_note(r.comment, r.state)) for r in recs]
     return aligned(head, rows, rule=True)

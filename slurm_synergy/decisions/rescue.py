@@ -15,7 +15,8 @@ root changes the job it reads it again by id (squeue, text-free) and acts only w
 uid and finished state agree. The order keeps one job from being rescued twice, whatever
 fails in between: root's ledger first (22.05 and 24.11 rewrite the out-of-memory record as
 REQUEUED), then `requeuehold`, an admin hold, the asked size, the begin time Slurm pushed
-two minutes out set back to now, and release.
+two minutes out set back to now, and release. Its user's jobs that depended on it
+(afterok), whose dependency failed when it ran out, get that dependency again.
 
 A job its user submitted with --no-requeue (or on a site with JobRequeue=0) is not put
 back: Slurm refuses it, the ledger and the job's admin comment say so, and its user sees
@@ -58,6 +59,11 @@ MARK = "rescued"
 FINISHED = ("OUT_OF_MEMORY", "FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL", "TIMEOUT")
 # What the shim writes in the admin comment of a job it right-sized (etc/job_submit.lua).
 _ADMIN = re.compile(r"(?:^| )synergy:fp=([0-9a-f]{16}) asked=(\S+) decision=(\S+)")
+# A dependency as squeue prints it, every part of it Slurm's: kind, job (an array's task
+# or all of them, a delay), state; joined by , (all) or ? (any).
+_PART = r"(?:after(?:ok|any|notok|corr|burstbuffer)?:\d+(?:_\d+|_\*)?(?:\+\d+)?|singleton)" \
+        r"(?:\((?:failed|unfulfilled)\))?"
+_DEPENDENCY = re.compile(rf"{_PART}(?:[,?]{_PART})*")
 _SIZE = re.compile(r"c(\d+|-),m(\d+|-),g(\d+)(?::([\w.-]+))?(?:,.*)?")
 
 
@@ -152,11 +158,12 @@ def _save(path: Path, ledger: Ledger, now: float) -> None:
 
 
 def rescued_workloads(path: Path) -> dict[tuple[int, str], tuple[float, str]]:
-    """(uid, workload) -> when its latest job was put back, and that job's id: sync leaves
-    the workload's memory as asked until a profile newer than that exists."""
+    """(uid, workload) -> when its latest job ran out of memory at the decided size (put
+    back or not), and that job's id: sync leaves the workload's memory as asked until a
+    profile newer than that exists."""
     out: dict[tuple[int, str], tuple[float, str]] = {}
     for job, r in load_ledger(path).jobs.items():
-        if r.outcome == "requeued" and r.at > out.get((r.uid, r.fingerprint), (0.0, ""))[0]:
+        if r.at > out.get((r.uid, r.fingerprint), (0.0, ""))[0]:
             out[(r.uid, r.fingerprint)] = (r.at, job)
     return out
 
@@ -185,6 +192,7 @@ class Rescued:
 
     requeued: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)     # "job (why)"
+    renewed: list[str] = field(default_factory=list)     # their dependents, waiting again
 
     def line(self) -> str:
         """One line saying what was done ("" where nothing)."""
@@ -192,6 +200,9 @@ class Rescued:
         if self.requeued:
             parts.append("ran out of memory at the decided size, put back with what they "
                          f"asked: job(s) {', '.join(self.requeued)}")
+        if self.renewed:
+            parts.append(f"their dependents wait for them again: job(s) "
+                         f"{', '.join(self.renewed)}")
         if self.refused:
             parts.append(f"not put back: {', '.join(self.refused)}")
         return "; ".join(parts)
@@ -249,8 +260,30 @@ def _one(slurm: Slurm, oom: OutOfMemory, s: Sized, ledger: Ledger, save: Callabl
             entry.outcome += f"; not released: {str(e).splitlines()[0]}"
     if entry.outcome == "requeued":
         done.requeued.append(oom.job_id)
+        _wait_again(slurm, oom, done)
     else:
         done.refused.append(f"{oom.job_id} ({entry.outcome})")
+
+
+def _wait_again(slurm: Slurm, oom: OutOfMemory, done: Rescued) -> None:
+    """Its user's jobs that depended on it (afterok) failed their dependency when it ran
+    out of memory, and Slurm never tests it again: each is given its dependency again, as
+    Slurm wrote it, so that it waits for the run put back."""
+    failed = f":{oom.job_id}(failed)"
+    for job_id, uid, dependency in slurm.dependencies():
+        if uid != oom.uid or failed not in dependency or not _DEPENDENCY.fullmatch(dependency):
+            continue
+        again = slurm.timed_job(job_id)
+        if again is None or again.uid != uid or again.state != "PENDING":
+            continue
+        try:
+            slurm.update_job(job_id, {"Dependency": re.sub(r"\((?:failed|unfulfilled)\)", "",
+                                                           dependency)})
+        except SynergyError as e:
+            done.refused.append(f"{job_id}'s dependency on {oom.job_id} not renewed "
+                                f"({str(e).splitlines()[0]})")
+            continue
+        done.renewed.append(job_id)
 
 
 def rescue_round(slurm: Slurm, path: Path, clock: Callable[[], float] = time.time) -> Rescued:

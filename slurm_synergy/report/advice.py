@@ -81,7 +81,8 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
                    ": the data loader may be starving them (more cores or workers), or "
                    "fewer GPUs would do")
     asked, decided = j["asked_cpus"], j["decided_cpus"]
-    if asked is not None and decided is not None and asked != decided:
+    if asked is not None and decided is not None and asked != decided \
+            and j["rescued_lost_s"] is None:      # a job put back ran at what it asked
         out.append(f"the plugin gave it {decided} core(s) instead of the {asked} asked, "
                    f"from its profile")
     if j["time_min_s"] and j["elapsed_s"] and j["elapsed_s"] > j["time_min_s"]:

@@ -213,6 +213,13 @@ def cluster_lines(report: Report) -> list[str]:
         + ("; GPU energy not measured" if c["gpu_energy_kwh"] is None
            else f"; GPU energy {c['gpu_energy_kwh']:.4f} kWh"),
     ]
+    if c["rescued"]:
+        jobs = report.jobs
+        put_back = jobs[jobs["rescued_lost_s"].notna()]
+        users = ", ".join(f"{u} {n}" for u, n in put_back["user"].value_counts().items())
+        lines.append(f"{c['rescued']} job(s) ran out of memory at the decided size and were "
+                     f"put back with what they asked ({_dur(c['rescue_lost_s'])} of runs "
+                     f"lost; by user: {users}; per workload: rescued in --format csv|json)")
     if c["run_s_proportional"]:
         lines.append(f"{c['jobs_with_profile']} job(s) with a profile ran {_dur(c['run_s_with_profile'])} "
                      f"in all; at the GPU-proportional share their profiles predict "

@@ -33,6 +33,7 @@ class _Columns:
     prop_s: np.ndarray
     prop_cpus: np.ndarray
     limit_s: np.ndarray
+    rescue_lost_s: np.ndarray  # NaN where the job was not put back after running out
     completed: np.ndarray    # bool
     ran: np.ndarray          # bool
     raw_id: list[Any]
@@ -54,7 +55,8 @@ class _Columns:
         ran = ~((jobs["state"].to_numpy() == "CANCELLED") & (elapsed == 0))
         return cls(elapsed, num("gpus"), num("alloc_cpus"), num("total_cpu_s"), num("wait_s"),
                    num("gpu_energy_j"), num("prop_elapsed_s"), num("prop_cpus"),
-                   num("limit_s"), jobs["state"].to_numpy() == "COMPLETED", ran,
+                   num("limit_s"), num("rescued_lost_s"),
+                   jobs["state"].to_numpy() == "COMPLETED", ran,
                    *(jobs[c].tolist() for c in ("raw_id", "submit", "end", "resubmitted_as",
                                                 "profiled_as")))
 
@@ -99,6 +101,10 @@ def _figures(c: _Columns, rows: np.ndarray) -> dict[str, Any]:
         "time_asked_s": float(np.median(c.limit_s[done])) if len(done) else None,
         "time_used_max_s": float(c.elapsed[done].max()) if len(done) else None,
         "completed": int(len(done)),
+        # Jobs that ran out of memory at the decided size and were put back, and the runs
+        # they lost (decisions/rescue.py).
+        "rescued": int((~np.isnan(c.rescue_lost_s[rows])).sum()),
+        "rescue_lost_s": float(np.nansum(c.rescue_lost_s[rows])),
         "gpu_energy_kwh": float(np.nansum(energy) / J_PER_KWH)
         if (~np.isnan(energy)).any() else None,
         "jobs_with_profile": int(has_prop.sum()),

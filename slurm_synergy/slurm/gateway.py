@@ -213,6 +213,18 @@ class Slurm(Accounting):
                     from None
         return jobs
 
+    def dependencies(self) -> list[tuple[str, int, str]]:
+        """Every pending job that depends on others: its id, uid and dependency as squeue
+        prints it (afterok:12(failed),afterany:13(unfulfilled)), which Slurm writes from
+        its own record: no text of a user's."""
+        out = []
+        for line in self.run(["squeue", "--noheader", "--states=PENDING",
+                              "--Format=JobID:40|,UserID:40|,Dependency:4000|"]).splitlines():
+            v = [x.strip() for x in line.split("|")]
+            if len(v) >= 3 and v[0].isdigit() and v[1].isdigit() and v[2] not in ("", "(null)"):
+                out.append((v[0], int(v[1]), v[2]))
+        return out
+
     def timed_job(self, job_id: str) -> TimedJob | None:
         """One job's limits read again by its id, in any state, without text of its user's;
         None where slurmctld no longer holds it."""

@@ -444,6 +444,7 @@ class Grown:
     runs: list[dict[str, str]]               # ... both, as sacct --duplicates shows them
     own: list[dict[str, str]]                # a job that ran out at its own size, all runs
     timer: str                               # what root's timer said
+    then: object                             # her job that waited for it (afterok)
     between: dict                            # the table after the rescued run
     synced: str                              # ... and what the site's sync said
     after: dict[str, str]                    # the workload's next job
@@ -497,6 +498,11 @@ def grown(rounds, box, slurm, tenants, tmp_path_factory) -> Grown:
                       env=env)
     assert own.returncode == 0, own.stderr
     own_id = own.stdout.strip()
+    # Her next step waits for it (afterok): the out-of-memory end fails that dependency.
+    then = tenants.run(alice, ["sbatch", "--parsable", f"--dependency=afterok:{job}",
+                               "--mem=100M", f"--output={folder}/then-%j.out",
+                               "--wrap", "echo after"], env=env)
+    assert then.returncode == 0, then.stderr
     finish(slurm, [job, own_id], timeout=600)
     failed = accounted(slurm, again)["grows"][0]
     state = tmp_path_factory.mktemp("rescue") / "time-limits.json"
@@ -510,13 +516,14 @@ def grown(rounds, box, slurm, tenants, tmp_path_factory) -> Grown:
         assert time.monotonic() < deadline, (timer.stdout, runs)
         time.sleep(2)
     rescued = accounted(slurm, again)["grows"][0]
+    after_it = finish(slurm, [then.stdout.strip()], timeout=300)[then.stdout.strip()]
     synced = site_sync(rounds.site, rounds.policy)
     between = read(box.etc / TABLE_NAME)[1]
     after = submit_all(tenants, alice, folder, {"grows": scripts["grows"]}, env)
     finish(slurm, after.values(), timeout=600)
     site_sync(rounds.site, rounds.policy)
     return Grown(fp, decided, failed, rescued, runs, all_runs(slurm, own_id), timer.stdout,
-                 between, synced, accounted(slurm, after)["grows"][0],
+                 after_it, between, synced, accounted(slurm, after)["grows"][0],
                  read(box.etc / TABLE_NAME)[1])
 
 
@@ -536,6 +543,9 @@ def test_a_job_whose_config_grew_past_its_decision_is_put_back_and_completes(rou
     assert re.search(r" rescued=oom@\d+s", rescued["Comment"]), rescued
     assert re.search(r" rescued=oom@\d+s$", rescued["AdminComment"]), rescued
     assert "trained" in log_of(rounds.folder, rescued)
+    # Her job that depended on it waited for the run put back, and ran after it.
+    assert f"their dependents wait for them again: job(s) {grown.then.job_id}" in grown.timer
+    assert grown.then.state == "COMPLETED", grown.then
 
 
 def test_the_rescued_workload_is_measured_again_before_it_is_right_sized_again(rounds, grown):

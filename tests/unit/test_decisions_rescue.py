@@ -52,6 +52,10 @@ class Cluster:
         if call[0] in self.refuse:
             raise SlurmError(self.refuse[call[0]])
 
+    def dependencies(self):
+        self.calls.append(("squeue dependencies",))
+        return getattr(self, "depending", [])
+
     def requeue_held(self, job_id):
         self._do(("requeuehold", job_id))
 
@@ -85,7 +89,7 @@ def test_a_job_lowered_below_what_it_asked_is_put_back_once_with_what_it_asked(l
     steps = [call[0] for call in c.calls]
     # Read again by id, the ledger written, then requeued held, sized, begun now, released.
     assert steps == ["sacct", "sacct --json", "squeue", "requeuehold", "hold", "mark",
-                     "update", "release"]
+                     "update", "release", "squeue dependencies"]
     mark = next(call for call in c.calls if call[0] == "mark")
     settings = dict(mark[3])
     assert (settings["MinMemoryNode"], settings["NumCPUs"], settings["CPUsPerTask"]) == \
@@ -149,7 +153,8 @@ def test_root_acts_only_where_the_job_read_again_agrees(ledger, state, why):
     done = rescue_round(c, ledger)
     assert not done.requeued and why in done.line()
     assert not any(x[0] in ("requeuehold", "mark", "release") for x in c.calls)
-    assert "7" in load_ledger(ledger).jobs and rescued_workloads(ledger) == {}
+    # Not put back, its workload is as asked all the same until measured again.
+    assert "7" in load_ledger(ledger).jobs and (ME, FP) in rescued_workloads(ledger)
 
 
 def test_no_requeue_is_respected_and_said(ledger):
@@ -210,3 +215,17 @@ def test_sync_leaves_a_rescued_workload_as_asked_until_a_newer_profile(tmp_path)
     ledger.jobs["7"].at = profile.lstat().st_ctime - 1
     rescue._save(ledger_path(table), ledger, ledger.jobs["7"].at)
     assert _unmeasured_since_rescue([decision], [store], table) == ([decision], [])
+
+
+def test_its_users_dependents_wait_for_the_run_put_back(ledger):
+    c = Cluster([oom()], {"7": ADMIN}, states={"8": (ME, "PENDING"), "9": (ME + 1, "PENDING"),
+                                                "10": (ME, "PENDING")})
+    c.depending = [("8", ME, "afterok:7(failed),afterany:5(unfulfilled)"),
+                   ("9", ME + 1, "afterok:7(failed)"),            # another user's
+                   ("10", ME, "afterok:70(failed)"),              # another job's
+                   ("11", ME, "afterok:7(failed) x")]             # not Slurm's form
+    done = rescue_round(c, ledger)
+    assert done.renewed == ["8"] and "their dependents wait for them again: job(s) 8" in \
+        done.line()
+    assert ("update", "8", (("Dependency", "afterok:7,afterany:5"),)) in c.calls
+    assert not any(x[0] == "update" and x[1] in ("9", "10", "11") for x in c.calls)

@@ -64,3 +64,16 @@ def test_plugin_note_reads_the_marks_in_a_comment():
     assert plugin_note("synergy:fp=0123456789abcdef profile=1") == "profiling run"
     assert plugin_note("synergy:fp=0123456789abcdef from=12 decision=c1,m512,g1,w1") == \
         "decision c1,m512,g1,w1, resubmitted by 12"
+
+
+def test_plugin_note_says_a_job_was_put_back_or_what_to_do():
+    from slurm_synergy.jobs import plugin_note
+
+    decided = "synergy:fp=0123456789abcdef asked=c2,m3072,g0 decision=c1,m768,g0,w1"
+    assert plugin_note(f"{decided} rescued=oom@4s", "COMPLETED") == (
+        "out of memory at the decided size after 4 s, put back with what it asked, "
+        "decision c1,m768,g0,w1")
+    assert "unless submitted with --no-requeue (then resubmit it)" in plugin_note(
+        decided, "OUT_OF_MEMORY")
+    # A job out of memory at its own size is its own: nothing said of the plugin.
+    assert plugin_note("synergy:fp=0123456789abcdef", "OUT_OF_MEMORY") == "-"

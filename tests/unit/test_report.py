@@ -346,3 +346,24 @@ def test_time_asked_predicted_and_used_per_job_and_workload():
     # Fewer than two completed jobs, or a limit close to the runs: no line.
     assert advice.for_workloads([{"fingerprint": FP, "name": "x", "state": "COMPLETED",
                                   "elapsed_s": 600.0, "limit_s": 14400.0, "job_id": "1"}]) == []
+
+
+def test_a_job_put_back_after_running_out_of_memory_is_counted_and_told():
+    decided = f"synergy:fp={FP} asked=c2,m3072,g0 decision=c1,m768,g0,w1"
+    rows = [line("20", comment=f"{decided} rescued=oom@4s"),
+            line("21", state="OUT_OF_MEMORY", comment=decided, req_mem="768M",
+                 tres="billing=1,cpu=1,mem=768M,node=1"),
+            line("22", state="OUT_OF_MEMORY", req_mem="700M", tres="billing=1,cpu=1,mem=700M,node=1")]
+    jobs = frame(*rows)
+    c = summary.cluster(jobs)
+    assert (c["rescued"], c["rescue_lost_s"]) == (1, 4.0)
+    assert summary.workloads(jobs).set_index("workload").loc[FP, "rescued"] == 1
+    said: dict[str, list[str]] = {}
+    for a in advice.lines(jobs):
+        said.setdefault(a["job_id"], []).append(a["advice"])
+    # The job put back ran at what it asked: no word of the cores it was decided.
+    assert said["20"] == ["ran out of memory at the decided 768M after 4 s; root put it back "
+                          "with what it asked, and this is that run: its workload's next jobs "
+                          "ask as it did until a run measures it again"]
+    assert "unless it was submitted with --no-requeue (then resubmit it)" in said["21"][0]
+    assert "the size it asked (not put back: the plugin did not lower it)" in said["22"][0]

@@ -1,0 +1,267 @@
+"""Workloads that grow after they were measured, on the local cluster, as an ordinary user:
+what right-sizing costs their jobs with root's rescue and without it.
+
+Each scenario is a plain batch script (asking 2 cores and 3G) whose first job is measured
+while it trains and decided by the site's sync; then what the key cannot see grows:
+
+  config      its config file edited to hold GROWN_MB more (a larger batch or model)
+  data        the dataset file at the same path grown from 20 MB to GROWN_MB (read whole)
+  longer      more epochs (its environment, not its key), a cache growing each epoch
+  late-peak   more epochs, reaching a validation pass every VAL_EVERY that holds GROWN_MB
+
+and its next job is submitted in two copies side by side (each its own key, measured
+alike), under root's timer: one as users submit, one with --no-requeue, which Slurm
+refuses to requeue even for root, as every job was before the rescue. For each:
+
+  lost        the job did not complete (want 0 with the rescue)
+  rescued     root put it back with what it asked
+  wall lost   its failed run plus the wait to its run again (s)
+  MB-s        memory held (ReqMem x elapsed, every run of it) against the same job as
+              asked, never lowered (its completed run's elapsed at 3G)
+
+Writes DIR/rescue.json and DIR/rescue.md; ten minutes or so.
+
+    .venv/bin/python bench/bench_rescue.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa: E402
+from slurm_synergy.jobs import wait  # noqa: E402
+from slurm_synergy.slurm import Slurm  # noqa: E402
+from tenant import tenants  # noqa: E402
+from tests.helpers import flow_policy  # noqa: E402
+
+USER = "synergy-alice"
+GROWN_MB = 1200
+VAL_EVERY = 4
+FINAL = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+PY = str(ROOT / ".venv" / "bin" / "python")
+# One trainer for every scenario: a DataLoader over computed samples, for EPOCHS epochs of
+# SECONDS each; what it holds besides comes from its config, its dataset, its epochs.
+TRAIN = """\
+import os, sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+conf = dict(l.split(":") for l in open("conf.yaml").read().splitlines() if ":" in l)
+held = [bytearray(int(conf.get("hold_mb", 0)) << 20)]
+if os.path.exists("data.bin"):
+    held.append(open("data.bin", "rb").read())
+def touch(b):
+    for i in range(0, len(b), 4096): b[i] = 1
+    return b
+for b in held[:1]: touch(b)
+class Squares(Dataset):
+    def __len__(self): return 256
+    def __getitem__(self, i):
+        x = torch.full((64,), float(i))
+        for _ in range(40): x = (x * 1.0001).sin()
+        return x
+model = torch.nn.Linear(64, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+epochs, seconds = int(os.environ.get("EPOCHS", "1")), float(os.environ.get("SECONDS_EACH", "22"))
+grow, val_every = int(conf.get("grow_mb", 0)), int(conf.get("val_every", 0))
+for epoch in range(1, epochs + 1):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for x in DataLoader(Squares(), batch_size=16, num_workers=1):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+            if time.monotonic() >= end: break
+    if grow:
+        held.append(touch(bytearray(grow << 20)))        # a cache that grows each epoch
+    if val_every and epoch % val_every == 0:
+        touch(bytearray(int(conf["val_mb"]) << 20))      # the validation pass's peak
+print(f"trained {epochs} epoch(s)", flush=True)
+"""
+HEADER = """#!/bin/bash
+#SBATCH --job-name=rescue-{name}
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=3G
+#SBATCH --time=10
+#SBATCH --output={out}/%j.out
+#SBATCH --chdir={out}
+: {name} {tag}
+{py} train.py
+"""
+# Scenario -> (the measured run's files and environment, then what grows).
+SCENARIOS = {
+    "config": ({"conf.yaml": "lr: 0.01\n"}, {}, {"conf.yaml": f"lr: 0.01\nhold_mb: {GROWN_MB}\n"},
+               {"SECONDS_EACH": "6"}),
+    "data": ({"conf.yaml": "lr: 0.01\n", "data.bin": 20}, {}, {"data.bin": GROWN_MB},
+             {"SECONDS_EACH": "6"}),
+    "longer": ({"conf.yaml": "lr: 0.01\ngrow_mb: 100\n"}, {"EPOCHS": "1"}, {},
+               {"EPOCHS": "14", "SECONDS_EACH": "1"}),
+    "late-peak": ({"conf.yaml": f"lr: 0.01\nval_every: {VAL_EVERY}\nval_mb: {GROWN_MB}\n"},
+                  {"EPOCHS": "1"}, {}, {"EPOCHS": str(VAL_EVERY), "SECONDS_EACH": "3"}),
+}
+
+
+def run_as(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    full = {"PATH": os.environ["PATH"], "SLURM_CONF": os.environ["SLURM_CONF"],
+            "HOME": str(cwd), **env}
+    ran = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", USER, "--",
+                          "env", *(f"{k}={v}" for k, v in full.items()), *args],
+                         capture_output=True, text=True, cwd=cwd)
+    if ran.returncode:
+        raise SystemExit(f"{' '.join(args[:3])}: {ran.stderr.strip()}")
+    return ran.stdout.strip()
+
+
+def write(folder: Path, files: dict, uid: int, gid: int) -> None:
+    for name, content in files.items():
+        path = folder / name
+        if isinstance(content, int):        # a dataset of that many MB (sparse: read whole)
+            with open(path, "wb") as f:
+                f.truncate(content << 20)
+        else:
+            path.write_text(content)
+        os.chown(path, uid, gid)
+        # Written well before the job, as users' files are (probe/cmdfiles.py).
+        os.utime(path, (time.time() - 300,) * 2)
+
+
+def runs(slurm: Slurm, job: str) -> list[dict[str, str]]:
+    """Every run of a job (sacct --duplicates), earlier first."""
+    fields = ("State", "ReqMem", "ElapsedRaw", "Start", "End", "AllocCPUS")
+    out = slurm.run(["sacct", "--duplicates", "--allocations", "--parsable2", "--noheader",
+                     "--jobs", job, "--format=" + ",".join(fields)])
+    return [dict(zip(fields, line.split("|"))) for line in out.splitlines()]
+
+
+def mb(text: str) -> float:
+    return float(text[:-1]) * (1024 if text.endswith("G") else 1)
+
+
+def epoch_s(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+def figures(slurm: Slurm, job: str, asked_mb: float) -> dict:
+    """What the job cost: lost, rescued, wall lost, MB-s held and as asked."""
+    rs = runs(slurm, job)
+    last = rs[-1]
+    done = last["State"] == "COMPLETED"
+    held = sum(mb(r["ReqMem"]) * int(r["ElapsedRaw"]) for r in rs)
+    wall = epoch_s(last["Start"]) - epoch_s(rs[0]["Start"]) if len(rs) > 1 else 0.0
+    return {"job": job, "runs": [r["State"].split(" ")[0] for r in rs], "lost": not done,
+            "rescued": len(rs) > 1, "wall_lost_s": wall, "mb_s": held,
+            "as_asked_mb_s": asked_mb * int(last["ElapsedRaw"]) if done else None,
+            "decided_mb": mb(rs[0]["ReqMem"])}
+
+
+def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
+             site_policy: Path, uid: int, gid: int, state: Path) -> dict:
+    first_files, first_env, grown_files, grown_env = SCENARIOS[name]
+    out = {}
+    env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy),
+           "SBATCH_PARTITION": MULTI_PARTITION}
+    folders = {}
+    for arm in ("rescue", "none"):
+        folder = shared / f"{name}-{arm}"
+        folder.mkdir()
+        os.chown(folder, uid, gid)
+        (folder / "train.py").write_text(TRAIN)
+        (folder / "job.sh").write_text(HEADER.format(name=name, out=folder, py=PY,
+                                                     tag=f"{arm}{time.time_ns()}"))
+        write(folder, first_files, uid, gid)
+        for f in ("train.py", "job.sh"):
+            os.chown(folder / f, uid, gid)
+            os.utime(folder / f, (time.time() - 600,) * 2)
+        folders[arm] = folder
+    first = [run_as(["sbatch", "--parsable", "job.sh"], f, {**env, **first_env})
+             for f in folders.values()]
+    wait(slurm, first, timeout_s=900)
+    sync(site, site_policy)
+    for f in folders.values():
+        write(f, grown_files, uid, gid)
+    # The second arm's job as before the rescue: Slurm refuses to requeue it.
+    jobs = {arm: run_as(["sbatch", "--parsable", *(["--no-requeue"] if arm == "none" else []),
+                         "job.sh"], f, {**env, **grown_env})
+            for arm, f in folders.items()}
+    wait(slurm, list(jobs.values()), timeout_s=900)
+    # Root's timer, a round every 15 s as the local cluster runs it, until the first arm's
+    # job ran again (or three rounds left it as it was).
+    for _ in range(40):
+        subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits",
+                        "--state", str(state)], capture_output=True, text=True,
+                       env={**os.environ, "SYNERGY_POLICY": str(site_policy)})
+        rs = runs(slurm, jobs["rescue"])
+        final = rs[-1]["State"].split(" ")[0] in FINAL
+        if final and (len(rs) > 1 or rs[-1]["State"] == "COMPLETED" or _ >= 3):
+            break
+        time.sleep(15)
+    for arm, job in jobs.items():
+        out[arm] = figures(slurm, job, 3072.0)
+    return out
+
+
+def sync(site: Path, policy: Path) -> None:
+    subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync",
+                    "--partition", MULTI_PARTITION], check=True, capture_output=True,
+                   env={**os.environ, "SYNERGY_PROFILES": str(site),
+                        "SYNERGY_POLICY": str(policy)})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--only", nargs="*", default=list(SCENARIOS))
+    args = ap.parse_args()
+    LocalCluster(sync_every_s=0).up(log=lambda line: None)
+    slurm = Slurm()
+    release = slurm.version().split()[-1]
+    result: dict = {"release": release, "grown_mb": GROWN_MB, "scenarios": {}}
+    with tenants(slurm, (USER,), ROOT) as shared:
+        pw = pwd.getpwnam(USER)
+        site = shared / "site"
+        site.mkdir()
+        site.chmod(0o1777)
+        policy = shared / "policy.toml"
+        policy.write_text(flow_policy(first_batch_timeout_s="30"))
+        policy.chmod(0o644)
+        site_policy = shared / "root" / "policy.toml"
+        site_policy.write_text(policy.read_text())
+        state = shared / "root" / "time-limits.json"
+        try:
+            for name in args.only:
+                result["scenarios"][name] = scenario(slurm, name, shared, site,
+                                                     policy, site_policy, pw.pw_uid,
+                                                     pw.pw_gid, state)
+                print(name, json.dumps(result["scenarios"][name]), flush=True)
+        finally:     # the cluster's own table back
+            subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync"],
+                           capture_output=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rescue.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = [f"Slurm {release}; each workload's next job after it grew by {GROWN_MB} MB, "
+             "within the 3G its script asks.", "",
+             "| workload grew by | arm | decided | runs | lost | wall lost (s) | MB-s held "
+             "| MB-s as asked |", "|---|---|---|---|---|---|---|---|"]
+    for name, arms in result["scenarios"].items():
+        for arm, f in arms.items():
+            lines.append(
+                f"| {name} | {'rescue' if arm == 'rescue' else '--no-requeue'} | "
+                f"{f['decided_mb']:.0f}M | {' -> '.join(f['runs'])} | "
+                f"{'yes' if f['lost'] else 'no'} | {f['wall_lost_s']:.0f} | {f['mb_s']:.0f} | "
+                f"{'-' if f['as_asked_mb_s'] is None else round(f['as_asked_mb_s'])} |")
+    (args.out / "rescue.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

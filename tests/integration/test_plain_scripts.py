@@ -414,7 +414,8 @@ def test_a_config_edited_under_the_same_script_drops_the_decision_until_measured
     assert "decision=" in three["Comment"] and three["State"] == "COMPLETED", three
     log = log_of(folder, three)
     assert re.search(rf"inrun: {fp}: job {three['JobIDRaw']} reads \S*cfg\.yaml other "
-                     r"than its profile's run \(job \d+\) did: the decision is dropped", log), \
+                     r"than its profile's run \(job \d+\) did: its memory and cores were "
+                     r"decided for what that run read; the decision is dropped", log), \
         log[-3000:]
     assert (alice.uid, fp) not in edited.table, "the site's sync dropped it"
     # Decided at submission too, then sent back while it waited: asked for as written,

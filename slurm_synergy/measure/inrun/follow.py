@@ -80,8 +80,10 @@ class Follow:
         self.dropped = True
         self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'} reads "
                  f"{', '.join(differ)} other than its profile's run (job "
-                 f"{profile.allocation.job_id or '-'}) did: the decision is dropped, and the "
-                 "workload's next job is measured")
+                 f"{profile.allocation.job_id or '-'}) did: its memory and cores were "
+                 "decided for what that run read; the decision is dropped, and the "
+                 "workload's next job is measured (a job out of memory meanwhile is put "
+                 "back with what it asked)")
         sync_decisions(self.log, PROG, self.site)
         # Jobs the old decision right-sized would otherwise run the new program with it.
         try:

@@ -153,8 +153,9 @@ def load_ledger(path: Path) -> Ledger:
 def _save(path: Path, ledger: Ledger, now: float) -> None:
     kept = sorted(((k, r) for k, r in ledger.jobs.items() if now - r.at < KEEP_S),
                   key=lambda kr: kr[1].at)[-MAX_KEPT:]
+    # Root's alone: it names users' workloads and sizes.
     atomic_write_text(path, json.dumps({"jobs": {k: asdict(r) for k, r in kept}},
-                                       sort_keys=True), 0o644)
+                                       sort_keys=True), 0o600)
 
 
 def rescued_workloads(path: Path) -> dict[tuple[int, str], tuple[float, str]]:

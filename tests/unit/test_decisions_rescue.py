@@ -229,3 +229,8 @@ def test_its_users_dependents_wait_for_the_run_put_back(ledger):
         done.line()
     assert ("update", "8", (("Dependency", "afterok:7,afterany:5"),)) in c.calls
     assert not any(x[0] == "update" and x[1] in ("9", "10", "11") for x in c.calls)
+
+
+def test_the_ledger_is_roots_alone(ledger):
+    rescue_round(Cluster([oom()], {"7": ADMIN}), ledger)
+    assert ledger.stat().st_mode & 0o077 == 0

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa: E402
-from slurm_synergy.jobs import wait  # noqa: E402
+from slurm_synergy.jobs import FINAL_STATES, wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 from tenant import tenants  # noqa: E402
 from tests.helpers import flow_policy  # noqa: E402
@@ -49,7 +49,6 @@ from tests.helpers import flow_policy  # noqa: E402
 USER = "synergy-alice"
 GROWN_MB = 1200
 VAL_EVERY = 4
-FINAL = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 PY = str(ROOT / ".venv" / "bin" / "python")
 # One trainer for every scenario: a DataLoader over computed samples, for EPOCHS epochs of
 # SECONDS each; what it holds besides comes from its config, its dataset, its epochs.
@@ -200,7 +199,7 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
                         "--state", str(state)], capture_output=True, text=True,
                        env={**os.environ, "SYNERGY_POLICY": str(site_policy)})
         rs = runs(slurm, jobs["rescue"])
-        final = rs[-1]["State"].split(" ")[0] in FINAL
+        final = rs[-1]["State"].startswith(FINAL_STATES)
         if final and (len(rs) > 1 or rs[-1]["State"] == "COMPLETED" or _ >= 3):
             break
         time.sleep(15)

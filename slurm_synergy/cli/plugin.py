@@ -53,9 +53,8 @@ def run(args: argparse.Namespace) -> int:
         print(sync(path=args.table, partition=args.partition))
     elif args.action == "timelimits":
         slurm = Slurm()
-        rates = rates_path(args.table or table_path())
-
-        ledger = ledger_path(args.table or table_path())
+        table = args.table or table_path()
+        rates, ledger = rates_path(table), ledger_path(table)
 
         def one_round() -> str:
             """A round of root's timer, in its line: jobs that ran out of memory at the

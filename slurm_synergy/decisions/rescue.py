@@ -57,39 +57,11 @@ MAX_KEPT = 20000
 # The mark root adds to the job's admin comment (and its comment, for the user's reports).
 MARK = "rescued"
 FINISHED = ("OUT_OF_MEMORY", "FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL", "TIMEOUT")
-# What the shim writes in the admin comment of a job it right-sized (etc/job_submit.lua).
-_ADMIN = re.compile(r"(?:^| )synergy:fp=([0-9a-f]{16}) asked=(\S+) decision=(\S+)")
 # A dependency as squeue prints it, every part of it Slurm's: kind, job (an array's task
 # or all of them, a delay), state; joined by , (all) or ? (any).
 _PART = r"(?:after(?:ok|any|notok|corr|burstbuffer)?:\d+(?:_\d+|_\*)?(?:\+\d+)?|singleton)" \
         r"(?:\((?:failed|unfulfilled)\))?"
 _DEPENDENCY = re.compile(rf"{_PART}(?:[,?]{_PART})*")
-_SIZE = re.compile(r"c(\d+|-),m(\d+|-),g(\d+)(?::([\w.-]+))?(?:,.*)?")
-
-
-@dataclass(frozen=True)
-class Size:
-    """Cores a task, MB a node, GPUs a node (and their type), as the shim wrote them; None
-    where the job left it to Slurm's defaults."""
-
-    cpus: int | None
-    mem_mb: int | None
-    gpus: int
-    gpu_type: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Size | None:
-        """c2,m3072,g1[:TYPE] (a decision's ,w..,p.. after it ignored); None where not."""
-        m = _SIZE.fullmatch(text)
-        if not m:
-            return None
-        num = lambda t: None if t == "-" else int(t)  # noqa: E731
-        return cls(num(m.group(1)), num(m.group(2)), int(m.group(3)), m.group(4))
-
-    def text(self) -> str:
-        """As the shim writes it."""
-        return (f"c{self.cpus if self.cpus else '-'},m{self.mem_mb if self.mem_mb else '-'},"
-                f"g{self.gpus}{':' + self.gpu_type if self.gpu_type else ''}")
 
 
 @dataclass(frozen=True)
@@ -97,8 +69,8 @@ class Sized:
     """What the shim saw a job ask and what it decided, from the job's admin comment."""
 
     fingerprint: str
-    asked: Size
-    decided: Size
+    asked: comment_format.Resources
+    decided: comment_format.Resources
 
     def lowered_memory(self) -> bool:
         """The decision gave it less memory than it asked (or than Slurm's default, where
@@ -108,12 +80,13 @@ class Sized:
 
 
 def sized(admin_comment: str) -> Sized | None:
-    """The shim's asked= and decision= in an admin comment; None where there are none."""
-    m = _ADMIN.search(admin_comment)
-    if not m:
-        return None
-    asked, decided = Size.parse(m.group(2)), Size.parse(m.group(3))
-    return Sized(m.group(1), asked, decided) if asked and decided else None
+    """The shim's asked= and decision= in an admin comment (its part begins at its key,
+    after anything an admin wrote), read as a job comment's; None where there are none."""
+    at = admin_comment.find(comment_format.PREFIX)
+    ours = admin_comment[at:] if at >= 0 else ""
+    fp = comment_format.fingerprint(ours)
+    asked, decided = comment_format.asked(ours), comment_format.decision(ours)
+    return Sized(fp, asked, decided) if fp and asked and decided else None
 
 
 @dataclass
@@ -169,7 +142,8 @@ def rescued_workloads(path: Path) -> dict[tuple[int, str], tuple[float, str]]:
     return out
 
 
-def restore_settings(asked: Size, config: Mapping[str, str]) -> dict[str, str]:
+def restore_settings(asked: comment_format.Resources,
+                     config: Mapping[str, str]) -> dict[str, str]:
     """`scontrol update` settings that give a pending job back what it asked: its cores a
     task, its memory (Slurm's default where it asked none) and its GPUs."""
     cpus = asked.cpus or 1
@@ -209,15 +183,19 @@ class Rescued:
         return "; ".join(parts)
 
 
+def _text(size: comment_format.Resources) -> str:
+    return comment_format.asked_text(size.cpus, size.mem_mb, size.gpus, size.gpu_type)
+
+
 def _admin_marked(admin_comment: str, mark: str) -> str:
     return f"{admin_comment} {MARK}={mark}".strip()
 
 
 def _one(slurm: Slurm, oom: OutOfMemory, s: Sized, ledger: Ledger, save: Callable[[], None],
          config: Mapping[str, str], admin_comment: str, clock: Callable[[], float],
-         done: Rescued) -> None:
-    """Put one job back with what it asked, or record why not."""
-    entry = Rescue(oom.uid, s.fingerprint, s.asked.text(), s.decided.text(), oom.elapsed_s,
+         done: Rescued) -> bool:
+    """Put one job back with what it asked, or record why not; whether it was."""
+    entry = Rescue(oom.uid, s.fingerprint, _text(s.asked), _text(s.decided), oom.elapsed_s,
                    clock(), "requeued")
     again = slurm.timed_job(oom.job_id)
     if again is None or again.uid != oom.uid or again.state not in FINISHED:
@@ -226,7 +204,7 @@ def _one(slurm: Slurm, oom: OutOfMemory, s: Sized, ledger: Ledger, save: Callabl
                          else "not requeued: it changed since it was read")
         ledger.jobs[oom.job_id] = entry
         done.refused.append(f"{oom.job_id} ({entry.outcome[14:]})")
-        return
+        return False
     # Root's ledger first: one job is never put back twice, whatever fails below.
     ledger.jobs[oom.job_id] = entry
     save()
@@ -243,7 +221,7 @@ def _one(slurm: Slurm, oom: OutOfMemory, s: Sized, ledger: Ledger, save: Callabl
         except SynergyError:
             pass        # the ledger says it
         done.refused.append(f"{oom.job_id} ({entry.outcome[14:]})")
-        return
+        return False
     try:
         slurm.hold(oom.job_id)
         slurm.mark(oom.job_id, comment_format.Marks({MARK: f"oom@{oom.elapsed_s}s"}),
@@ -261,18 +239,21 @@ def _one(slurm: Slurm, oom: OutOfMemory, s: Sized, ledger: Ledger, save: Callabl
             entry.outcome += f"; not released: {str(e).splitlines()[0]}"
     if entry.outcome == "requeued":
         done.requeued.append(oom.job_id)
-        _wait_again(slurm, oom, done)
-    else:
-        done.refused.append(f"{oom.job_id} ({entry.outcome})")
+        return True
+    done.refused.append(f"{oom.job_id} ({entry.outcome})")
+    return False
 
 
-def _wait_again(slurm: Slurm, oom: OutOfMemory, done: Rescued) -> None:
-    """Its user's jobs that depended on it (afterok) failed their dependency when it ran
-    out of memory, and Slurm never tests it again: each is given its dependency again, as
-    Slurm wrote it, so that it waits for the run put back."""
-    failed = f":{oom.job_id}(failed)"
+def _wait_again(slurm: Slurm, put_back: list[OutOfMemory], done: Rescued) -> None:
+    """Their users' jobs that depended on them (afterok) failed that dependency when they
+    ran out of memory, and Slurm never tests it again: each is given its dependency again,
+    as Slurm wrote it, so that it waits for the run put back. One squeue for them all."""
+    if not put_back:
+        return
     for job_id, uid, dependency in slurm.dependencies():
-        if uid != oom.uid or failed not in dependency or not _DEPENDENCY.fullmatch(dependency):
+        oom = next((o for o in put_back if o.uid == uid
+                    and f":{o.job_id}(failed)" in dependency), None)
+        if oom is None or not _DEPENDENCY.fullmatch(dependency):
             continue
         again = slurm.timed_job(job_id)
         if again is None or again.uid != uid or again.state != "PENDING":
@@ -297,6 +278,7 @@ def rescue_round(slurm: Slurm, path: Path, clock: Callable[[], float] = time.tim
         return done
     texts = slurm.sacct_texts([o.job_id for o in fresh], ["AdminComment"])
     config: dict[str, str] | None = None
+    put_back: list[OutOfMemory] = []
     n = 0
     for oom in fresh:
         admin = texts.get(oom.job_id, {}).get("AdminComment", "")
@@ -307,8 +289,11 @@ def rescue_round(slurm: Slurm, path: Path, clock: Callable[[], float] = time.tim
             break           # the rest next round
         n += 1
         config = config if config is not None else slurm.config()
-        _one(slurm, oom, s, ledger, lambda: _save(path, ledger, clock()), config, admin,
-             clock, done)
-    if len(ledger.jobs) != before or done.requeued or done.refused:
+        if _one(slurm, oom, s, ledger, lambda: _save(path, ledger, clock()), config, admin,
+                clock, done):
+            put_back.append(oom)
+    # Every job looked at is in the ledger, its outcome as it ended.
+    if len(ledger.jobs) != before:
         _save(path, ledger, clock())
+    _wait_again(slurm, put_back, done)
     return done

@@ -22,6 +22,7 @@ from typing import Iterator
 import pytest
 
 from slurm_synergy.cluster.localbox import MULTI_PARTITION
+from slurm_synergy.jobs import FINAL_STATES
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.decisions.table import TABLE_NAME, Held, read
 
@@ -452,9 +453,6 @@ class Grown:
     table: dict                              # the table after that job's run
 
 
-FINAL = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-
-
 def all_runs(slurm, job: str) -> list[dict[str, str]]:
     """Every record of a job, a requeued one's earlier runs first (sacct --duplicates)."""
     out = slurm.run(["sacct", "--duplicates", "--allocations", "--parsable2", "--noheader",
@@ -513,7 +511,7 @@ def grown(rounds, box, slurm, tenants, tmp_path_factory) -> Grown:
     # Put back: pending, then run again with what it asked, to its end.
     deadline = time.monotonic() + 300
     while not ((runs := all_runs(slurm, job)) and len(runs) >= 2
-               and runs[-1]["State"].split(" ")[0] in FINAL):
+               and runs[-1]["State"].startswith(FINAL_STATES)):
         assert time.monotonic() < deadline, (timer.stdout, runs)
         time.sleep(2)
     rescued = accounted(slurm, again)["grows"][0]

@@ -8,10 +8,11 @@ import os
 import pytest
 
 from slurm_synergy.decisions import rescue
-from slurm_synergy.decisions.rescue import (Size, ledger_path, load_ledger, rescue_round,
+from slurm_synergy.decisions.rescue import (ledger_path, load_ledger, rescue_round,
                                             rescued_workloads, restore_settings, sized)
 from slurm_synergy.decisions.sync import _unmeasured_since_rescue
 from slurm_synergy.decisions.table import Owned
+from slurm_synergy.model.comment import Resources
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.errors import SlurmError
 from slurm_synergy.profiles import ProfileStore
@@ -140,7 +141,7 @@ def test_what_a_user_writes_in_the_comment_is_never_read(ledger):
     texts = [x for x in c.calls if x[0] == "sacct --json"]
     assert texts == [("sacct --json", ("7",))]
     assert sized("asked=c64,m999999,g8 decision=c1,m1,g0,w0") is None
-    assert sized(f"ticket 4 {ADMIN}").asked == Size(2, 3072, 0)
+    assert sized(f"ticket 4 {ADMIN}").asked == Resources(2, 3072, 0)
 
 
 @pytest.mark.parametrize("state,why", [
@@ -181,9 +182,10 @@ def test_a_round_puts_back_a_bounded_number(ledger):
 
 
 def test_what_is_restored_where_the_job_left_memory_or_cores_to_slurm():
-    assert restore_settings(Size(None, None, 0), {"DefMemPerCPU": "1024"}) == {
+    assert restore_settings(Resources(None, None, 0), {"DefMemPerCPU": "1024"}) == {
         "NumCPUs": "1", "MinCPUsNode": "1", "CPUsPerTask": "1", "MinMemoryCPU": "1024"}
-    assert restore_settings(Size(4, None, 2, "a100"), {"DefMemPerNode": "UNLIMITED"}) == {
+    assert restore_settings(Resources(4, None, 2, gpu_type="a100"),
+                            {"DefMemPerNode": "UNLIMITED"}) == {
         "NumCPUs": "4", "MinCPUsNode": "4", "CPUsPerTask": "4", "MinMemoryNode": "0",
         "TresPerNode": "gres/gpu:a100:2"}
 

@@ -137,4 +137,5 @@ bench: setup
 	$(PY) bench/bench_attack.py; \
 	$(PY) bench/bench_timer_calls.py; \
 	$(PY) bench/bench_timer_stopped.py; \
-	$(PY) bench/bench_rescue.py
+	$(PY) bench/bench_rescue.py; \
+	$(PY) bench/bench_pace.py

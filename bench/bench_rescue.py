@@ -11,12 +11,16 @@ while it trains and decided by the site's sync; then what the key cannot see gro
 
 and its next job is submitted in two copies side by side (each its own key, measured
 alike), under root's timer: one as users submit, one with --no-requeue, which Slurm
-refuses to requeue even for root, as every job was before the rescue. For each:
+refuses to requeue even for root, as every job was before the rescue. On 26.05 a third
+copy runs as asked under Slurm's own --mem-update=MEM_UPDATE (the plugin off for it: its
+memory lowered once, after the delay, to its RSS then plus the margin; the local cluster
+brought up with the step manager it needs). For each:
 
   lost        the job did not complete (want 0 with the rescue)
   rescued     root put it back with what it asked
   wall lost   its failed run plus the wait to its run again (s)
-  MB-s        memory held (ReqMem x elapsed, every run of it) against the same job as
+  MB-s        memory held (ReqMem x elapsed, every run of it; under --mem-update the
+              asked 3G to the delay, then what it was lowered to) against the same job as
               asked, never lowered (its completed run's elapsed at 3G)
 
 Writes DIR/rescue.json and DIR/rescue.md; ten minutes or so.
@@ -43,12 +47,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa: E402
 from slurm_synergy.jobs import FINAL_STATES, wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
+from slurm_synergy.slurm_release import mem_update  # noqa: E402
 from tenant import tenants  # noqa: E402
 from tests.helpers import flow_policy  # noqa: E402
 
 USER = "synergy-alice"
 GROWN_MB = 1200
 VAL_EVERY = 4
+# --mem-update's margin (%) and delay (seconds): the margin of the man page's example; the
+# delay about half of these jobs' runs, past the trainer's start-up.
+MARGIN, DELAY_S = 20, 10
+MEM_UPDATE = f"{MARGIN}@0:{DELAY_S:02d}"
 PY = str(ROOT / ".venv" / "bin" / "python")
 # One trainer for every scenario: a DataLoader over computed samples, for EPOCHS epochs of
 # SECONDS each; what it holds besides comes from its config, its dataset, its epochs.
@@ -149,12 +158,17 @@ def epoch_s(text: str) -> float:
     return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
 
 
-def figures(slurm: Slurm, job: str, asked_mb: float) -> dict:
-    """What the job cost: lost, rescued, wall lost, MB-s held and as asked."""
+def figures(slurm: Slurm, job: str, asked_mb: float, lowered_after_s: float = 0.0) -> dict:
+    """What the job cost: lost, rescued, wall lost, MB-s held and as asked. A job whose
+    memory Slurm lowered after `lowered_after_s` held what it asked until then."""
     rs = runs(slurm, job)
     last = rs[-1]
     done = last["State"] == "COMPLETED"
     held = sum(mb(r["ReqMem"]) * int(r["ElapsedRaw"]) for r in rs)
+    if lowered_after_s:
+        (r,) = rs
+        before = min(lowered_after_s, int(r["ElapsedRaw"]))
+        held = asked_mb * before + mb(r["ReqMem"]) * (int(r["ElapsedRaw"]) - before)
     wall = epoch_s(last["Start"]) - epoch_s(rs[0]["Start"]) if len(rs) > 1 else 0.0
     return {"job": job, "runs": [r["State"].split(" ")[0] for r in rs], "lost": not done,
             "rescued": len(rs) > 1, "wall_lost_s": wall, "mb_s": held,
@@ -163,13 +177,13 @@ def figures(slurm: Slurm, job: str, asked_mb: float) -> dict:
 
 
 def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
-             site_policy: Path, uid: int, gid: int, state: Path) -> dict:
+             site_policy: Path, uid: int, gid: int, state: Path, arms: tuple[str, ...]) -> dict:
     first_files, first_env, grown_files, grown_env = SCENARIOS[name]
     out = {}
     env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy),
            "SBATCH_PARTITION": MULTI_PARTITION}
     folders = {}
-    for arm in ("rescue", "none"):
+    for arm in arms:
         folder = shared / f"{name}-{arm}"
         folder.mkdir()
         os.chown(folder, uid, gid)
@@ -181,15 +195,18 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
             os.chown(folder / f, uid, gid)
             os.utime(folder / f, (time.time() - 600,) * 2)
         folders[arm] = folder
+    # The --mem-update arm is never measured: the plugin is off for it.
     first = [run_as(["sbatch", "--parsable", "job.sh"], f, {**env, **first_env})
-             for f in folders.values()]
+             for arm, f in folders.items() if arm != "mem-update"]
     wait(slurm, first, timeout_s=900)
     sync(site, site_policy)
     for f in folders.values():
         write(f, grown_files, uid, gid)
     # The second arm's job as before the rescue: Slurm refuses to requeue it.
-    jobs = {arm: run_as(["sbatch", "--parsable", *(["--no-requeue"] if arm == "none" else []),
-                         "job.sh"], f, {**env, **grown_env})
+    options = {"rescue": [], "none": ["--no-requeue"],
+               "mem-update": ["--comment=synergy:off", f"--mem-update={MEM_UPDATE}"]}
+    jobs = {arm: run_as(["sbatch", "--parsable", *options[arm], "job.sh"], f,
+                        {**env, **grown_env})
             for arm, f in folders.items()}
     wait(slurm, list(jobs.values()), timeout_s=900)
     # Root's timer, a round every 15 s as the local cluster runs it, until the first arm's
@@ -204,8 +221,12 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
             break
         time.sleep(15)
     for arm, job in jobs.items():
-        out[arm] = figures(slurm, job, 3072.0)
+        out[arm] = figures(slurm, job, 3072.0, DELAY_S if arm == "mem-update" else 0.0)
     return out
+
+
+ARM_NAMES = {"rescue": "rescue", "none": "--no-requeue",
+             "mem-update": f"--mem-update={MEM_UPDATE}"}
 
 
 def sync(site: Path, policy: Path) -> None:
@@ -220,9 +241,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--only", nargs="*", default=list(SCENARIOS))
     args = ap.parse_args()
-    LocalCluster(sync_every_s=0).up(log=lambda line: None)
+    LocalCluster(sync_every_s=0, step_manager=True).up(log=lambda line: None)
     slurm = Slurm()
     release = slurm.version().split()[-1]
+    arms = ("rescue", "none", "mem-update") if mem_update(release) else ("rescue", "none")
     result: dict = {"release": release, "grown_mb": GROWN_MB, "scenarios": {}}
     with tenants(slurm, (USER,), ROOT) as shared:
         pw = pwd.getpwnam(USER)
@@ -239,7 +261,7 @@ def main() -> int:
             for name in args.only:
                 result["scenarios"][name] = scenario(slurm, name, shared, site,
                                                      policy, site_policy, pw.pw_uid,
-                                                     pw.pw_gid, state)
+                                                     pw.pw_gid, state, arms)
                 print(name, json.dumps(result["scenarios"][name]), flush=True)
         finally:     # the cluster's own table back
             subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync"],
@@ -253,7 +275,7 @@ def main() -> int:
     for name, arms in result["scenarios"].items():
         for arm, f in arms.items():
             lines.append(
-                f"| {name} | {'rescue' if arm == 'rescue' else '--no-requeue'} | "
+                f"| {name} | {ARM_NAMES[arm]} | "
                 f"{f['decided_mb']:.0f}M | {' -> '.join(f['runs'])} | "
                 f"{'yes' if f['lost'] else 'no'} | {f['wall_lost_s']:.0f} | {f['mb_s']:.0f} | "
                 f"{'-' if f['as_asked_mb_s'] is None else round(f['as_asked_mb_s'])} |")

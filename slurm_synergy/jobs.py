@@ -121,6 +121,10 @@ def plugin_note(comment: str, state: str = "") -> str:
     elif state.startswith("OUT_OF_MEMORY") and "decision" in words:
         notes.append("out of memory at the decided size: put back by root's timer within "
                      "a round, unless submitted with --no-requeue (then resubmit it)")
+    pace = comment_format.pace(comment)
+    if pace is not None:
+        notes.append(f"trained at {pace}% of the rate its decision predicted: its workload's "
+                     "later jobs are decided more cores")
     if words.get("measured") == "run":
         notes.append("measured while it trained")
     elif "profile" in words:

@@ -63,6 +63,9 @@ def _read(version_line: str) -> tuple[str, bool]:
 # SchedulerParameters says time_min_as_soft_limit: it plans with it and lets the job run
 # to its --time, so no limit is ever lowered (earlier releases ignore the option).
 SOFT_TIME_MIN = (23, 11)
+# The first release whose sbatch takes --mem-update=<margin>@<delay> (the job's memory
+# lowered once, to its RSS then plus the margin): bench_rescue's arm beside the rescue.
+MEM_UPDATE = (26, 5)
 SOFT_TIME_MIN_OPTION = "time_min_as_soft_limit"
 
 
@@ -76,6 +79,12 @@ def soft_time_min(version_line: str) -> bool:
     """Whether this release honours time_min_as_soft_limit."""
     found = major_minor(version_line)
     return found is not None and found >= SOFT_TIME_MIN
+
+
+def mem_update(version_line: str) -> bool:
+    """Whether this release's sbatch has --mem-update."""
+    found = major_minor(version_line)
+    return found is not None and found >= MEM_UPDATE
 
 
 def _tested() -> str:

@@ -70,7 +70,7 @@ class Daemon:
 
 class LocalCluster:
     def __init__(self, state: Path | None = None, job_submit: bool = True,
-                 sync_every_s: float = TIMER_EVERY_S):
+                 sync_every_s: float = TIMER_EVERY_S, step_manager: bool = False):
         self.state = state or paths.state_dir()
         self.release = slurm_release.chosen()
         # Another release's daemons run from a root of its Debian release (rootfs.py), and
@@ -83,6 +83,9 @@ class LocalCluster:
             if str(self.clients) not in path:
                 os.environ["PATH"] = os.pathsep.join([str(self.clients), *path])
         self.job_submit = job_submit     # off only to measure the shim's cost (make bench)
+        # slurmstepd's step management (SlurmctldParameters=enable_stepmgr), which 26.05's
+        # --mem-update needs: on only for bench_rescue's arm of it.
+        self.step_manager = step_manager and slurm_release.mem_update(self.release.version)
         # 0: no timer (the integration tests compile tables from stores of their own)
         self.sync_every_s = sync_every_s
         self.etc = self.state / "etc"
@@ -139,6 +142,7 @@ class LocalCluster:
             "state": str(self.state), "layout": layout, "cgroup_mode": mode,
             "job_submit": self.job_submit, "slurm_version": self.release.version,
             "soft_time_min": slurm_release.soft_time_min(self.release.version),
+            "step_manager": self.step_manager,
             "plugin_dir": str(rootfs.plugin_dir(self.root)) if self.root else "",
             "db": {"user": "slurm", "password": self._db_password(), "name": "slurm_acct_db"},
             **{hook: str(self.etc / name) for hook, name in HOOK_FILES.items()},

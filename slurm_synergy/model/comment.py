@@ -4,6 +4,7 @@ etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sac
     synergy:fp=<16 hex> [req=cpus,mem,gpus] [work=i160] [profile=1] [asked=c2,m3072,g1[:TYPE]]
         [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [by=<job>] [measured=run]
         [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2] [tback=20] [rescued=oom@12s]
+        [pace=72]
 
 A component of a job over two GPU types carries no fingerprint, so the shim leaves it
 alone; its decision= is the planner's (the prolog reads its power limit as any other):
@@ -25,7 +26,10 @@ it set the job's --time-min (minutes), from a predicted run of p seconds resting
 completed jobs (decisions/timelimits.py), and tback= where it put a running job's lowered
 limit back to its --time (minutes), the job having run past that prediction; root's
 rescue writes rescued=oom@<s> where a job that ran out of memory at the decided size after
-<s> seconds was put back with what it asked (decisions/rescue.py). A mark
+<s> seconds was put back with what it asked (decisions/rescue.py); a run given fewer
+cores than it asked writes pace=<percent> in its own comment where it trained at that
+share of the rate its decision predicted, slower than their noise allows
+(measure/inrun/pace.py). A mark
 written again replaces the earlier one; the rest of the comment is the user's and is kept.
 The Lua shim spells asked= and decision= the same way: tests/contract_cases.toml's
 decisions come out of both as one comment (test_contract_cases.py), and test_comment.py
@@ -208,6 +212,13 @@ def rescued(comment: str) -> int | None:
     """The comment's rescued=oom@<s>: the seconds of the run that ran out of memory at the
     decided size before root put the job back with what it asked; None where none."""
     m = re.fullmatch(r"oom@(\d{1,9})s", marks(comment).get("rescued", ""))
+    return int(m.group(1)) if m else None
+
+
+def pace(comment: str) -> int | None:
+    """The comment's pace=: the percent of its decision's predicted rate a right-sized run
+    trained at, where that was slower than their noise allows; None where none."""
+    m = re.fullmatch(r"(\d{1,3})", marks(comment).get("pace", ""))
     return int(m.group(1)) if m else None
 
 

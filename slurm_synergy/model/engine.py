@@ -124,11 +124,18 @@ def proportional_share(shape: NodeShape, gpus: int) -> tuple[int, int]:
     return max(1, shape.cores * gpus // shape.gpus), shape.mem_mb * gpus // shape.gpus
 
 
+def measured_rates(profile: Profile) -> dict[int, float]:
+    """The profile's sweep by cores, each counted at its slowdown (right-sized runs that
+    trained slower than predicted: Profile.slowed)."""
+    return {p.cores: p.samples_per_s * profile.slowdown(p.cores)
+            for p in profile.train_points()}
+
+
 def speed(profile: Profile, measured: dict[int, float], cores: int, mem_mb: float) -> float:
-    """Samples/s at (cores, mem_mb): `measured` (the profile's sweep, by cores) where the
-    profiler measured those cores (Synergy's empirical CPU sweep), the model elsewhere;
-    page cache limits either."""
-    rate = measured.get(cores) or predict(profile.model, cores)
+    """Samples/s at (cores, mem_mb): `measured` (measured_rates) where the profiler
+    measured those cores (Synergy's empirical CPU sweep), the model elsewhere, counted at
+    the slowdown as the sweep is; page cache limits either."""
+    rate = measured.get(cores) or predict(profile.model, cores) * profile.slowdown(cores)
     fetch = profile.model.fetch
     if fetch is not None:
         rate = min(rate, fetch_rate(fetch, cached_fraction(fetch, profile.model.resident_mb,
@@ -221,7 +228,7 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
         cap_m = min(shape.mem_mb, floor_m)
         floor_m = cap_m
 
-    measured = {p.cores: p.samples_per_s for p in profile.train_points()}
+    measured = measured_rates(profile)
     spreads = {p.cores: p.spread for p in profile.train_points() if p.spread is not None}
     rates = {k: speed(profile, measured, k, cap_m) for k in range(1, cap_c + 1)}
     mems = _memory_candidates(profile, resident, floor_m, cap_m)
@@ -243,6 +250,11 @@ def decide(profile: Profile, shape: NodeShape, policy: Policy,
                f"core(s); {cpus} core(s) give {chosen:.1f} ({chosen / best - 1:+.1%}), "
                f"within the {policy.tolerance:.0%} tolerance; {unit} by cores, measured "
                f"(± the spread of its runs) unless marked: {curve}")
+    for r in profile.slowed:
+        why.append(f"slower than predicted: job {r.job_id} trained at {r.observed:.1f} {unit} "
+                   f"(±{r.spread:.0%}) at its decided {r.cores} core(s), where "
+                   f"{r.predicted:.1f} was predicted: {r.cores} core(s) and fewer are counted "
+                   f"{1 - r.factor:.0%} slower from then on")
     floored = counted(spreads, policy.min_spread)
     rule = policy.noise
     untold = within_noise(measured, floored, cpus, best_k, best, policy.tolerance)

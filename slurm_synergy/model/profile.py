@@ -16,11 +16,12 @@ from typing import Iterable, Sequence
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.noise import spread_of
 
-# Written by this version. 2 added `raised` and `command_files`; both may be absent, so a
-# version 1 profile reads as one of version 2 that has neither, and is saved as 2: a
-# reader of version 1 alone then refuses it by its version, not as corrupt.
-PROFILE_VERSION = 2
-READ_VERSIONS = (1, PROFILE_VERSION)
+# Written by this version. 2 added `raised` and `command_files`, 3 `slowed`; each may be
+# absent, so an older profile reads as one of this version that has none, and is saved
+# as this version: a reader of an older one alone then refuses it by its version, not as
+# corrupt.
+PROFILE_VERSION = 3
+READ_VERSIONS = (1, 2, PROFILE_VERSION)
 MEASURES = ("train", "loader", "compute", "shared")
 
 
@@ -291,6 +292,25 @@ class MemoryRaise:
 
 
 @dataclass(frozen=True)
+class SlowRun:
+    """A later job of the workload, right-sized to `cores`, whose run trained slower than
+    its decision predicted by more than their noise: the workload's rates at `cores` and
+    fewer are counted at `observed` / `predicted` of the profile's from then on."""
+
+    job_id: str
+    cores: int
+    predicted: float             # samples/s (or steps/s) the decision predicted there
+    observed: float              # the run's median rate over its spans
+    spread: float                # of the run's spans (noise.spread_of)
+    at: str                      # when, ISO 8601 UTC
+
+    @property
+    def factor(self) -> float:
+        """What the workload's rates at `cores` and fewer are counted at (at most 1)."""
+        return min(1.0, self.observed / self.predicted) if self.predicted > 0 else 1.0
+
+
+@dataclass(frozen=True)
 class Profile:
     fingerprint: str
     job_name: str
@@ -310,6 +330,8 @@ class Profile:
     # Later jobs' whole runs that peaked above the profile, oldest first: the footprint
     # is the last one's to_mb; the first one's from_mb is what the profile measured.
     raised: tuple[MemoryRaise, ...] = ()
+    # Later right-sized jobs that trained slower than predicted, oldest first.
+    slowed: tuple[SlowRun, ...] = ()
     # What the measured run read (in-run profiles): none, nothing to compare with.
     command_files: tuple[CommandFile, ...] = ()
     # Its rates count steps, not samples: the run's batches showed no size (a loop that
@@ -332,6 +354,11 @@ class Profile:
         """Where the footprint came from, for `explain`, if later jobs raised it."""
         return (f"; {self.measured_footprint_mb:.0f} MB as profiled, raised by the whole run "
                 "of job " + ", ".join(r.job_id for r in self.raised)) if self.raised else ""
+
+    def slowdown(self, cores: int) -> float:
+        """What the rate at `cores` is counted at, of the profile's, after the slower runs
+        of right-sized jobs at `cores` or more (fewer cores are no faster): 1 where none."""
+        return min((r.factor for r in self.slowed if r.cores >= cores), default=1.0)
 
     @property
     def program_note(self) -> str:

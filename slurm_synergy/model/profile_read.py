@@ -19,7 +19,7 @@ from slurm_synergy.model.comment import FINGERPRINT_RE
 from slurm_synergy.model.profile import (
     PROFILE_VERSION, READ_VERSIONS, Allocation, BatchPeak, CommandFile, FetchRates,
     GpuMemory, GpuReadings, MemoryRaise, Point, PointError, PowerPoint, Profile,
-    ProfileError, ThroughputModel)
+    ProfileError, SlowRun, ThroughputModel)
 
 # The most a field of that name can hold (the hard bounds of model/bounds.py where it has
 # one); any other number at most BIG.
@@ -80,7 +80,7 @@ _NESTED = {"Point": Point, "FetchRates": FetchRates, "PowerPoint": PowerPoint,
            "GpuReadings": GpuReadings, "PointError": PointError,
            "ThroughputModel": ThroughputModel, "Allocation": Allocation,
            "BatchPeak": BatchPeak, "GpuMemory": GpuMemory, "MemoryRaise": MemoryRaise,
-           "CommandFile": CommandFile}
+           "CommandFile": CommandFile, "SlowRun": SlowRun}
 
 
 def _convert(type_name: str, value: Any, where: str) -> Any:

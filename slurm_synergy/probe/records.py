@@ -28,9 +28,10 @@ ENV_CONFIG = "SYNERGY_PROBE_CONFIG"
 # process's own, "record_s": seconds between record writes}, written whole.
 CONTROL_NAME = "control.json"
 # How often a process writes its record while a supervisor measures it in windows, and
-# otherwise while it is watched (the supervisor's orders change it: record_s above).
+# otherwise while it is watched (the supervisor's orders change it: record_s above): a
+# right-sized run's pace is read from these (measure/inrun/pace.py), a non-durable write.
 RECORD_S = 0.25
-WATCH_RECORD_S = 30.0
+WATCH_RECORD_S = 5.0
 
 
 @dataclass(frozen=True)

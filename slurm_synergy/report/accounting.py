@@ -61,6 +61,9 @@ def _marks(comment: str) -> dict[str, Any]:
     lost = comment_format.rescued(comment)
     if lost is not None:
         out["rescued_lost_s"] = float(lost)
+    pace = comment_format.pace(comment)
+    if pace is not None:
+        out["pace_pct"] = float(pace)
     timed = comment_format.time_min(comment)
     if timed:
         out.update(time_min_s=60.0 * timed[0], predicted_s=float(timed[1]),
@@ -84,7 +87,7 @@ COLUMNS = ("job_id", "raw_id", "array_id", "name", "user", "partition", "state",
            "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
            "fingerprint", "from_job", "sized_by", "measured", "profiling", "limit_s",
-           "time_min_s", "predicted_s", "time_back_s", "rescued_lost_s", "nodes",
+           "time_min_s", "predicted_s", "time_back_s", "rescued_lost_s", "pace_pct", "nodes",
            "one_node", "one_task", "narrow_step",
            "comment")
 

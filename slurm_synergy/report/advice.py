@@ -44,6 +44,10 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
                    f"after {j['rescued_lost_s']:.0f} s; root put it back with what it asked, "
                    "and this is that run: its workload's next jobs ask as it did until a "
                    "run measures it again")
+    if j["pace_pct"] is not None:
+        out.append(f"trained at {j['pace_pct']:.0f}% of the rate its decision predicted for "
+                   f"its {j['decided_cpus']} core(s), slower than the noise of both: its "
+                   "workload's later jobs are decided more cores")
     if state == "OUT_OF_MEMORY" and lowered:
         out.append(f"ran out of memory at the decided {_mem_text(mem or 0)}: root's timer puts "
                    "it back with what it asked within a round, unless it was submitted with "
@@ -104,7 +108,7 @@ _READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resub
           "total_cpu_s", "elapsed_s", "one_task", "narrow_step", "gpus", "gpu_util_pct",
           "gpu_sm_active_pct",
           "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus", "time_min_s",
-          "predicted_s", "time_back_s", "limit_s", "fingerprint", "rescued_lost_s",
+          "predicted_s", "time_back_s", "limit_s", "fingerprint", "rescued_lost_s", "pace_pct",
           "asked_mem_mb", "decided_mem_mb")
 
 

@@ -5,7 +5,9 @@ and yields a profile; the site's sync compiles it; the second starts right-sized
 A job that runs no Python, and one its user opted out, are left as they were asked.
 A config edited under the same script to need more memory than was decided: the job runs
 out of memory, root's timer puts it back with what it asked, it completes, and the
-workload is measured again before it is right-sized again."""
+workload is measured again before it is right-sized again. A job right-sized to fewer cores
+that trains far slower than its decision predicted sends its workload's later jobs to more
+cores."""
 
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ ACCT = ("JobID", "JobIDRaw", "JobName", "Partition", "State", "ExitCode", "Alloc
         "Comment", "AdminComment")
 # A user's training script: a DataLoader over squares of numbers (or, with --manual,
 # slices of one tensor and no loader), for --seconds (TRAIN_SECONDS in its environment
-# wins: a rerun that need not be measured is kept short); it prints what it trained.
+# wins: a rerun that need not be measured is kept short; each step waits TRAIN_SLOW
+# seconds more, as on a slower or busier node); it prints what it trained.
 TRAIN = """\
 import argparse, os, time, torch
 from torch.utils.data import DataLoader, Dataset
@@ -66,12 +69,14 @@ model = torch.nn.Linear(64, 1)
 opt = torch.optim.SGD(model.parameters(), lr=a.lr)
 data = torch.randn(4096, 64)
 end, steps = time.monotonic() + float(os.environ.get("TRAIN_SECONDS") or a.seconds), 0
+slow = float(os.environ.get("TRAIN_SLOW") or 0)
 while time.monotonic() < end:
     batches = (data[i:i + 32] for i in range(0, 4096, 32)) if a.manual else \\
         DataLoader(Squares(), batch_size=16, num_workers=1)
     for x in batches:
         loss = model(x).pow(2).mean()
         opt.zero_grad(); loss.backward(); opt.step(); steps += 1
+        time.sleep(slow)
         if time.monotonic() >= end: break
 print(f"trained {steps} steps", flush=True)
 """
@@ -569,3 +574,60 @@ def test_a_job_out_of_memory_at_its_own_size_is_not_put_back_and_says_why(rounds
     advice = [a["advice"] for a in json.loads(ran.stdout)["advice"]]
     assert any("the size it asked (not put back: the plugin did not lower it)" in line
                for line in advice), advice
+
+
+# A script whose steps wait on something besides its cores (TRAIN_SLOW in its
+# environment: I/O, a remote service), so its measured run is decided one of its 2 cores;
+# run again with each step waiting ten times longer, as on a busier node.
+PACED = "{py} train.py --seconds 30 --manual\n"
+
+
+@dataclass(frozen=True)
+class Slowed:
+    fp: str
+    decided: object                          # the table's decision it ran at
+    job: dict[str, str]                      # its slowed run
+    table: dict                              # the table after the site's sync
+
+
+@pytest.fixture(scope="module")
+def slowed(rounds, box, slurm, tenants) -> Slowed:
+    """The paced script measured and decided; run again slowed, for 45 s (pace.py judges
+    six spans of WATCH_RECORD_S past the first); then the site's sync."""
+    folder, alice = rounds.folder, rounds.alice
+    path = folder / "paced.sh"
+    path.write_text(HEADER.format(name=f"plain{time.time_ns() % 10**6:06d}-paced", out=folder,
+                                  extra="") + PACED.format(py=PY))
+    os.chown(path, alice.uid, pwd.getpwuid(alice.uid).pw_gid)
+    os.utime(path, (time.time() - 600,) * 2)
+    first = submit_all(tenants, alice, folder, {"paced": path},
+                       {**rounds.env, "TRAIN_SLOW": "0.01"})
+    finish(slurm, first.values(), timeout=600)
+    fp = key_of(accounted(slurm, first)["paced"][0])
+    site_sync(rounds.site, rounds.policy)
+    decided = read(box.etc / TABLE_NAME)[1].get((alice.uid, fp))
+    assert decided is not None and decided.cpus == 1, \
+        (decided, log_of(folder, accounted(slurm, first)["paced"][0])[-3000:])
+    ids = submit_all(tenants, alice, folder, {"paced": path},
+                     {**rounds.env, "TRAIN_SECONDS": "45", "TRAIN_SLOW": "0.1"})
+    finish(slurm, ids.values(), timeout=600)
+    job = accounted(slurm, ids)["paced"][0]
+    site_sync(rounds.site, rounds.policy)
+    return Slowed(fp, decided, job, read(box.etc / TABLE_NAME)[1])
+
+
+def test_a_right_sized_job_slower_than_predicted_sends_later_jobs_to_more_cores(rounds,
+                                                                                slowed):
+    job, fp, alice = slowed.job, slowed.fp, rounds.alice
+    log = log_of(rounds.folder, job)
+    assert job["State"] == "COMPLETED" and int(job["AllocCPUS"]) == 1, (job, log[-2000:])
+    assert re.search(rf"inrun: {fp}: job {job['JobIDRaw']} trained at [\d.]+ (?:samples|steps)/s "
+                     r"\(±\d+% over its run\) on its decided 1 core\(s\), where its decision "
+                     r"predicted [\d.]+: slower by more than their noise", log), log[-3000:]
+    profile = ProfileStore.named(rounds.site / str(alice.uid)).load(fp)
+    (slow,) = [r for r in profile.slowed if r.job_id == job["JobIDRaw"]]
+    assert slow.cores == 1 and slow.factor < 0.5, slow
+    assert f" pace={round(100 * slow.factor)}" in job["Comment"], job
+    # Its workload's later jobs get the cores they ask.
+    d = slowed.table.get((alice.uid, fp))
+    assert d is not None and d.cpus == 2, (d, log[-2000:])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from slurm_synergy.model.profile import (ProfileError)
+from slurm_synergy.model.profile import PROFILE_VERSION, ProfileError
 from slurm_synergy.cli import main
 from slurm_synergy.profiles import ProfileStore, Unmeasured
 from slurm_synergy.profile_table import rows
@@ -47,18 +47,19 @@ def test_profiles_without_optional_fields_still_load(tmp_path):
     assert loaded.model.resident_mb == loaded.model.footprint_mb
 
 
-def test_a_profile_of_version_1_reads_and_is_saved_as_version_2(tmp_path):
-    # Version 1 had no raised= and command_files=; a reader of 1 alone refuses a saved
-    # 2 by its number, not as corrupt.
+def test_a_profile_of_version_1_reads_and_is_saved_as_this_version(tmp_path):
+    # Version 1 had no raised=, command_files= or slowed=; a reader of 1 alone refuses a
+    # saved one by its number, not as corrupt.
     data = json.loads(make_profile().to_json())
-    del data["raised"], data["command_files"]
+    del data["raised"], data["command_files"], data["slowed"]
     data["version"] = 1
     (tmp_path / f"{FP}.json").write_text(json.dumps(data))
     store = ProfileStore(tmp_path)
     loaded = store.load(FP)
-    assert loaded.raised == () and loaded.command_files == () and loaded.version == 2
+    assert loaded.raised == () and loaded.command_files == () and loaded.slowed == ()
+    assert loaded.version == PROFILE_VERSION == 3
     store.save(loaded)
-    assert json.loads((tmp_path / f"{FP}.json").read_text())["version"] == 2
+    assert json.loads((tmp_path / f"{FP}.json").read_text())["version"] == 3
 
 
 def corrupt(data: dict, how: str) -> dict:

@@ -367,3 +367,18 @@ def test_a_job_put_back_after_running_out_of_memory_is_counted_and_told():
                           "ask as it did until a run measures it again"]
     assert "unless it was submitted with --no-requeue (then resubmit it)" in said["21"][0]
     assert "the size it asked (not put back: the plugin did not lower it)" in said["22"][0]
+
+
+def test_a_right_sized_run_slower_than_predicted_is_told():
+    decided = f"synergy:fp={FP} asked=c2,m3072,g0 decision=c1,m768,g0,w1"
+    jobs = frame(line("30", comment=f"{decided} pace=41"), line("31", comment=decided))
+    assert jobs.set_index("raw_id").loc["30", "pace_pct"] == 41.0
+    said = {a["job_id"]: a["advice"] for a in advice.lines(jobs)
+            if "predicted" in a["advice"]}
+    assert said == {"30": "trained at 41% of the rate its decision predicted for its 1 "
+                          "core(s), slower than the noise of both: its workload's later jobs "
+                          "are decided more cores"}
+    from slurm_synergy.jobs import plugin_note
+    assert plugin_note(f"{decided} pace=41").startswith(
+        "trained at 41% of the rate its decision predicted: its workload's later jobs are "
+        "decided more cores, decision c1,m768,g0,w1")

@@ -11,6 +11,9 @@ A later run whose program (probe/cmdfiles.py: a config, the script, the code bes
 reads another content than the measured run's did sets the profile aside: the decision
 was measured on another program, so this user's pending jobs of the workload that it
 right-sized ask again for what they were submitted with, and the next to run is measured.
+A run right-sized to fewer cores than it asked is also timed (pace.py): one slower than its
+decision predicted by more than their noise counts the workload slower at those cores, so
+its later jobs are decided more.
 """
 
 from __future__ import annotations
@@ -22,15 +25,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.model.profile_read import profile_from_json
-from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError
+from slurm_synergy.model.profile import MemoryRaise, Profile, ProfileError, SlowRun
 from slurm_synergy.decisions.pending import rightsize_pending, undo_pending
+from slurm_synergy.decisions.rescue import MARK as RESCUED
 from slurm_synergy.probe import cmdfiles
 from slurm_synergy.probe.supervise import Started
+from slurm_synergy.probe.records import read_records
 from slurm_synergy.probe.tree import ProcessTree
 from slurm_synergy.profiles import ProfileStore
 from slurm_synergy.measure.lock import sync_decisions
+from slurm_synergy.measure.inrun.pace import Pace, predicted_at, slower
 from slurm_synergy.measure.inrun.windows import PSS_LOOK_S
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
@@ -44,18 +51,25 @@ class Follow:
     """Beside a job of a measured workload (the measured one too, after its sweep): its
     memory to its end. A peak above its workload's profile raises the profile, and so the
     decision and this user's jobs of the workload still pending. A run whose program is
-    not what the profile's run read drops the profile (probe/cmdfiles.py)."""
+    not what the profile's run read drops the profile (probe/cmdfiles.py). A run given
+    fewer cores than it asked (`cut`: its comment's decision=, which did) is timed too."""
 
     def __init__(self, fingerprint: str, site: Site, store: ProfileStore, job_id: str,
-                 log: Callable[[str], None], measured: cmdfiles.Seen | None = None) -> None:
+                 log: Callable[[str], None], measured: cmdfiles.Seen | None = None,
+                 cut: comment_format.Resources | None = None) -> None:
         self.fingerprint, self.site, self.store = fingerprint, site, store
         self.policy, self.slurm = site.policy, site.slurm
         self.job_id, self.log = job_id, log
         self.measured = measured    # the measured run's files: what it writes is left out
+        self.cut = cut
         self.dropped = False
+        self.folder: Path | None = None
+        self.pace = Pace()
 
     def during(self, proc: Started, folder: Path) -> None:
-        """The watched run's program compared with its profile's, then its memory to its end."""
+        """The watched run's program compared with its profile's, then its memory (and,
+        where it was given fewer cores, its pace) to its end."""
+        self.folder = folder if self.cut is not None else None
         self.same_program(proc.pid)
         self.until_it_ends(ProcessTree(proc.pid, pss_every_s=PSS_LOOK_S), proc)
 
@@ -98,6 +112,8 @@ class Follow:
         while True:
             kept = tree.peaks()
             tree.look()
+            if self.folder is not None:
+                self.pace.look(read_records(self.folder))
             try:        # the job's end is not held up by the wait between looks
                 proc.wait(timeout=MEMORY_LOOK_S)
             except subprocess.TimeoutExpired:
@@ -127,13 +143,53 @@ class Follow:
         grew = tree.footprint_mb > seen * (1 + self.policy.min_mem_spread / 2)
         if grew:
             updated = with_peak(updated, tree, self.job_id)
+        slow = self.slower(updated)
+        if slow is not None:
+            updated = replace(updated, slowed=(*updated.slowed, slow))
         if updated != profile:
             self.store.save(updated)
         if grew:
             self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'}'s memory peaked "
                      f"at {tree.footprint_mb:.0f} MB, above its profile's {seen:.0f} MB; "
                      "profile and decisions updated")
+        if slow is not None:
+            self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'} trained at "
+                     f"{slow.observed:.1f} {profile.rate_unit} (±{slow.spread:.0%} over its "
+                     f"run) on its decided {slow.cores} core(s), where its decision predicted "
+                     f"{slow.predicted:.1f}: slower by more than their noise. The workload "
+                     f"is counted {1 - slow.factor:.0%} slower at {slow.cores} core(s) and "
+                     "fewer, and its later jobs are decided anew")
+            self.mark_pace(slow)
+        if grew or slow is not None:
             self.apply(updated)
+
+    def mark_pace(self, slow: SlowRun) -> None:
+        """pace=<percent> in this job's comment, for `synergy jobs` and the reports."""
+        if not self.job_id:
+            return
+        try:
+            self.slurm.mark(self.job_id, comment_format.Marks(
+                {"pace": str(round(100 * slow.factor))}))
+        except SynergyError as e:
+            self.log(f"{PROG}: job {self.job_id}'s comment not marked: {e}")
+
+    def slower(self, profile: Profile) -> SlowRun | None:
+        """This run as a SlowRun where it was given fewer cores than it asked and trained
+        slower than its decision predicted by more than their noise; else None."""
+        cut = self.cut
+        run = self.pace.rate() if cut is not None else None
+        if cut is None or not cut.cpus or run is None:
+            return None
+        mem = cut.mem_mb or profile.allocation.mem_mb
+        slow = slower(profile, cut.cpus, mem, run, self.policy.min_spread, self.job_id,
+                      datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        if slow is None:
+            predicted, noise = predicted_at(profile, cut.cpus, mem, self.policy.min_spread)
+            self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'} trained at "
+                     f"{run.rate:.1f} {profile.rate_unit} (±{run.spread:.0%} over {run.spans} "
+                     f"spans) on its decided {cut.cpus} core(s); its decision predicted "
+                     f"{predicted:.1f} (±{noise:.0%}): within their noise")
+        return slow
 
     def apply(self, profile: Profile) -> None:
         """The table compiled, then this user's pending jobs right-sized in place; where
@@ -162,6 +218,17 @@ class Follow:
         if done.updated:
             self.log(f"{PROG}: right-sized in place: " + ", ".join(
                 f"job {j} -> {r.decided}" for j, r in done.updated))
+
+
+def cut_cores(comment: str) -> comment_format.Resources | None:
+    """The comment's decision where it gave the job fewer cores than it asked (the risk
+    the product took with its pace); else None."""
+    decided, asked = comment_format.decision(comment), comment_format.asked(comment)
+    if RESCUED in comment_format.marks(comment):
+        return None         # put back with what it asked: it runs at its own size
+    if decided is None or asked is None or not decided.cpus or not asked.cpus:
+        return None
+    return decided if decided.cpus < asked.cpus else None
 
 
 def tree_memory(tree: ProcessTree) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from slurm_synergy.probe.affinity import job_pids
 from slurm_synergy.probe.records import RECORD_S, WATCH_RECORD_S, ProbeConfig
 from slurm_synergy.probe.supervise import PEAK_S, During, Started, run, watch_exit
 from slurm_synergy.profiles import ProfileStore, Unmeasured, hold_note
-from slurm_synergy.measure.inrun.follow import PROG, Follow, tree_memory
+from slurm_synergy.measure.inrun.follow import PROG, Follow, cut_cores, tree_memory
 from slurm_synergy.measure.search import below_plateau, halving
 from slurm_synergy.measure.lock import profiling_lock
 from slurm_synergy.measure.inrun.windows import RunWindows, Window
@@ -141,7 +141,7 @@ def choose(req: InRunRequest, site: Site, marked: bool,
     marks = comment_format.marks(comment)
     marked = may_sweep and (marked or marks.get("profile") == "1")
     store = ProfileStore.default()
-    follow = Follow(req.fingerprint, site, store, job_id, log).during
+    follow = Follow(req.fingerprint, site, store, job_id, log, cut=cut_cores(comment)).during
     if comment_format.decision(comment) is not None:
         log(f"{PROG}: job {job_id} trains as decided ({marks['decision']}); its memory is "
             "followed")

@@ -14,7 +14,8 @@ alike), under root's timer: one as users submit, one with --no-requeue, which Sl
 refuses to requeue even for root, as every job was before the rescue. On 26.05 a third
 copy runs as asked under Slurm's own --mem-update=MEM_UPDATE (the plugin off for it: its
 memory lowered once, after the delay, to its RSS then plus the margin; the local cluster
-brought up with the step manager it needs). For each:
+brought up with the step manager it needs). Slurm counts that delay in whole minutes, so
+there every scenario's grown jobs run longer (LONGER), past it. For each:
 
   lost        the job did not complete (want 0 with the rescue)
   rescued     root put it back with what it asked
@@ -54,10 +55,10 @@ from tests.helpers import flow_policy  # noqa: E402
 USER = "synergy-alice"
 GROWN_MB = 1200
 VAL_EVERY = 4
-# --mem-update's margin (%) and delay (seconds): the margin of the man page's example; the
-# delay about half of these jobs' runs, past the trainer's start-up.
-MARGIN, DELAY_S = 20, 10
-MEM_UPDATE = f"{MARGIN}@0:{DELAY_S:02d}"
+# --mem-update's margin (%) and delay: the margin of the man page's example, the least
+# delay Slurm keeps (it counts minutes: 0:05 reads as a minute).
+MARGIN, DELAY_S = 20, 60
+MEM_UPDATE = f"{MARGIN}@{DELAY_S // 60}"
 PY = str(ROOT / ".venv" / "bin" / "python")
 # One trainer for every scenario: a DataLoader over computed samples, for EPOCHS epochs of
 # SECONDS each; what it holds besides comes from its config, its dataset, its epochs.
@@ -116,6 +117,14 @@ SCENARIOS = {
     "late-peak": ({"conf.yaml": f"lr: 0.01\nval_every: {VAL_EVERY}\nval_mb: {GROWN_MB}\n"},
                   {"EPOCHS": "1"}, {}, {"EPOCHS": str(VAL_EVERY), "SECONDS_EACH": "3"}),
 }
+
+
+# Where --mem-update runs beside the rescue: each grown job's run past its delay, the
+# growth the same (the config and data held from the start; the cache grown each epoch;
+# the validation pass at epoch VAL_EVERY), now after the minute.
+LONGER = {"config": {"SECONDS_EACH": "90"}, "data": {"SECONDS_EACH": "90"},
+          "longer": {"EPOCHS": "14", "SECONDS_EACH": "6"},
+          "late-peak": {"EPOCHS": str(VAL_EVERY), "SECONDS_EACH": "25"}}
 
 
 def run_as(args: list[str], cwd: Path, env: dict[str, str]) -> str:
@@ -179,6 +188,8 @@ def figures(slurm: Slurm, job: str, asked_mb: float, lowered_after_s: float = 0.
 def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
              site_policy: Path, uid: int, gid: int, state: Path, arms: tuple[str, ...]) -> dict:
     first_files, first_env, grown_files, grown_env = SCENARIOS[name]
+    if "mem-update" in arms:
+        grown_env = {**grown_env, **LONGER[name]}
     out = {}
     env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy),
            "SBATCH_PARTITION": MULTI_PARTITION}
@@ -208,7 +219,8 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
     jobs = {arm: run_as(["sbatch", "--parsable", *options[arm], "job.sh"], f,
                         {**env, **grown_env})
             for arm, f in folders.items()}
-    wait(slurm, list(jobs.values()), timeout_s=900)
+    # The rescue's timer begins as its arm's job ends, not after the longer --mem-update run.
+    wait(slurm, [j for arm, j in jobs.items() if arm != "mem-update"], timeout_s=900)
     # Root's timer, a round every 15 s as the local cluster runs it, until the first arm's
     # job ran again (or three rounds left it as it was).
     for _ in range(40):
@@ -220,6 +232,7 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
         if final and (len(rs) > 1 or rs[-1]["State"] == "COMPLETED" or _ >= 3):
             break
         time.sleep(15)
+    wait(slurm, list(jobs.values()), timeout_s=900)
     for arm, job in jobs.items():
         out[arm] = figures(slurm, job, 3072.0, DELAY_S if arm == "mem-update" else 0.0)
     return out

@@ -9,7 +9,7 @@ import pytest
 from slurm_synergy.cluster import rootfs
 from slurm_synergy.model.errors import SynergyError
 from slurm_synergy.cli import main
-from slurm_synergy.slurm_release import HOST, RELEASES, chosen, installable, untested
+from slurm_synergy.slurm_release import HOST, RELEASES, chosen, installable, mem_update, untested
 
 
 def test_unset_is_the_hosts_release_and_a_version_or_suite_names_another():
@@ -121,3 +121,16 @@ def test_a_command_on_a_cluster_says_first_where_its_release_is_untested(
     err = capsys.readouterr().err
     assert ("synergy: note: Slurm 23.11.4 is not a release" in err) == said, err
     assert err.count("synergy: note:") == int(said)
+
+
+def test_only_26_05_on_has_mem_update_and_only_its_local_cluster_a_step_manager(monkeypatch,
+                                                                                 tmp_path):
+    assert [mem_update(f"slurm {v}.1") for v in ("22.05", "24.11", "26.05")] == \
+        [False, False, True]
+    from slurm_synergy.cluster.localbox import LocalCluster
+    monkeypatch.delenv("SLURM_VERSION", raising=False)
+    monkeypatch.setenv("PATH", os.environ["PATH"])      # another release's puts its bin/ first
+    assert LocalCluster(tmp_path, step_manager=True).step_manager is False   # the host's 22.05
+    monkeypatch.setenv("SLURM_VERSION", "26.05")
+    assert LocalCluster(tmp_path / "b", step_manager=True).step_manager is True
+    assert LocalCluster(tmp_path / "c").step_manager is False

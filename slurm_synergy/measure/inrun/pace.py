@@ -38,7 +38,6 @@ class RunRate:
     rate: float
     spread: float       # of the spans' rates (noise.spread_of), the widest trainer's
     spans: int          # the fewest spans any of those trainers had
-    seconds: float      # the longest time they covered
 
 
 class Pace:
@@ -68,17 +67,16 @@ class Pace:
         a, b = ranges[first]
         together = [pid for pid, (s, e) in ranges.items()
                     if min(b, e) - max(a, s) >= (b - a) / 2]
-        rates = [[r for r, _ in spans[pid]] for pid in together]
+        rates = [spans[pid] for pid in together]
         return RunRate(rate=sum(statistics.median(r) for r in rates),
                        spread=max(spread_of(r) or 0.0 for r in rates),
-                       spans=min(len(r) for r in rates),
-                       seconds=max(sum(s for _, s in spans[pid]) for pid in together))
+                       spans=min(len(r) for r in rates))
 
 
-def _spans(kept: list[tuple[float, int]]) -> list[tuple[float, float]]:
-    """(rate, seconds) of each span between one trainer's records, its first left out."""
-    return [((n1 - n0) / (t1 - t0), t1 - t0)
-            for (t0, n0), (t1, n1) in zip(kept[1:], kept[2:]) if t1 > t0]
+def _spans(kept: list[tuple[float, int]]) -> list[float]:
+    """The rate of each span between one trainer's records, its first left out."""
+    return [(n1 - n0) / (t1 - t0) for (t0, n0), (t1, n1) in zip(kept[1:], kept[2:])
+            if t1 > t0]
 
 
 def predicted_at(profile: Profile, cores: int, mem_mb: float,

@@ -25,7 +25,6 @@ import json
 import os
 import pwd
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa
 from slurm_synergy.decisions.table import TABLE_NAME, read  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
-from tenant import tenants  # noqa: E402
+from tenant import as_user, site_sync, tenants  # noqa: E402
 from tests.helpers import flow_policy  # noqa: E402
 
 USER = "synergy-alice"
@@ -75,22 +74,9 @@ LINE = re.compile(r"job (\d+) trained at ([\d.]+) \S+ \(±(\d+)% over [^)]*\) on
                   r"(\d+) core\(s\)[;,] (?:where )?its decision predicted ([\d.]+)")
 
 
-def run_as(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    full = {"PATH": os.environ["PATH"], "SLURM_CONF": os.environ["SLURM_CONF"],
-            "HOME": str(cwd), **env}
-    ran = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", USER, "--",
-                          "env", *(f"{k}={v}" for k, v in full.items()), *args],
-                         capture_output=True, text=True, cwd=cwd)
-    if ran.returncode:
-        raise SystemExit(f"{' '.join(args[:3])}: {ran.stderr.strip()}")
-    return ran.stdout.strip()
-
-
-def sync(site: Path, policy: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync",
-                    "--partition", MULTI_PARTITION], check=True, capture_output=True,
-                   env={**os.environ, "SYNERGY_PROFILES": str(site),
-                        "SYNERGY_POLICY": str(policy)})
+def synced(site: Path, policy: Path) -> dict:
+    """The site's sync, then the decision table it wrote."""
+    site_sync(site, policy, MULTI_PARTITION)
     return read(Path(os.environ["SLURM_CONF"]).parent / TABLE_NAME)[1]
 
 
@@ -145,11 +131,11 @@ def main() -> int:
                 os.utime(path, (time.time() - 600,) * 2)
             folders[name] = folder
         try:
-            measured = {name: run_as(["sbatch", "--parsable", "job.sh"], f,
+            measured = {name: as_user(USER, ["sbatch", "--parsable", "job.sh"], f,
                                      {**env, "STEP_WAIT": str(SLOW), "SECONDS": "40"})
                         for name, f in folders.items()}
             wait(slurm, list(measured.values()), timeout_s=900)
-            table = sync(site, site_policy)
+            table = synced(site, site_policy)
             keys = {name: key_of(slurm, job) for name, job in measured.items()}
             decided = {name: getattr(table.get((pw.pw_uid, keys[name])), "cpus", None)
                        for name in WORKLOADS}
@@ -158,14 +144,14 @@ def main() -> int:
             for n in range(max(len(f) for f in WORKLOADS.values())):
                 batch = {name: factors[n] for name, factors in WORKLOADS.items()
                          if n < len(factors)}
-                jobs = {name: run_as(["sbatch", "--parsable", "job.sh"], folders[name],
+                jobs = {name: as_user(USER, ["sbatch", "--parsable", "job.sh"], folders[name],
                                      {**env, "STEP_WAIT": str(SLOW * factor),
                                       "SECONDS": str(SECONDS)})
                         for name, factor in batch.items()}
                 wait(slurm, list(jobs.values()), timeout_s=900)
                 for name, job in jobs.items():
                     runs[name].append({"factor": batch[name], **timed(folders[name], job)})
-            after = sync(site, site_policy)
+            after = synced(site, site_policy)
             for name in WORKLOADS:
                 result["workloads"][name] = {
                     "key": keys[name], "measured_job": measured[name],

@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 import time
@@ -49,7 +48,7 @@ from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa
 from slurm_synergy.jobs import FINAL_STATES, wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 from slurm_synergy.slurm_release import mem_update  # noqa: E402
-from tenant import tenants  # noqa: E402
+from tenant import as_user, site_sync, tenants  # noqa: E402
 from tests.helpers import flow_policy  # noqa: E402
 
 USER = "synergy-alice"
@@ -127,17 +126,6 @@ LONGER = {"config": {"SECONDS_EACH": "90"}, "data": {"SECONDS_EACH": "90"},
           "late-peak": {"EPOCHS": str(VAL_EVERY), "SECONDS_EACH": "25"}}
 
 
-def run_as(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    full = {"PATH": os.environ["PATH"], "SLURM_CONF": os.environ["SLURM_CONF"],
-            "HOME": str(cwd), **env}
-    ran = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", USER, "--",
-                          "env", *(f"{k}={v}" for k, v in full.items()), *args],
-                         capture_output=True, text=True, cwd=cwd)
-    if ran.returncode:
-        raise SystemExit(f"{' '.join(args[:3])}: {ran.stderr.strip()}")
-    return ran.stdout.strip()
-
-
 def write(folder: Path, files: dict, uid: int, gid: int) -> None:
     for name, content in files.items():
         path = folder / name
@@ -207,16 +195,16 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
             os.utime(folder / f, (time.time() - 600,) * 2)
         folders[arm] = folder
     # The --mem-update arm is never measured: the plugin is off for it.
-    first = [run_as(["sbatch", "--parsable", "job.sh"], f, {**env, **first_env})
+    first = [as_user(USER, ["sbatch", "--parsable", "job.sh"], f, {**env, **first_env})
              for arm, f in folders.items() if arm != "mem-update"]
     wait(slurm, first, timeout_s=900)
-    sync(site, site_policy)
+    site_sync(site, site_policy, MULTI_PARTITION)
     for f in folders.values():
         write(f, grown_files, uid, gid)
     # The second arm's job as before the rescue: Slurm refuses to requeue it.
     options = {"rescue": [], "none": ["--no-requeue"],
                "mem-update": ["--comment=synergy:off", f"--mem-update={MEM_UPDATE}"]}
-    jobs = {arm: run_as(["sbatch", "--parsable", *options[arm], "job.sh"], f,
+    jobs = {arm: as_user(USER, ["sbatch", "--parsable", *options[arm], "job.sh"], f,
                         {**env, **grown_env})
             for arm, f in folders.items()}
     # The rescue's timer begins as its arm's job ends, not after the longer --mem-update run.
@@ -240,13 +228,6 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
 
 ARM_NAMES = {"rescue": "rescue", "none": "--no-requeue",
              "mem-update": f"--mem-update={MEM_UPDATE}"}
-
-
-def sync(site: Path, policy: Path) -> None:
-    subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync",
-                    "--partition", MULTI_PARTITION], check=True, capture_output=True,
-                   env={**os.environ, "SYNERGY_PROFILES": str(site),
-                        "SYNERGY_POLICY": str(policy)})
 
 
 def main() -> int:

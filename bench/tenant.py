@@ -38,12 +38,15 @@ def tenants(slurm: Slurm, names: tuple[str, ...], checkout: Path) -> Iterator[Pa
             subprocess.run(["userdel", name], check=False)
 
 
-def as_user(user: str, args: list[str], shared: Path) -> str:
-    """`args` run as `user` in `shared`; its output, or SystemExit with its error."""
+def as_user(user: str, args: list[str], shared: Path,
+            extra: dict[str, str] | None = None) -> str:
+    """`args` run as `user` in `shared`, with `extra` in its environment besides PATH,
+    SLURM_CONF and HOME; its output, or SystemExit with its error."""
     env = {"PATH": os.environ["PATH"], "SLURM_CONF": os.environ["SLURM_CONF"],
            "HOME": str(shared)}
     ran = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", user, "--",
-                          *args], capture_output=True, text=True, env=env, cwd=shared)
+                          "env", *(f"{k}={v}" for k, v in (extra or {}).items()), *args],
+                         capture_output=True, text=True, env=env, cwd=shared)
     if ran.returncode:
         raise SystemExit(f"{user}: {' '.join(args[:3])}: {ran.stderr.strip()}")
     return ran.stdout.strip()
@@ -74,3 +77,12 @@ def round_argv(command: str, state: Path) -> list[str]:
     """The round --round names, else this checkout's with its record at `state`."""
     return shlex.split(command) if command else [
         sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits", "--state", str(state)]
+
+
+def site_sync(site: Path, policy: Path, partition: str) -> None:
+    """The site's cron: root compiles every user's folder of the store `site` under
+    `policy`, for `partition`."""
+    subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync",
+                    "--partition", partition], check=True, capture_output=True,
+                   env={**os.environ, "SYNERGY_PROFILES": str(site),
+                        "SYNERGY_POLICY": str(policy)})

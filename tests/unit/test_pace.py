@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from slurm_synergy.measure.inrun.follow import cut_cores
-from slurm_synergy.measure.inrun.pace import SPANS, Pace, RunRate, slower
+from slurm_synergy.measure.inrun.pace import SPANS, Pace, RunRate, predicted_at, slower
 from slurm_synergy.model.engine import NodeShape, decide
 from slurm_synergy.model.policy import Policy
 from slurm_synergy.model.profile import SlowRun
@@ -65,13 +65,15 @@ def test_ranks_side_by_side_add_up_and_a_program_run_before_them_does_not():
 
 def test_a_run_slower_than_predicted_by_more_than_the_noise_is_a_slow_run():
     # Predicted 97/s at 1 core, its runs ±1%, counted as the policy's ±10%.
-    slow = slower(BASE, 1, 4096, RunRate(70.0, 0.02, 8), 0.10, "31", "t3")
+    predicted, noise = predicted_at(BASE, 1, 4096, 0.10)
+    assert (predicted, noise) == (97.0, 0.10)
+    slow = slower(predicted, noise, 1, RunRate(70.0, 0.02, 8), "31", "t3")
     assert slow == SlowRun("31", 1, 97.0, 70.0, 0.02, "t3")
     assert round(slow.factor, 3) == round(70 / 97, 3)
     # 90/s: within the noise of both (90 x 1.02 >= 97 x 0.9).
-    assert slower(BASE, 1, 4096, RunRate(90.0, 0.02, 8), 0.10, "31", "t3") is None
+    assert slower(predicted, noise, 1, RunRate(90.0, 0.02, 8), "31", "t3") is None
     # A noisy run needs more: 80/s ±10% may still be 87.3.
-    assert slower(BASE, 1, 4096, RunRate(80.0, 0.10, 8), 0.10, "31", "t3") is None
+    assert slower(predicted, noise, 1, RunRate(80.0, 0.10, 8), "31", "t3") is None
 
 
 def test_a_slow_run_sends_later_decisions_to_more_cores_and_says_why():

@@ -180,11 +180,12 @@ class Follow:
         run = self.pace.rate() if cut is not None else None
         if cut is None or not cut.cpus or run is None:
             return None
-        mem = cut.mem_mb or profile.allocation.mem_mb
-        slow = slower(profile, cut.cpus, mem, run, self.policy.min_spread, self.job_id,
+        predicted, noise = predicted_at(profile, cut.cpus,
+                                        cut.mem_mb or profile.allocation.mem_mb,
+                                        self.policy.min_spread)
+        slow = slower(predicted, noise, cut.cpus, run, self.job_id,
                       datetime.now(timezone.utc).isoformat(timespec="seconds"))
         if slow is None:
-            predicted, noise = predicted_at(profile, cut.cpus, mem, self.policy.min_spread)
             self.log(f"{PROG}: {self.fingerprint}: job {self.job_id or '-'} trained at "
                      f"{run.rate:.1f} {profile.rate_unit} (±{run.spread:.0%} over {run.spans} "
                      f"spans) on its decided {cut.cpus} core(s); its decision predicted "

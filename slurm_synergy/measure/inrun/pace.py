@@ -90,11 +90,11 @@ def predicted_at(profile: Profile, cores: int, mem_mb: float,
     return speed(profile, measured, cores, mem_mb), max(noise or 0.0, min_spread)
 
 
-def slower(profile: Profile, cores: int, mem_mb: float, run: RunRate, min_spread: float,
-           job_id: str, at: str) -> SlowRun | None:
-    """The run at `cores` as a SlowRun where it trained slower than predicted by more than
-    both noises (the top of its band under the bottom of the prediction's); else None."""
-    predicted, noise = predicted_at(profile, cores, mem_mb, min_spread)
+def slower(predicted: float, noise: float, cores: int, run: RunRate, job_id: str,
+           at: str) -> SlowRun | None:
+    """The run at `cores` as a SlowRun where it trained slower than `predicted` (±`noise`,
+    predicted_at's) by more than both noises (the top of its band under the bottom of the
+    prediction's); else None."""
     if not predicted > 0 or run.rate * (1 + run.spread) >= predicted * (1 - noise):
         return None
     return SlowRun(job_id or "-", cores, round(predicted, 3), round(run.rate, 3),

@@ -75,16 +75,19 @@ def major_minor(version_line: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def _since(version_line: str, first: tuple[int, int]) -> bool:
+    found = major_minor(version_line)
+    return found is not None and found >= first
+
+
 def soft_time_min(version_line: str) -> bool:
     """Whether this release honours time_min_as_soft_limit."""
-    found = major_minor(version_line)
-    return found is not None and found >= SOFT_TIME_MIN
+    return _since(version_line, SOFT_TIME_MIN)
 
 
 def mem_update(version_line: str) -> bool:
     """Whether this release's sbatch has --mem-update."""
-    found = major_minor(version_line)
-    return found is not None and found >= MEM_UPDATE
+    return _since(version_line, MEM_UPDATE)
 
 
 def _tested() -> str:

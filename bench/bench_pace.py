@@ -25,7 +25,6 @@ import json
 import os
 import pwd
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,8 @@ from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa
 from slurm_synergy.decisions.table import TABLE_NAME, read  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
-from tenant import as_user, site_sync, tenants  # noqa: E402
+from tenant import (SiteStore, as_user, own_table_back, site_store, site_sync,  # noqa: E402
+                    tenants, user_files)
 from tests.helpers import flow_policy  # noqa: E402
 
 USER = "synergy-alice"
@@ -74,9 +74,9 @@ LINE = re.compile(r"job (\d+) trained at ([\d.]+) \S+ \(±(\d+)% over [^)]*\) on
                   r"(\d+) core\(s\)[;,] (?:where )?its decision predicted ([\d.]+)")
 
 
-def synced(site: Path, policy: Path) -> dict:
+def synced(site: SiteStore) -> dict:
     """The site's sync, then the decision table it wrote."""
-    site_sync(site, policy, MULTI_PARTITION)
+    site_sync(site, MULTI_PARTITION)
     return read(Path(os.environ["SLURM_CONF"]).parent / TABLE_NAME)[1]
 
 
@@ -109,33 +109,22 @@ def main() -> int:
     result: dict = {"release": release, "step_wait_s": SLOW, "workloads": {}}
     with tenants(slurm, (USER,), ROOT) as shared:
         pw = pwd.getpwnam(USER)
-        site = shared / "site"
-        site.mkdir()
-        site.chmod(0o1777)
-        policy = shared / "policy.toml"
-        policy.write_text(flow_policy(first_batch_timeout_s="30"))
-        policy.chmod(0o644)
-        site_policy = shared / "root" / "policy.toml"
-        site_policy.write_text(policy.read_text())
-        env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy),
-               "SBATCH_PARTITION": MULTI_PARTITION}
+        site = site_store(shared, flow_policy(first_batch_timeout_s="30"))
+        env = site.env(MULTI_PARTITION)
         folders = {}
         for name in WORKLOADS:
             folder = shared / name.replace(".", "_")
             folder.mkdir()
-            (folder / "train.py").write_text(TRAIN)
-            (folder / "job.sh").write_text(HEADER.format(name=name, out=folder, py=PY,
-                                                         tag=time.time_ns()))
-            for path in (folder, folder / "train.py", folder / "job.sh"):
-                os.chown(path, pw.pw_uid, pw.pw_gid)
-                os.utime(path, (time.time() - 600,) * 2)
+            os.chown(folder, pw.pw_uid, pw.pw_gid)
+            user_files(folder, {"train.py": TRAIN, "job.sh": HEADER.format(
+                name=name, out=folder, py=PY, tag=time.time_ns())}, pw.pw_uid, pw.pw_gid)
             folders[name] = folder
         try:
             measured = {name: as_user(USER, ["sbatch", "--parsable", "job.sh"], f,
                                      {**env, "STEP_WAIT": str(SLOW), "SECONDS": "40"})
                         for name, f in folders.items()}
             wait(slurm, list(measured.values()), timeout_s=900)
-            table = synced(site, site_policy)
+            table = synced(site)
             keys = {name: key_of(slurm, job) for name, job in measured.items()}
             decided = {name: getattr(table.get((pw.pw_uid, keys[name])), "cpus", None)
                        for name in WORKLOADS}
@@ -151,7 +140,7 @@ def main() -> int:
                 wait(slurm, list(jobs.values()), timeout_s=900)
                 for name, job in jobs.items():
                     runs[name].append({"factor": batch[name], **timed(folders[name], job)})
-            after = synced(site, site_policy)
+            after = synced(site)
             for name in WORKLOADS:
                 result["workloads"][name] = {
                     "key": keys[name], "measured_job": measured[name],
@@ -159,8 +148,7 @@ def main() -> int:
                     "cpus_after": getattr(after.get((pw.pw_uid, keys[name])), "cpus", None)}
                 print(name, json.dumps(result["workloads"][name]), flush=True)
         finally:     # the cluster's own table back
-            subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync"],
-                           capture_output=True)
+            own_table_back()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pace.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"Slurm {release}; steps waiting {SLOW * 1000:.0f} ms besides their compute when "

@@ -48,7 +48,8 @@ from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa
 from slurm_synergy.jobs import FINAL_STATES, wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 from slurm_synergy.slurm_release import mem_update  # noqa: E402
-from tenant import as_user, site_sync, tenants  # noqa: E402
+from tenant import (SiteStore, as_user, own_table_back, site_store, site_sync,  # noqa: E402
+                    tenants, user_files)
 from tests.helpers import flow_policy  # noqa: E402
 
 USER = "synergy-alice"
@@ -126,19 +127,6 @@ LONGER = {"config": {"SECONDS_EACH": "90"}, "data": {"SECONDS_EACH": "90"},
           "late-peak": {"EPOCHS": str(VAL_EVERY), "SECONDS_EACH": "25"}}
 
 
-def write(folder: Path, files: dict, uid: int, gid: int) -> None:
-    for name, content in files.items():
-        path = folder / name
-        if isinstance(content, int):        # a dataset of that many MB (sparse: read whole)
-            with open(path, "wb") as f:
-                f.truncate(content << 20)
-        else:
-            path.write_text(content)
-        os.chown(path, uid, gid)
-        # Written well before the job, as users' files are (probe/cmdfiles.py).
-        os.utime(path, (time.time() - 300,) * 2)
-
-
 def runs(slurm: Slurm, job: str) -> list[dict[str, str]]:
     """Every run of a job (sacct --duplicates), earlier first."""
     fields = ("State", "ReqMem", "ElapsedRaw", "Start", "End", "AllocCPUS")
@@ -173,34 +161,29 @@ def figures(slurm: Slurm, job: str, asked_mb: float, lowered_after_s: float = 0.
             "decided_mb": mb(rs[0]["ReqMem"])}
 
 
-def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
-             site_policy: Path, uid: int, gid: int, state: Path, arms: tuple[str, ...]) -> dict:
+def scenario(slurm: Slurm, name: str, shared: Path, site: SiteStore, uid: int, gid: int,
+             state: Path, arms: tuple[str, ...]) -> dict:
     first_files, first_env, grown_files, grown_env = SCENARIOS[name]
     if "mem-update" in arms:
         grown_env = {**grown_env, **LONGER[name]}
     out = {}
-    env = {"SYNERGY_PROFILES": str(site), "SYNERGY_POLICY": str(policy),
-           "SBATCH_PARTITION": MULTI_PARTITION}
+    env = site.env(MULTI_PARTITION)
     folders = {}
     for arm in arms:
         folder = shared / f"{name}-{arm}"
         folder.mkdir()
         os.chown(folder, uid, gid)
-        (folder / "train.py").write_text(TRAIN)
-        (folder / "job.sh").write_text(HEADER.format(name=name, out=folder, py=PY,
-                                                     tag=f"{arm}{time.time_ns()}"))
-        write(folder, first_files, uid, gid)
-        for f in ("train.py", "job.sh"):
-            os.chown(folder / f, uid, gid)
-            os.utime(folder / f, (time.time() - 600,) * 2)
+        user_files(folder, {"train.py": TRAIN, "job.sh": HEADER.format(
+            name=name, out=folder, py=PY, tag=f"{arm}{time.time_ns()}")}, uid, gid)
+        user_files(folder, first_files, uid, gid, age_s=300)
         folders[arm] = folder
     # The --mem-update arm is never measured: the plugin is off for it.
     first = [as_user(USER, ["sbatch", "--parsable", "job.sh"], f, {**env, **first_env})
              for arm, f in folders.items() if arm != "mem-update"]
     wait(slurm, first, timeout_s=900)
-    site_sync(site, site_policy, MULTI_PARTITION)
+    site_sync(site, MULTI_PARTITION)
     for f in folders.values():
-        write(f, grown_files, uid, gid)
+        user_files(f, grown_files, uid, gid, age_s=300)
     # The second arm's job as before the rescue: Slurm refuses to requeue it.
     options = {"rescue": [], "none": ["--no-requeue"],
                "mem-update": ["--comment=synergy:off", f"--mem-update={MEM_UPDATE}"]}
@@ -214,7 +197,7 @@ def scenario(slurm: Slurm, name: str, shared: Path, site: Path, policy: Path,
     for _ in range(40):
         subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits",
                         "--state", str(state)], capture_output=True, text=True,
-                       env={**os.environ, "SYNERGY_POLICY": str(site_policy)})
+                       env={**os.environ, "SYNERGY_POLICY": str(site.root_policy)})
         rs = runs(slurm, jobs["rescue"])
         final = rs[-1]["State"].startswith(FINAL_STATES)
         if final and (len(rs) > 1 or rs[-1]["State"] == "COMPLETED" or _ >= 3):
@@ -242,24 +225,15 @@ def main() -> int:
     result: dict = {"release": release, "grown_mb": GROWN_MB, "scenarios": {}}
     with tenants(slurm, (USER,), ROOT) as shared:
         pw = pwd.getpwnam(USER)
-        site = shared / "site"
-        site.mkdir()
-        site.chmod(0o1777)
-        policy = shared / "policy.toml"
-        policy.write_text(flow_policy(first_batch_timeout_s="30"))
-        policy.chmod(0o644)
-        site_policy = shared / "root" / "policy.toml"
-        site_policy.write_text(policy.read_text())
+        site = site_store(shared, flow_policy(first_batch_timeout_s="30"))
         state = shared / "root" / "time-limits.json"
         try:
             for name in args.only:
-                result["scenarios"][name] = scenario(slurm, name, shared, site,
-                                                     policy, site_policy, pw.pw_uid,
+                result["scenarios"][name] = scenario(slurm, name, shared, site, pw.pw_uid,
                                                      pw.pw_gid, state, arms)
                 print(name, json.dumps(result["scenarios"][name]), flush=True)
         finally:     # the cluster's own table back
-            subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync"],
-                           capture_output=True)
+            own_table_back()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rescue.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"Slurm {release}; each workload's next job after it grew by {GROWN_MB} MB, "

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -79,10 +81,60 @@ def round_argv(command: str, state: Path) -> list[str]:
         sys.executable, "-m", "slurm_synergy.cli", "plugin", "timelimits", "--state", str(state)]
 
 
-def site_sync(site: Path, policy: Path, partition: str) -> None:
-    """The site's cron: root compiles every user's folder of the store `site` under
-    `policy`, for `partition`."""
+@dataclass(frozen=True)
+class SiteStore:
+    """A site's profile store every user may write, the policy its users' jobs read and
+    root's copy of it (root's sync refuses a policy a user can write)."""
+
+    store: Path
+    policy: Path
+    root_policy: Path
+
+    def env(self, partition: str) -> dict[str, str]:
+        """What a user's submissions to `partition` run with."""
+        return {"SYNERGY_PROFILES": str(self.store), "SYNERGY_POLICY": str(self.policy),
+                "SBATCH_PARTITION": partition}
+
+
+def site_store(shared: Path, policy_text: str) -> SiteStore:
+    """A SiteStore in `shared` (tenants' folder), its policy `policy_text`."""
+    store = shared / "site"
+    store.mkdir()
+    store.chmod(0o1777)
+    policy = shared / "policy.toml"
+    policy.write_text(policy_text)
+    policy.chmod(0o644)
+    root_policy = shared / "root" / "policy.toml"
+    root_policy.write_text(policy_text)
+    return SiteStore(store, policy, root_policy)
+
+
+def user_files(folder: Path, files: dict[str, str | int], uid: int, gid: int,
+               age_s: float = 600) -> None:
+    """`files` (name: text, or a dataset of that many MB, sparse) written in `folder` as
+    `uid`'s, `age_s` old: written well before the job, as users' files are (a file written
+    as a run starts is its output, not its program: probe/cmdfiles.py)."""
+    for name, content in files.items():
+        path = folder / name
+        if isinstance(content, int):
+            with open(path, "wb") as f:
+                f.truncate(content << 20)
+        else:
+            path.write_text(content)
+        os.chown(path, uid, gid)
+        os.utime(path, (time.time() - age_s,) * 2)
+
+
+def site_sync(site: SiteStore, partition: str) -> None:
+    """The site's cron: root compiles every user's folder of the store under its own
+    policy, for `partition`."""
     subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync",
                     "--partition", partition], check=True, capture_output=True,
-                   env={**os.environ, "SYNERGY_PROFILES": str(site),
-                        "SYNERGY_POLICY": str(policy)})
+                   env={**os.environ, "SYNERGY_PROFILES": str(site.store),
+                        "SYNERGY_POLICY": str(site.root_policy)})
+
+
+def own_table_back() -> None:
+    """The local cluster's own decision table compiled again, after a bench's store."""
+    subprocess.run([sys.executable, "-m", "slurm_synergy.cli", "plugin", "sync"],
+                   capture_output=True)

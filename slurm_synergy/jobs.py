@@ -114,10 +114,10 @@ def plugin_note(comment: str, state: str = "") -> str:
     """What the plugin did to a job, from the marks in its comment (and its state)."""
     words = comment_marks(comment)
     notes = []
-    lost = comment_format.rescued(comment)
-    if lost is not None:
-        notes.append(f"out of memory at the decided size after {lost} s, put back with "
-                     "what it asked")
+    rescued = comment_format.rescued(comment)
+    if rescued is not None:
+        notes.append(f"out of {rescued.ran_out_of} at the decided size after "
+                     f"{rescued.lost_s} s, put back with what it asked")
     elif state.startswith("OUT_OF_MEMORY") and "decision" in words:
         notes.append("out of memory at the decided size: put back by root's timer within "
                      "a round, unless submitted with --no-requeue (then resubmit it)")

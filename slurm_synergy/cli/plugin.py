@@ -28,7 +28,7 @@ from slurm_synergy.submission.resubmit import NothingToGain, resubmit
 from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
-from slurm_synergy.decisions.rescue import ledger_path, rescue_round
+from slurm_synergy.decisions.rescue import GpuEvidence, ledger_path, rescue_round
 from slurm_synergy.decisions.rounds import keep_running, name_process
 from slurm_synergy.decisions.sync import TIMER_NAME as SYNC_TIMER, keep_syncing, sync
 from slurm_synergy.decisions.table import Owned, entries_of, read, table_path
@@ -57,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
         rates, ledger = rates_path(table), ledger_path(table)
 
         def one_round() -> str:
-            """A round of root's timer, in its line: jobs that ran out of memory at the
-            decided size put back first (slurmctld holds them only minutes), then limits."""
+            """A round of root's timer, in its line: jobs that ran out of memory or GPU
+            memory at the decided size put back first (slurmctld holds them only minutes),
+            then limits."""
             try:
-                rescued = rescue_round(slurm, ledger).line()
+                gpus = GpuEvidence.of_cluster(slurm.config().get("ClusterName", ""))
+                rescued = rescue_round(slurm, ledger, gpus).line()
             except SynergyError as e:
                 rescued = f"jobs out of memory not looked at: {e}"
             limits = tick(slurm, lambda: load_policy(policy_path()).time_rule, args.state,

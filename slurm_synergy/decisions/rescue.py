@@ -1,14 +1,26 @@
-"""Rescue of right-sized jobs that ran out of memory: a pass of root's timer
+"""Rescue of right-sized jobs that ran out of memory or GPU memory: a pass of root's timer
 (`synergy plugin timelimits`), and what the decision learns from it.
 
 A decision is a bet that a workload's next job needs what its measured run needed; a
 config edited under the same script, a bigger dataset or a later peak can make it wrong.
 When a job the shim gave less memory than it asked ends out of memory (its batch script or
-one of its steps), the product took that risk, so it carries it: root puts the job back in
-the queue under its own id with what its user asked, once, and no one has to do anything.
+one of its steps), or a job it gave fewer GPUs, or GPUs of a type with less memory, than it
+asked fails with a GPU's memory full, the product took that risk, so it carries it: root
+puts the job back in the queue under its own id with what its user asked, once, and no one
+has to do anything.
+
+GPU memory full is what root measured itself: the node epilog's stats of the job (its
+sampler's NVML peak of each GPU against the board's memory, hooks/records.py), in the
+cluster's stats folder that only root writes. A run at the decided type was sent there
+because its measured peak fit with room to spare (model/gpufit.py), so a failed run that
+filled a GPU (GPU_FULL of its memory) outgrew what was measured; a job that fails with its
+GPUs far from full failed on its own, and one whose asked type has no more memory than the
+decided one (the site's catalog) would have failed at its asked size too: both are left
+alone. The rule cannot see a single allocation that fails before the GPU fills: such a job
+is not put back, and its user resubmits it (`synergy jobs` says it failed).
 
 Nothing a user wrote is read as structure. The jobs come from sacct without any text of a
-user's (Accounting.out_of_memory); what the job asked and what was decided come from its
+user's (Accounting.lost_runs); what the job asked and what was decided come from its
 admin comment, which only the shim (as slurmctld) and admins write, read by job id from
 sacct --json, never from the comment (a client's asked= there is its user's text). Before
 root changes the job it reads it again by id (squeue, text-free) and acts only where its
@@ -39,10 +51,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from slurm_synergy import paths
 from slurm_synergy.fileio import atomic_write_text, read_untrusted
+from slurm_synergy.hooks.records import stats_for
 from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.errors import SynergyError
-from slurm_synergy.slurm import OutOfMemory, Slurm
+from slurm_synergy.model.policy import site_catalog
+from slurm_synergy.paths import policy_path
+from slurm_synergy.slurm import LostRun, Slurm
 
 # Root's ledger of the jobs it rescued (or could not), beside the decision table: sync
 # reads it to leave a rescued workload's memory as asked.
@@ -56,6 +72,10 @@ KEEP_S = 30 * 86400          # ledger entries kept this long (a month of reports
 MAX_KEPT = 20000
 # The mark root adds to the job's admin comment (and its comment, for the user's reports).
 MARK = "rescued"
+# A failed run whose GPU held this share of the board's memory at its peak filled it: NVML
+# counts the allocator's cache and the CUDA context, so a run that asked for more than was
+# left reads near the top, while a run decided onto a type was measured to fit well below.
+GPU_FULL = 0.9
 FINISHED = ("OUT_OF_MEMORY", "FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL", "TIMEOUT")
 # A dependency as squeue prints it, every part of it Slurm's: kind, job (an array's task
 # or all of them, a delay), state; joined by , (all) or ? (any).
@@ -77,6 +97,17 @@ class Sized:
         it asked none): the risk the product took."""
         d = self.decided.mem_mb
         return d is not None and (self.asked.mem_mb is None or d < self.asked.mem_mb)
+
+    def lowered_gpus(self, memory_mib: Mapping[str, int]) -> bool:
+        """The decision gave it fewer GPUs than it asked, or another type than it asked
+        whose memory is less (`memory_mib`: the site's catalog; a type it does not know,
+        or no type asked, counts as more)."""
+        asked, decided = self.asked, self.decided
+        if decided.gpus < asked.gpus:
+            return True
+        if not decided.gpus or not decided.gpu_type or decided.gpu_type == asked.gpu_type:
+            return False
+        return memory_mib.get(asked.gpu_type, 1 << 30) > memory_mib.get(decided.gpu_type, 0)
 
 
 def sized(admin_comment: str) -> Sized | None:
@@ -101,6 +132,7 @@ class Rescue:
     lost_s: int
     at: float
     outcome: str        # "requeued" | "not requeued: <why>"
+    kind: str = "oom"   # what it ran out of: a key of comment_format.RAN_OUT_OF
 
 
 @dataclass
@@ -131,14 +163,14 @@ def _save(path: Path, ledger: Ledger, now: float) -> None:
                                        sort_keys=True), 0o600)
 
 
-def rescued_workloads(path: Path) -> dict[tuple[int, str], tuple[float, str]]:
-    """(uid, workload) -> when its latest job ran out of memory at the decided size (put
-    back or not), and that job's id: sync leaves the workload's memory as asked until a
-    profile newer than that exists."""
-    out: dict[tuple[int, str], tuple[float, str]] = {}
+def rescued_workloads(path: Path) -> dict[tuple[int, str], tuple[float, str, str]]:
+    """(uid, workload) -> when its latest job ran out of memory or GPU memory at the decided
+    size (put back or not), that job's id and what it ran out of: sync leaves the workload
+    as asked until a profile newer than that exists."""
+    out: dict[tuple[int, str], tuple[float, str, str]] = {}
     for job, r in load_ledger(path).jobs.items():
-        if r.at > out.get((r.uid, r.fingerprint), (0.0, ""))[0]:
-            out[(r.uid, r.fingerprint)] = (r.at, job)
+        if r.at > out.get((r.uid, r.fingerprint), (0.0, "", ""))[0]:
+            out[(r.uid, r.fingerprint)] = (r.at, job, comment_format.RAN_OUT_OF.get(r.kind, ""))
     return out
 
 
@@ -168,13 +200,16 @@ class Rescued:
     requeued: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)     # "job (why)"
     renewed: list[str] = field(default_factory=list)     # their dependents, waiting again
+    on_gpu: list[str] = field(default_factory=list)      # those of them that filled a GPU
 
     def line(self) -> str:
         """One line saying what was done ("" where nothing)."""
         parts = []
         if self.requeued:
+            jobs = ", ".join(f"{j} (GPU memory)" if j in self.on_gpu else j
+                             for j in self.requeued)
             parts.append("ran out of memory at the decided size, put back with what they "
-                         f"asked: job(s) {', '.join(self.requeued)}")
+                         f"asked: job(s) {jobs}")
         if self.renewed:
             parts.append(f"their dependents wait for them again: job(s) "
                          f"{', '.join(self.renewed)}")
@@ -191,69 +226,73 @@ def _admin_marked(admin_comment: str, mark: str) -> str:
     return f"{admin_comment} {MARK}={mark}".strip()
 
 
-def _one(slurm: Slurm, oom: OutOfMemory, s: Sized, ledger: Ledger, save: Callable[[], None],
-         config: Mapping[str, str], admin_comment: str, clock: Callable[[], float],
-         done: Rescued) -> bool:
-    """Put one job back with what it asked, or record why not; whether it was."""
-    entry = Rescue(oom.uid, s.fingerprint, _text(s.asked), _text(s.decided), oom.elapsed_s,
-                   clock(), "requeued")
-    again = slurm.timed_job(oom.job_id)
-    if again is None or again.uid != oom.uid or again.state not in FINISHED:
+def _one(slurm: Slurm, run: LostRun, kind: str, s: Sized, ledger: Ledger,
+         save: Callable[[], None], config: Mapping[str, str], admin_comment: str,
+         clock: Callable[[], float], done: Rescued) -> bool:
+    """Put one job back with what it asked, or record why not; whether it was. `kind`:
+    what it ran out of (a key of comment_format.RAN_OUT_OF)."""
+    entry = Rescue(run.uid, s.fingerprint, _text(s.asked), _text(s.decided), run.elapsed_s,
+                   clock(), "requeued", kind)
+    mark = comment_format.rescue_mark(kind, run.elapsed_s)
+    again = slurm.timed_job(run.job_id)
+    if again is None or again.uid != run.uid or again.state not in FINISHED:
         entry.outcome = ("not requeued: slurmctld no longer holds it (past MinJobAge); "
                          "resubmit its script" if again is None
                          else "not requeued: it changed since it was read")
-        ledger.jobs[oom.job_id] = entry
-        done.refused.append(f"{oom.job_id} ({entry.outcome[14:]})")
+        ledger.jobs[run.job_id] = entry
+        done.refused.append(f"{run.job_id} ({entry.outcome[14:]})")
         return False
     # Root's ledger first: one job is never put back twice, whatever fails below.
-    ledger.jobs[oom.job_id] = entry
+    ledger.jobs[run.job_id] = entry
     save()
     try:
-        slurm.requeue_held(oom.job_id)
+        slurm.requeue_held(run.job_id)
     except SynergyError as e:
         why = str(e).splitlines()[0]
         entry.outcome = ("not requeued: submitted with --no-requeue (or the site's "
                          "JobRequeue=0); resubmit its script" if "disabled" in why.lower()
                          else f"not requeued: Slurm refused: {why}")
         try:
-            slurm.update_job(oom.job_id, {"AdminComment": _admin_marked(admin_comment,
+            slurm.update_job(run.job_id, {"AdminComment": _admin_marked(admin_comment,
                                                                         "no-requeue")})
         except SynergyError:
             pass        # the ledger says it
-        done.refused.append(f"{oom.job_id} ({entry.outcome[14:]})")
+        done.refused.append(f"{run.job_id} ({entry.outcome[14:]})")
         return False
     try:
-        slurm.hold(oom.job_id)
-        slurm.mark(oom.job_id, comment_format.Marks({MARK: f"oom@{oom.elapsed_s}s"}),
+        slurm.hold(run.job_id)
+        slurm.mark(run.job_id, comment_format.Marks({MARK: mark}),
                    {**restore_settings(s.asked, config),
-                    "AdminComment": _admin_marked(admin_comment, f"oom@{oom.elapsed_s}s")})
+                    "AdminComment": _admin_marked(admin_comment, mark)})
         # Requeue pushes its begin time out two minutes: a rescued job waits no longer.
-        slurm.update_job(oom.job_id, {"StartTime": "now"})
+        slurm.update_job(run.job_id, {"StartTime": "now"})
     except SynergyError as e:
         entry.outcome = f"requeued, its size not restored: {str(e).splitlines()[0]}"
     finally:
         # Released whatever happened: a job left held would wait for ever.
         try:
-            slurm.release([oom.job_id])
+            slurm.release([run.job_id])
         except SynergyError as e:
             entry.outcome += f"; not released: {str(e).splitlines()[0]}"
     if entry.outcome == "requeued":
-        done.requeued.append(oom.job_id)
+        done.requeued.append(run.job_id)
+        if kind != "run":
+            done.on_gpu.append(run.job_id)
         return True
-    done.refused.append(f"{oom.job_id} ({entry.outcome})")
+    done.refused.append(f"{run.job_id} ({entry.outcome})")
     return False
 
 
-def _wait_again(slurm: Slurm, put_back: list[OutOfMemory], done: Rescued) -> None:
+def _wait_again(slurm: Slurm, put_back: list[LostRun], done: Rescued) -> None:
     """Their users' jobs that depended on them (afterok) failed that dependency when they
-    ran out of memory, and Slurm never tests it again: each is given its dependency again,
+    ran out, and Slurm never tests it again: each is given its dependency again,
     as Slurm wrote it, so that it waits for the run put back. One squeue for them all."""
     if not put_back:
         return
     for job_id, uid, dependency in slurm.dependencies():
-        oom = next((o for o in put_back if o.uid == uid
+        run = next((o for o in put_back if o.uid == uid
                     and f":{o.job_id}(failed)" in dependency), None)
-        if oom is None or not _DEPENDENCY.fullmatch(dependency):
+        if run is None or not _DEPENDENCY.fullmatch(dependency):
             continue
         again = slurm.timed_job(job_id)
         if again is None or again.uid != uid or again.state != "PENDING":
@@ -262,36 +301,72 @@ def _wait_again(slurm: Slurm, put_back: list[OutOfMemory], done: Rescued) -> Non
             slurm.update_job(job_id, {"Dependency": re.sub(r"\((?:failed|unfulfilled)\)", "",
                                                            dependency)})
         except SynergyError as e:
-            done.refused.append(f"{job_id}'s dependency on {oom.job_id} not renewed "
+            done.refused.append(f"{job_id}'s dependency on {run.job_id} not renewed "
                                 f"({str(e).splitlines()[0]})")
             continue
         done.renewed.append(job_id)
 
 
-def rescue_round(slurm: Slurm, path: Path, clock: Callable[[], float] = time.time) -> Rescued:
-    """One round: the jobs that ran out of memory lately under a lowered --mem, put back."""
+@dataclass(frozen=True)
+class GpuEvidence:
+    """Where root reads what a failed job's GPUs held: the node epilogs' stats folder of
+    this cluster (root's alone, hooks/records.py), and each GPU type's memory (MiB) in the
+    site's catalog."""
+
+    stats_dir: Path
+    memory_mib: Mapping[str, int]
+
+    @classmethod
+    def of_cluster(cls, cluster: str) -> "GpuEvidence":
+        """The cluster's stats folder (paths) and the site policy's catalog, read now."""
+        types = site_catalog(policy_path()).types
+        return cls(paths.cluster_stats_dir(cluster),
+                   {name: t.memory_mib for name, t in types.items()})
+
+
+def _filled_gpu(run: LostRun, s: Sized, gpus: GpuEvidence | None) -> bool:
+    """A failed run the decision gave fewer or smaller GPUs than it asked, that filled one
+    of them (GPU_FULL) as the epilog measured it."""
+    if gpus is None or run.state != "FAILED" or not s.lowered_gpus(gpus.memory_mib):
+        return False
+    records = stats_for(gpus.stats_dir, {run.job_id})[0].get(run.job_id, [])
+    shares = [r.mem_full_share for r in records if r.mem_full_share is not None]
+    return bool(shares) and max(shares) >= GPU_FULL
+
+
+def rescue_round(slurm: Slurm, path: Path, gpus: GpuEvidence | None = None,
+                 clock: Callable[[], float] = time.time) -> Rescued:
+    """One round: the jobs that ran out of memory lately under a lowered --mem, or failed
+    having filled a GPU of fewer or smaller ones than they asked (`gpus`: where that is
+    read; None reads no GPU's), put back."""
     done = Rescued()
     ledger = load_ledger(path)
     before = len(ledger.jobs)
-    fresh = [o for o in slurm.out_of_memory(LOOK_BACK) if o.job_id not in ledger.jobs]
+    fresh = [o for o in slurm.lost_runs(LOOK_BACK) if o.job_id not in ledger.jobs]
     if not fresh:
         return done
     texts = slurm.sacct_texts([o.job_id for o in fresh], ["AdminComment"])
     config: dict[str, str] | None = None
-    put_back: list[OutOfMemory] = []
+    put_back: list[LostRun] = []
     n = 0
-    for oom in fresh:
-        admin = texts.get(oom.job_id, {}).get("AdminComment", "")
+    for run in fresh:
+        admin = texts.get(run.job_id, {}).get("AdminComment", "")
         s = sized(admin)
-        if s is None or not s.lowered_memory() or f" {MARK}=" in f" {admin}":
-            continue        # not ours, its own size, or put back once already
+        if s is None or f" {MARK}=" in f" {admin}":
+            continue        # not ours, or put back once already
+        if run.out_of_memory and s.lowered_memory():
+            kind = "oom"
+        elif _filled_gpu(run, s, gpus):
+            kind = "gpu-oom"
+        else:
+            continue        # its own size, or it failed on its own
         if n == RESCUES_PER_ROUND:
             break           # the rest next round
         n += 1
         config = config if config is not None else slurm.config()
-        if _one(slurm, oom, s, ledger, lambda: _save(path, ledger, clock()), config, admin,
-                clock, done):
-            put_back.append(oom)
+        if _one(slurm, run, kind, s, ledger, lambda: _save(path, ledger, clock()), config,
+                admin, clock, done):
+            put_back.append(run)
     # Every job looked at is in the ledger, its outcome as it ended.
     if len(ledger.jobs) != before:
         _save(path, ledger, clock())

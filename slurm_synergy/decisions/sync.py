@@ -159,16 +159,16 @@ def _one(t: _Turns, service: DecisionService, partition: str, user_budget_s: flo
 
 def _unmeasured_since_rescue(owned: list[Owned], stores: Sequence[ProfileStore],
                              table: Path) -> tuple[list[Owned], list[str]]:
-    """`owned` less the decisions of workloads a job of which ran out of memory at the
-    decided size and was put back (decisions/rescue.py), where no profile was written
-    since: their jobs ask as they did and the next is measured. And a line for each."""
+    """`owned` less the decisions of workloads a job of which ran out of memory or GPU
+    memory at the decided size and was put back (decisions/rescue.py), where no profile was
+    written since: their jobs ask as they did and the next is measured. And a line for each."""
     rescued = rescued_workloads(ledger_path(table))
     if not rescued:
         return owned, []
     by_owner = {s.owner: s for s in stores}
     kept, notes = [], []
     for o in owned:
-        at, job = rescued.get((o.uid, o.fingerprint), (0.0, ""))
+        at, job, ran_out_of = rescued.get((o.uid, o.fingerprint), (0.0, "", ""))
         store = by_owner.get(o.uid)
         try:
             # ctime: a time nobody sets back (a profile touched into the future is not newer).
@@ -177,7 +177,7 @@ def _unmeasured_since_rescue(owned: list[Owned], stores: Sequence[ProfileStore],
             newer = False
         if at and not newer:
             notes.append(f"{o.fingerprint} (uid {o.uid}): as asked until a run measures it "
-                         f"again: its job {job} ran out of memory at the decided size")
+                         f"again: its job {job} ran out of {ran_out_of} at the decided size")
         else:
             kept.append(o)
     return kept, notes

@@ -26,6 +26,7 @@ class GpuInfo:
     # Why the board is not one job's whole ("" when it is): in MIG mode its instances are
     # other jobs', and its power limit is the board's, so a job's own limit is not set.
     shared: str = ""
+    memory_mb: float | None = None    # the board's memory (MiB); None where it would not say
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,14 @@ def _mig(nvml: Any, handle: Any) -> str:
         if current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1) else ""
 
 
+def _memory_mb(nvml: Any, handle: Any) -> float | None:
+    """The board's memory (MiB): what a job's peak is held against where it failed."""
+    try:
+        return float(nvml.nvmlDeviceGetMemoryInfo(handle).total) / 2**20
+    except Exception:    # a GPU fallen off the bus: its other readings say so
+        return None
+
+
 class NvmlGpu:
     def __init__(self, nvml: Any, handle: Any) -> None:
         self._nvml = nvml
@@ -46,7 +54,7 @@ class NvmlGpu:
         self.info = GpuInfo(uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                             pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
                             name=_text(nvml.nvmlDeviceGetName(handle)), minor=minor,
-                            shared=_mig(nvml, handle))
+                            shared=_mig(nvml, handle), memory_mb=_memory_mb(nvml, handle))
         # GPM (SM activity) is set up by the first sample, so hooks that only set limits
         # never allocate it: None unknown, False unsupported, else (sample, taken at).
         self._gpm: Any = None

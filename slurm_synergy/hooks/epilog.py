@@ -138,7 +138,7 @@ def _use(gpu: Gpu, start: GpuStart | None, totals: Totals | None,
         sm_active_mean_pct=totals.sm_active_mean if totals else None,
         mem_peak_mb=totals.mem_peak_mb if totals and totals.samples else None,
         samples=totals.samples if totals else 0, limit_after_w=limit_after_w,
-        note="; ".join(notes))
+        note="; ".join(notes), mem_total_mb=info.memory_mb)
 
 
 def _restore_all(ctx: HookContext, backend: Backend) -> tuple[int, list[Gpu], dict[str, float | None]]:

@@ -61,6 +61,7 @@ class GpuUse:
     samples: int
     limit_after_w: float | None    # what the epilog left it at
     note: str = ""
+    mem_total_mb: float | None = None  # the board's memory (MiB), where the driver said
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,13 @@ class JobGpuStats:
     def mem_peak_mb(self) -> float | None:
         """The highest memory peak of any of its GPUs (MB)."""
         values = [g.mem_peak_mb for g in self.gpus if g.mem_peak_mb is not None]
+        return max(values) if values else None
+
+    @property
+    def mem_full_share(self) -> float | None:
+        """The largest share of its board's memory any of its GPUs held at its peak."""
+        values = [g.mem_peak_mb / g.mem_total_mb for g in self.gpus
+                  if g.mem_peak_mb is not None and g.mem_total_mb]
         return max(values) if values else None
 
     @property

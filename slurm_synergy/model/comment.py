@@ -3,7 +3,7 @@ etc/job_submit.lua, the node hooks, `synergy tune` and the reports, and what sac
 
     synergy:fp=<16 hex> [req=cpus,mem,gpus] [work=i160] [profile=1] [asked=c2,m3072,g1[:TYPE]]
         [decision=c1,m1280,g1[:TYPE],w1[,p250]] [from=<job>] [by=<job>] [measured=run]
-        [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2] [tback=20] [rescued=oom@12s]
+        [sub=<12 hex>] [tuned=c1,m1024] [tmin=3,p95,n2] [tback=20] [rescued=oom@12s|gpu-oom@12s]
         [pace=72]
 
 A component of a job over two GPU types carries no fingerprint, so the shim leaves it
@@ -25,8 +25,9 @@ profiling writes from=; `synergy tune` writes tuned=; root's sync timer writes t
 it set the job's --time-min (minutes), from a predicted run of p seconds resting on n
 completed jobs (decisions/timelimits.py), and tback= where it put a running job's lowered
 limit back to its --time (minutes), the job having run past that prediction; root's
-rescue writes rescued=oom@<s> where a job that ran out of memory at the decided size after
-<s> seconds was put back with what it asked (decisions/rescue.py); a run given fewer
+rescue writes rescued=oom@<s>s (gpu-oom@<s>s) where a job that ran out of memory (GPU
+memory) at the decided size after <s> seconds was put back with what it asked
+(decisions/rescue.py); a run given fewer
 cores than it asked writes pace=<percent> in its own comment where it trained at that
 share of the rate its decision predicted, slower than their noise allows
 (measure/inrun/pace.py). A mark
@@ -208,11 +209,30 @@ def time_back(comment: str) -> int | None:
     return _count(marks(comment).get("tback", ""))
 
 
-def rescued(comment: str) -> int | None:
-    """The comment's rescued=oom@<s>: the seconds of the run that ran out of memory at the
-    decided size before root put the job back with what it asked; None where none."""
-    m = re.fullmatch(r"oom@(\d{1,9})s", marks(comment).get("rescued", ""))
-    return int(m.group(1)) if m else None
+# rescued=<kind>@<s>s: what the run ran out of at the decided size, by its mark's kind.
+RAN_OUT_OF = {"oom": "memory", "gpu-oom": "GPU memory"}
+
+
+@dataclass(frozen=True)
+class RescueMark:
+    """A job root put back with what it asked after its run at the decided size ran out."""
+
+    ran_out_of: str          # "memory" (host, --mem) or "GPU memory" (the decided GPUs)
+    lost_s: int              # the seconds of the run it lost
+
+
+def rescue_mark(kind: str, lost_s: int) -> str:
+    """The value of rescued= for a run of `lost_s` seconds that ran out of RAN_OUT_OF[kind]."""
+    assert kind in RAN_OUT_OF, kind
+    return f"{kind}@{lost_s}s"
+
+
+def rescued(comment: str) -> RescueMark | None:
+    """The comment's rescued=<kind>@<s>s: what the run ran out of at the decided size, and
+    its seconds, before root put the job back with what it asked; None where none."""
+    m = re.fullmatch(r"([a-z-]{1,8})@(\d{1,9})s", marks(comment).get("rescued", ""))
+    return RescueMark(RAN_OUT_OF[m.group(1)], int(m.group(2))) \
+        if m and m.group(1) in RAN_OUT_OF else None
 
 
 def pace(comment: str) -> int | None:

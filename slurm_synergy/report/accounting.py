@@ -58,9 +58,9 @@ def _marks(comment: str) -> dict[str, Any]:
                            # while it trained, or a plain script's (never profiled apart).
                            "profiling": marks.get("profile") == "1"
                            and marks.get("measured") != "run" and marks.get("plain") != "1"}
-    lost = comment_format.rescued(comment)
-    if lost is not None:
-        out["rescued_lost_s"] = float(lost)
+    rescued = comment_format.rescued(comment)
+    if rescued is not None:
+        out.update(rescued_lost_s=float(rescued.lost_s), rescued_of=rescued.ran_out_of)
     pace = comment_format.pace(comment)
     if pace is not None:
         out["pace_pct"] = float(pace)
@@ -87,7 +87,8 @@ COLUMNS = ("job_id", "raw_id", "array_id", "name", "user", "partition", "state",
            "asked_mem_mb", "asked_gpus", "asked_gpu_type", "decided_cpus", "decided_mem_mb",
            "decided_gpus", "decided_gpu_type", "decided_workers", "decided_power_w",
            "fingerprint", "from_job", "sized_by", "measured", "profiling", "limit_s",
-           "time_min_s", "predicted_s", "time_back_s", "rescued_lost_s", "pace_pct", "nodes",
+           "time_min_s", "predicted_s", "time_back_s", "rescued_lost_s", "rescued_of", "pace_pct",
+           "nodes",
            "one_node", "one_task", "narrow_step",
            "comment")
 

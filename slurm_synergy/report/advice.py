@@ -40,7 +40,9 @@ def for_job(j: Mapping[Any, Any]) -> list[str]:
     lowered = j["decided_mem_mb"] is not None and (
         j["asked_mem_mb"] is None or j["decided_mem_mb"] < j["asked_mem_mb"])
     if j["rescued_lost_s"] is not None:
-        out.append(f"ran out of memory at the decided {_mem_text(j['decided_mem_mb'] or 0)} "
+        size = (f"{j['decided_gpus']} GPU(s){' of ' + j['decided_gpu_type'] if j['decided_gpu_type'] else ''}"
+                if j["rescued_of"] == "GPU memory" else _mem_text(j["decided_mem_mb"] or 0))
+        out.append(f"ran out of {j['rescued_of']} at the decided {size} "
                    f"after {j['rescued_lost_s']:.0f} s; root put it back with what it asked, "
                    "and this is that run: its workload's next jobs ask as it did until a "
                    "run measures it again")
@@ -108,8 +110,8 @@ _READS = ("job_id", "name", "state", "measured", "sized_by", "profiling", "resub
           "total_cpu_s", "elapsed_s", "one_task", "narrow_step", "gpus", "gpu_util_pct",
           "gpu_sm_active_pct",
           "asked_cpus", "decided_cpus", "prop_elapsed_s", "prop_cpus", "time_min_s",
-          "predicted_s", "time_back_s", "limit_s", "fingerprint", "rescued_lost_s", "pace_pct",
-          "asked_mem_mb", "decided_mem_mb")
+          "predicted_s", "time_back_s", "limit_s", "fingerprint", "rescued_lost_s", "rescued_of",
+          "pace_pct", "asked_mem_mb", "decided_mem_mb", "decided_gpus", "decided_gpu_type")
 
 
 def for_workloads(jobs: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:

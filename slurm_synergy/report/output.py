@@ -217,7 +217,8 @@ def cluster_lines(report: Report) -> list[str]:
         jobs = report.jobs
         put_back = jobs[jobs["rescued_lost_s"].notna()]
         users = ", ".join(f"{u} {n}" for u, n in put_back["user"].value_counts().items())
-        lines.append(f"{c['rescued']} job(s) ran out of memory at the decided size and were "
+        of = ", ".join(f"{what} {n}" for what, n in put_back["rescued_of"].value_counts().items())
+        lines.append(f"{c['rescued']} job(s) ran out at the decided size ({of}) and were "
                      f"put back with what they asked ({_dur(c['rescue_lost_s'])} of runs "
                      f"lost; by user: {users}; per workload: rescued in --format csv|json)")
     if c["run_s_proportional"]:

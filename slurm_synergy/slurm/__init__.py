@@ -9,8 +9,8 @@ gateway.py says which and reads what it prints into records.py's records.
 
 from slurm_synergy.slurm.gateway import Slurm, node_shape
 from slurm_synergy.slurm.records import (
-    FREE_TEXT, SACCT_FIELDS, SEP, Ended, JobText, Node, NodeUse, OutOfMemory, QueuedJob,
+    FREE_TEXT, SACCT_FIELDS, SEP, Ended, JobText, LostRun, Node, NodeUse, QueuedJob,
     TimedJob, tres, user_name)
 
-__all__ = ["FREE_TEXT", "SACCT_FIELDS", "SEP", "Ended", "JobText", "Node", "NodeUse",
-           "OutOfMemory", "QueuedJob", "Slurm", "TimedJob", "node_shape", "tres", "user_name"]
+__all__ = ["FREE_TEXT", "SACCT_FIELDS", "SEP", "Ended", "JobText", "LostRun", "Node", "NodeUse",
+           "QueuedJob", "Slurm", "TimedJob", "node_shape", "tres", "user_name"]

@@ -20,7 +20,7 @@ from typing import Generator, Iterator, Mapping, Sequence
 
 from slurm_synergy.model.errors import SlurmError
 from slurm_synergy.slurm import json_output
-from slurm_synergy.slurm.records import (FREE_TEXT, SACCT_FIELDS, SEP, Ended, OutOfMemory,
+from slurm_synergy.slurm.records import (FREE_TEXT, SACCT_FIELDS, SEP, Ended, LostRun,
                                          user_name)
 from slurm_synergy.slurm.runner import Runner
 
@@ -57,10 +57,10 @@ class Accounting(Runner):
                 heapq.heappop(kept)
         return sorted((e for kept in newest.values() for _, e in kept), key=lambda e: e.job_id)
 
-    def out_of_memory(self, since: str) -> list[OutOfMemory]:
+    def lost_runs(self, since: str) -> list[LostRun]:
         """Every user's jobs that ended since `since` having run out of memory, in their
-        batch script or a step (whose job may then end FAILED or COMPLETED), read without
-        any text of a user's; array tasks and heterogeneous jobs are left out."""
+        batch script or a step (whose job may then end FAILED or COMPLETED), or FAILED,
+        read without any text of a user's; array tasks and heterogeneous jobs are left out."""
         fields = ("JobIDRaw", "UID", "State", "ElapsedRaw")
         jobs: dict[str, dict[str, str]] = {}
         hit: set[str] = set()
@@ -74,11 +74,12 @@ class Accounting(Runner):
             if v["State"].startswith("OUT_OF_MEMORY"):
                 hit.add(job)
         out = []
-        for job in sorted(hit & set(jobs), key=int):
+        for job in sorted(jobs, key=int):
             v = jobs[job]
-            if v["UID"].isdigit() and v["ElapsedRaw"].isdigit():
-                out.append(OutOfMemory(job, int(v["UID"]), v["State"].split(" ")[0],
-                                       int(v["ElapsedRaw"])))
+            state = v["State"].split(" ")[0]
+            if (job in hit or state == "FAILED") and v["UID"].isdigit() \
+                    and v["ElapsedRaw"].isdigit():
+                out.append(LostRun(job, int(v["UID"]), state, int(v["ElapsedRaw"]), job in hit))
         return out
 
     def clusters(self, timeout: float = 60) -> list[str]:

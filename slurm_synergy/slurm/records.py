@@ -105,14 +105,15 @@ class TimedJob:
 
 
 @dataclass(frozen=True)
-class OutOfMemory:
-    """A job that ran out of memory (its batch script or one of its steps), as sacct shows
-    it without any text of its user's."""
+class LostRun:
+    """A job whose run was lost: it ran out of memory (its batch script or one of its
+    steps) or failed, as sacct shows it without any text of its user's."""
 
     job_id: str
     uid: int
-    state: str                # the job's own state (OUT_OF_MEMORY, or FAILED after a step's)
+    state: str                # the job's own state (OUT_OF_MEMORY, FAILED, COMPLETED)
     elapsed_s: int            # the run it lost
+    out_of_memory: bool       # it, or one of its steps, ended OUT_OF_MEMORY
 
 
 @dataclass(frozen=True)

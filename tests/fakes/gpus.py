@@ -10,7 +10,7 @@ class FakeGpu:
                  max_w: float = 400, default_w: float = 300, energy_j: float | None = 1000.0,
                  refuse: bool = False, unreadable: bool = False) -> None:
         self.info = GpuInfo(uuid=f"GPU-fake-{minor}", pci_bus_id=f"00000000:{0x10 + minor:02X}:00.0",
-                            name="Fake GPU", minor=minor)
+                            name="Fake GPU", minor=minor, memory_mb=24576.0)
         self.limit_mw = int(limit_w * 1000)
         self.range = PowerRange(int(min_w * 1000), int(max_w * 1000), int(default_w * 1000))
         self.energy = None if energy_j is None else int(energy_j * 1000)

@@ -1,4 +1,5 @@
-"""Root's rescue of jobs that ran out of memory at the decided size (decisions/rescue.py):
+"""Root's rescue of jobs that ran out of memory or GPU memory at the decided size
+(decisions/rescue.py):
 which jobs it puts back and with what, in which order, what a user's text cannot make it
 do, and what sync learns. Slurm is a fixture here (each call recorded); the real requeue
 runs in tests/integration/test_plain_scripts.py."""
@@ -8,15 +9,17 @@ import os
 import pytest
 
 from slurm_synergy.decisions import rescue
-from slurm_synergy.decisions.rescue import (ledger_path, load_ledger, rescue_round,
-                                            rescued_workloads, restore_settings, sized)
+from slurm_synergy.decisions.rescue import (GpuEvidence, ledger_path, load_ledger,
+                                            rescue_round, rescued_workloads,
+                                            restore_settings, sized)
 from slurm_synergy.decisions.sync import _unmeasured_since_rescue
 from slurm_synergy.decisions.table import Owned
+from slurm_synergy.hooks.records import GpuUse, JobGpuStats, stats_path, write_json
 from slurm_synergy.model.comment import Resources
 from slurm_synergy.model.engine import Decision
 from slurm_synergy.model.errors import SlurmError
 from slurm_synergy.profiles import ProfileStore
-from slurm_synergy.slurm import OutOfMemory, TimedJob
+from slurm_synergy.slurm import LostRun, TimedJob
 
 FP = "0123456789abcdef"
 ME = 1000
@@ -32,7 +35,7 @@ class Cluster:
         self.refuse = refuse or {}
         self.calls: list[tuple] = []
 
-    def out_of_memory(self, since):
+    def lost_runs(self, since):
         self.calls.append(("sacct", since))
         return self.ooms
 
@@ -75,7 +78,7 @@ class Cluster:
 
 
 def oom(job_id="7", uid=ME, elapsed=1):
-    return OutOfMemory(job_id, uid, "OUT_OF_MEMORY", elapsed)
+    return LostRun(job_id, uid, "OUT_OF_MEMORY", elapsed, True)
 
 
 @pytest.fixture
@@ -101,7 +104,7 @@ def test_a_job_lowered_below_what_it_asked_is_put_back_once_with_what_it_asked(l
     r = load_ledger(ledger).jobs["7"]
     assert (r.uid, r.fingerprint, r.asked, r.decided, r.outcome) == \
         (ME, FP, "c2,m3072,g0", "c1,m768,g0", "requeued")
-    assert rescued_workloads(ledger) == {(ME, FP): (1000.0, "7")}
+    assert rescued_workloads(ledger) == {(ME, FP): (1000.0, "7", "memory")}
     # Never twice: the next round finds it in the ledger (sacct still says it ran out).
     c.calls.clear()
     assert rescue_round(c, ledger).line() == "" and [x[0] for x in c.calls] == ["sacct"]
@@ -206,7 +209,7 @@ def test_sync_leaves_a_rescued_workload_as_asked_until_a_newer_profile(tmp_path)
                                             3072, ()))
     profile = store.path(FP)
     profile.write_text("{}")
-    c = Cluster([OutOfMemory("7", os.geteuid(), "OUT_OF_MEMORY", 1)], {"7": ADMIN},
+    c = Cluster([LostRun("7", os.geteuid(), "OUT_OF_MEMORY", 1, True)], {"7": ADMIN},
                 states={"7": (os.geteuid(), "OUT_OF_MEMORY")})
     rescue_round(c, ledger_path(table), clock=lambda: profile.lstat().st_ctime + 1)
     kept, notes = _unmeasured_since_rescue([decision], [store], table)
@@ -236,3 +239,95 @@ def test_its_users_dependents_wait_for_the_run_put_back(ledger):
 def test_the_ledger_is_roots_alone(ledger):
     rescue_round(Cluster([oom()], {"7": ADMIN}), ledger)
     assert ledger.stat().st_mode & 0o077 == 0
+
+
+# GPU memory: a failed run on fewer or smaller GPUs than it asked, that filled one of them
+# as the epilog measured it (its stats, root's), is put back with the GPUs it asked.
+GPU_ADMIN = f"synergy:fp={FP} asked=c4,m8192,g1:a100 decision=c2,m4096,g1:a10,w2"
+CATALOG = {"a100": 81920, "a10": 23028}
+
+
+def failed(job_id="7", uid=ME, elapsed=40):
+    return LostRun(job_id, uid, "FAILED", elapsed, False)
+
+
+def epilog_left(stats_dir, job_id, peak_mb, total_mb=23028.0):
+    stats_dir.mkdir(mode=0o755, exist_ok=True)
+    use = GpuUse("GPU-1", "00000000:10:00.0", "NVIDIA A10", 150.0, 1.0, "counter", 90.0,
+                 None, peak_mb, 40, 150.0, mem_total_mb=total_mb)
+    write_json(stats_path(stats_dir, job_id, "n1"),
+               JobGpuStats(job_id, "n1", None, "2026-12-07T20:00:00Z", (use,)))
+
+
+@pytest.fixture
+def gpus(tmp_path):
+    return GpuEvidence(tmp_path / "gpustats", CATALOG)
+
+
+def test_a_failed_run_that_filled_a_smaller_decided_gpu_is_put_back_on_the_asked_type(
+        ledger, gpus):
+    epilog_left(gpus.stats_dir, "7", 22900.0)
+    c = Cluster([failed()], {"7": GPU_ADMIN}, states={"7": (ME, "FAILED")})
+    done = rescue_round(c, ledger, gpus, clock=lambda: 1000.0)
+    assert done.requeued == ["7"] and done.on_gpu == ["7"]
+    assert "job(s) 7 (GPU memory)" in done.line()
+    mark = next(call for call in c.calls if call[0] == "mark")
+    settings = dict(mark[3])
+    assert (settings["TresPerNode"], settings["MinMemoryNode"], settings["CPUsPerTask"]) == \
+        ("gres/gpu:a100:1", "8192", "4")
+    assert dict(mark[2]) == {"rescued": "gpu-oom@40s"}
+    assert rescued_workloads(ledger) == {(ME, FP): (1000.0, "7", "GPU memory")}
+    c.calls.clear()
+    assert rescue_round(c, ledger, gpus).line() == ""       # never twice
+
+
+@pytest.mark.parametrize("why, admin, run, peak", [
+    ("failed with its GPU far from full: its own fault", GPU_ADMIN, failed(), 9000.0),
+    ("completed, whatever it held", GPU_ADMIN, LostRun("7", ME, "COMPLETED", 40, False),
+     23000.0),
+    ("kept the type it asked", f"synergy:fp={FP} asked=c4,m8192,g1:a10 "
+     "decision=c2,m4096,g1:a10,w2", failed(), 23000.0),
+    ("moved to a type with more memory: its asked one would have failed too",
+     f"synergy:fp={FP} asked=c4,m8192,g1:a10 decision=c2,m4096,g1:a100,w2", failed(),
+     23000.0),
+    ("no epilog record", GPU_ADMIN, failed(), None),
+])
+def test_a_failed_run_the_decision_did_not_cause_is_left_alone(ledger, gpus, why, admin,
+                                                                  run, peak):
+    if peak is not None:
+        epilog_left(gpus.stats_dir, "7", peak)
+    c = Cluster([run], {"7": admin})
+    assert rescue_round(c, ledger, gpus).line() == "", why
+    assert not load_ledger(ledger).jobs
+
+
+def test_fewer_gpus_than_asked_that_filled_one_is_put_back_with_all_it_asked(ledger, gpus):
+    epilog_left(gpus.stats_dir, "7", 23000.0)
+    admin = f"synergy:fp={FP} asked=c8,m16384,g2:a10 decision=c4,m8192,g1:a10,w2"
+    c = Cluster([failed()], {"7": admin}, states={"7": (ME, "FAILED")})
+    assert rescue_round(c, ledger, gpus).requeued == ["7"]
+    mark = next(call for call in c.calls if call[0] == "mark")
+    assert dict(mark[3])["TresPerNode"] == "gres/gpu:a10:2"
+
+
+def test_gpu_stats_anyone_could_have_written_are_no_evidence(ledger, gpus):
+    epilog_left(gpus.stats_dir, "7", 23000.0)
+    gpus.stats_dir.chmod(0o777)
+    c = Cluster([failed()], {"7": GPU_ADMIN})
+    assert rescue_round(c, ledger, gpus).line() == ""
+
+
+def test_without_gpu_evidence_a_failed_run_is_not_looked_at(ledger, gpus):
+    epilog_left(gpus.stats_dir, "7", 23000.0)
+    c = Cluster([failed()], {"7": GPU_ADMIN})
+    assert rescue_round(c, ledger).line() == ""
+
+
+def test_which_decisions_lowered_the_gpus():
+    def s(asked, decided):
+        return sized(f"synergy:fp={FP} asked={asked} decision={decided}")
+    assert s("c1,m1,g2", "c1,m1,g1,w1").lowered_gpus({})
+    assert not s("c1,m1,g1", "c1,m1,g1,w1").lowered_gpus({})
+    assert s("c1,m1,g1", "c1,m1,g1:a10,w1").lowered_gpus(CATALOG)          # any type asked
+    assert s("c1,m1,g1:h100", "c1,m1,g1:a10,w1").lowered_gpus(CATALOG)     # not in catalog
+    assert not s("c1,m1,g1:a10", "c1,m1,g1:a100,w1").lowered_gpus(CATALOG)

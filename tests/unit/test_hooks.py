@@ -169,6 +169,8 @@ def test_a_job_killed_with_sigkill_is_still_restored_and_accounted(tmp_path):
     assert gpu.limit_mw == 300 * W
     use = read_stats(stats_path(c.stats_dir, "101", "n1")).gpus[0]
     assert use.util_mean_pct == 90.0 and use.samples == 5 and use.mem_peak_mb == 2048.0
+    # The board's memory beside its peak: what root's rescue holds a failed run against.
+    assert use.mem_total_mb == 24576.0
     assert use.energy_j == pytest.approx(1000.0)
     assert f"sampler (pid {dead.pid}) had already ended" in (tmp_path / "hooks.log").read_text()
 

@@ -21,7 +21,8 @@ def gpu(minor, **kw):
     g = {"uuid": f"GPU-0000000{minor}-aaaa", "pci": f"00000000:{0x17 + minor:02X}:00.0",
          "name": "NVIDIA Fake", "minor": minor, "limit_mw": 300_000, "min_mw": 100_000,
          "max_mw": 400_000, "default_mw": 300_000, "energy_mj": 5_000_000,
-         "power_mw": 200_000, "util": 75, "mem_used_mb": 3000, "refuse": False}
+         "power_mw": 200_000, "util": 75, "mem_used_mb": 3000, "mem_total_mb": 40960,
+         "refuse": False}
     return {**g, **kw}
 
 
@@ -74,6 +75,8 @@ def test_prolog_sampler_epilog_on_the_nvml_backend(node):
     use = read_stats(stats_path(where.stats_dir, "301", "n1")).gpus[0]
     assert use.energy_j == pytest.approx(900.0) and use.energy_source == "counter"
     assert use.samples >= 2 and use.util_mean_pct == 75 and use.mem_peak_mb == 3000
+    # The board's memory from NVML beside the peak: what root's rescue holds a failed run to.
+    assert use.mem_total_mb == 40960
     assert use.power_limit_w == 180 and use.limit_after_w == 250
     log = where.log.read_text()
     assert "sampler (pid" in log and "stopped" in log

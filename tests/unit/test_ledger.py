@@ -73,6 +73,8 @@ def test_plugin_note_says_a_job_was_put_back_or_what_to_do():
     assert plugin_note(f"{decided} rescued=oom@4s", "COMPLETED") == (
         "out of memory at the decided size after 4 s, put back with what it asked, "
         "decision c1,m768,g0,w1")
+    assert plugin_note(f"{decided} rescued=gpu-oom@40s", "COMPLETED").startswith(
+        "out of GPU memory at the decided size after 40 s, put back with what it asked")
     assert "unless submitted with --no-requeue (then resubmit it)" in plugin_note(
         decided, "OUT_OF_MEMORY")
     # A job out of memory at its own size is its own: nothing said of the plugin.

@@ -7,6 +7,7 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
+from slurm_synergy.model import comment as comment_format
 from slurm_synergy.model.engine import NodeShape
 from slurm_synergy.model.units import duration_s, mem_mb
 from slurm_synergy import paths
@@ -367,6 +368,19 @@ def test_a_job_put_back_after_running_out_of_memory_is_counted_and_told():
                           "ask as it did until a run measures it again"]
     assert "unless it was submitted with --no-requeue (then resubmit it)" in said["21"][0]
     assert "the size it asked (not put back: the plugin did not lower it)" in said["22"][0]
+
+
+def test_a_job_put_back_after_filling_its_decided_gpu_is_told_what_it_ran_out_of():
+    decided = f"synergy:fp={FP} asked=c4,m8192,g1:a100 decision=c2,m4096,g1:a10,w2"
+    jobs = frame(line("23", comment=f"{decided} rescued=gpu-oom@40s"),
+                 line("24", comment=f"{decided} rescued=oom@4s"))
+    assert list(jobs.sort_values("raw_id")["rescued_of"]) == ["GPU memory", "memory"]
+    said = {a["job_id"]: a["advice"] for a in advice.lines(jobs) if "ran out" in a["advice"]}
+    assert said["23"].startswith("ran out of GPU memory at the decided 1 GPU(s) of a10 "
+                                 "after 40 s; root put it back with what it asked")
+    assert said["24"].startswith("ran out of memory at the decided 4096M after 4 s")
+    # A mark of a kind this release does not know is no rescue.
+    assert comment_format.rescued(f"{decided} rescued=cpu@4s") is None
 
 
 def test_a_right_sized_run_slower_than_predicted_is_told():

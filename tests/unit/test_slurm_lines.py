@@ -123,3 +123,21 @@ def test_a_comment_cannot_make_a_line_of_its_own(tmp_path, monkeypatch):
         [(7, 1000, "TIMEOUT", forged), (8, 1000, "COMPLETED", "mine")]
     # A uid not asked for is dropped, whatever sacct (22.05's --json ignores --user) says.
     assert [e.job_id for e in slurm.ended("now-7days", [1001])] == []
+
+
+def test_lost_runs_are_the_jobs_out_of_memory_in_any_step_and_the_failed_ones(
+        tmp_path, monkeypatch):
+    # JobIDRaw, UID, State, ElapsedRaw, as sacct prints them: a step's OUT_OF_MEMORY makes
+    # its job's run lost whatever the job's own state; array tasks' and het jobs' rows
+    # (ids with _ or +) are not jobs this rescues.
+    rows = ["10|1000|OUT_OF_MEMORY|3", "10.batch|1000|OUT_OF_MEMORY|3",
+            "11|1000|COMPLETED|50", "11.0|1000|OUT_OF_MEMORY|20",
+            "12|1001|FAILED|40", "12.batch|1001|FAILED|40",
+            "13|1000|COMPLETED|5", "14|1000|CANCELLED by 1000|5",
+            "15_1|1000|FAILED|5", "16+0|1000|FAILED|5"]
+    slurm = _fake(tmp_path, monkeypatch, "".join(
+        f"printf '%s\\n' '{r.replace('|', SEP)}'\n" for r in rows))
+    assert [(r.job_id, r.uid, r.state, r.elapsed_s, r.out_of_memory)
+            for r in slurm.lost_runs("now-15minutes")] == [
+        ("10", 1000, "OUT_OF_MEMORY", 3, True), ("11", 1000, "COMPLETED", 50, True),
+        ("12", 1001, "FAILED", 40, False)]

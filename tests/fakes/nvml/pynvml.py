@@ -4,10 +4,11 @@ It implements only the calls slurm_synergy.gpu.nvml makes, against GPUs describe
 JSON file named by FAKE_NVML_STATE; limits it accepts are written back to that file, so
 a test can see what a prolog or epilog in another process (or in slurmd) did. Per GPU:
 uuid, pci, name, minor, limit_mw, min_mw, max_mw, default_mw, energy_mj (null: no
-counter), power_mw, util, mem_used_mb, refuse (limits are refused), and at the top level
-init_error (nvmlInit raises NVMLError_<init_error>, e.g. DriverNotLoaded), gpm (the GPU
-has GPM; sm_active is then its SM activity). A job "uses" energy by writing millijoules to
-<state>.energy<minor>, which the counter adds, so no job rewrites the shared file.
+counter), power_mw, util, mem_used_mb, mem_total_mb (24576 unless given), refuse (limits
+are refused), and at the top level init_error (nvmlInit raises NVMLError_<init_error>,
+e.g. DriverNotLoaded), gpm (the GPU has GPM; sm_active is then its SM activity). A job
+"uses" energy by writing millijoules to <state>.energy<minor>, which the counter adds, so
+no job rewrites the shared file.
 """
 
 import fcntl
@@ -155,7 +156,9 @@ def nvmlDeviceGetUtilizationRates(h):
 
 
 def nvmlDeviceGetMemoryInfo(h):
-    return SimpleNamespace(used=_gpu(h)["mem_used_mb"] * 2**20)
+    gpu = _gpu(h)
+    return SimpleNamespace(used=gpu["mem_used_mb"] * 2**20,
+                           total=gpu.get("mem_total_mb", 24576) * 2**20)
 
 
 def nvmlDeviceGetPowerUsage(h):

@@ -117,6 +117,10 @@ STYLES = {
     "two-in-a-row": "{py} train.py --seconds 20\n{py} train.py --seconds 6 --lr 0.1\n",
     "manual": "{py} train.py --seconds 22 --manual\n",
     "configured": "srun {py} train.py --seconds 22 --config cfg.yaml\n",
+    # Each step waits 10 ms besides its compute (TRAIN_SLOW, unless its job's environment
+    # sets it), so one core trains it as fast as two: decided 1 core, then run slowed
+    # (the `slowed` fixture).
+    "paced": "TRAIN_SLOW=${{TRAIN_SLOW:-0.01}} {py} train.py --seconds 30 --manual\n",
     "no-python": "sleep 2\necho done\n",
     "opted-out": "{py} train.py --seconds 4\n",
     # Its step on one of the job's two cores, as srun without -c runs where it does not
@@ -579,9 +583,6 @@ def test_a_job_out_of_memory_at_its_own_size_is_not_put_back_and_says_why(rounds
 # A script whose steps wait on something besides its cores (TRAIN_SLOW in its
 # environment: I/O, a remote service), so its measured run is decided one of its 2 cores;
 # run again with each step waiting ten times longer, as on a busier node.
-PACED = "{py} train.py --seconds 30 --manual\n"
-
-
 @dataclass(frozen=True)
 class Slowed:
     fp: str
@@ -592,23 +593,15 @@ class Slowed:
 
 @pytest.fixture(scope="module")
 def slowed(rounds, box, slurm, tenants) -> Slowed:
-    """The paced script measured and decided; run again slowed, for 45 s (pace.py judges
-    six spans of WATCH_RECORD_S past the first); then the site's sync."""
+    """The paced script, measured and decided 1 core in the first rounds, run again
+    slowed for 45 s (pace.py judges six spans of WATCH_RECORD_S past the first); then the
+    site's sync."""
     folder, alice = rounds.folder, rounds.alice
-    path = folder / "paced.sh"
-    path.write_text(HEADER.format(name=f"plain{time.time_ns() % 10**6:06d}-paced", out=folder,
-                                  extra="") + PACED.format(py=PY))
-    os.chown(path, alice.uid, pwd.getpwuid(alice.uid).pw_gid)
-    os.utime(path, (time.time() - 600,) * 2)
-    first = submit_all(tenants, alice, folder, {"paced": path},
-                       {**rounds.env, "TRAIN_SLOW": "0.01"})
-    finish(slurm, first.values(), timeout=600)
-    fp = key_of(accounted(slurm, first)["paced"][0])
-    site_sync(rounds.site, rounds.policy)
-    decided = read(box.etc / TABLE_NAME)[1].get((alice.uid, fp))
-    assert decided is not None and decided.cpus == 1, \
-        (decided, log_of(folder, accounted(slurm, first)["paced"][0])[-3000:])
-    ids = submit_all(tenants, alice, folder, {"paced": path},
+    first = rounds.one["paced"][0]
+    fp = key_of(first)
+    decided = rounds.table.get((alice.uid, fp))
+    assert decided is not None and decided.cpus == 1, (decided, log_of(folder, first)[-3000:])
+    ids = submit_all(tenants, alice, folder, {"paced": folder / "paced.sh"},
                      {**rounds.env, "TRAIN_SECONDS": "45", "TRAIN_SLOW": "0.1"})
     finish(slurm, ids.values(), timeout=600)
     job = accounted(slurm, ids)["paced"][0]

@@ -60,6 +60,7 @@ from typing import Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from slurm_synergy import paths  # noqa: E402
 from slurm_synergy.cluster.localbox import PARTITION, LocalCluster  # noqa: E402
@@ -70,6 +71,7 @@ from slurm_synergy.model.units import duration_s, gpu_count, mem_mb  # noqa: E40
 from slurm_synergy.simulate.slurmqueue import (Node, QueueJob, Size, figures,  # noqa: E402
                                                run_queue)
 from slurm_synergy.slurm import Slurm  # noqa: E402
+from tenant import cluster_as_found  # noqa: E402
 
 USERS = ("synergy-bench-a", "synergy-bench-b")
 ACCOUNT = "synergy-bench"
@@ -351,30 +353,30 @@ def ratio_line(runs: list[dict], key: str, source: str = "",
 def bench_cluster(users: Sequence[str], name: str) -> Iterator[tuple[Slurm, Path]]:
     """The local cluster with its timer stopped (a bench restarts it per flow), these
     ordinary users (made where missing) and a work folder under /var/tmp, the checkout
-    reachable by them; afterwards the cluster's own timer back and the environment as it
-    was, the folder and the users made removed."""
+    reachable by them; afterwards the cluster as it was found (down, or up with its timers
+    on or off, which run with the environment as it was: `up` restarts a timer started
+    with a bench's store and policy), the folder and the users made removed."""
     if os.geteuid() != 0:
         raise SystemExit(f"{name} makes users and submits as them: run it as root")
-    LocalCluster(sync_every_s=0).up(log=lambda line: None)
-    slurm = Slurm()
-    made = [u for u in users if ensure_user(slurm, u, ACCOUNT)]
-    work = Path(tempfile.mkdtemp(prefix=f"synergy-{name}-", dir="/var/tmp"))
-    work.chmod(0o755)
-    saved = {k: os.environ.get(k) for k in ("SYNERGY_PROFILES", "SYNERGY_POLICY")}
-    try:
-        with reachable(ROOT):
-            yield slurm, work
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        LocalCluster().up(log=lambda line: None)        # the cluster's own timer back
-        shutil.rmtree(work, ignore_errors=True)
-        for user in made:
-            slurm.remove_user(user)
-            subprocess.run(["userdel", user], check=False)
+    with cluster_as_found():
+        slurm = Slurm()
+        made = [u for u in users if ensure_user(slurm, u, ACCOUNT)]
+        work = Path(tempfile.mkdtemp(prefix=f"synergy-{name}-", dir="/var/tmp"))
+        work.chmod(0o755)
+        saved = {k: os.environ.get(k) for k in ("SYNERGY_PROFILES", "SYNERGY_POLICY")}
+        try:
+            with reachable(ROOT):
+                yield slurm, work
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            shutil.rmtree(work, ignore_errors=True)
+            for user in made:
+                slurm.remove_user(user)
+                subprocess.run(["userdel", user], check=False)
 
 
 def main() -> int:

@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa: E402
+from slurm_synergy.cluster.localbox import MULTI_PARTITION  # noqa: E402
 from slurm_synergy.decisions.table import TABLE_NAME, read  # noqa: E402
 from slurm_synergy.jobs import wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
-from tenant import (SiteStore, as_user, own_table_back, site_store, site_sync,  # noqa: E402
+from tenant import (SiteStore, as_user, cluster_as_found, site_store, site_sync,  # noqa: E402
                     tenants, user_files)
 from tests.helpers import flow_policy  # noqa: E402
 
@@ -103,11 +103,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
-    LocalCluster(sync_every_s=0).up(log=lambda line: None)
-    slurm = Slurm()
-    release = slurm.version().split()[-1]
-    result: dict = {"release": release, "step_wait_s": SLOW, "workloads": {}}
-    with tenants(slurm, (USER,), ROOT) as shared:
+    with cluster_as_found(), tenants(Slurm(), (USER,), ROOT) as shared:
+        slurm = Slurm()
+        release = slurm.version().split()[-1]
+        result: dict = {"release": release, "step_wait_s": SLOW, "workloads": {}}
         pw = pwd.getpwnam(USER)
         site = site_store(shared, flow_policy(first_batch_timeout_s="30"))
         env = site.env(MULTI_PARTITION)
@@ -119,36 +118,33 @@ def main() -> int:
             user_files(folder, {"train.py": TRAIN, "job.sh": HEADER.format(
                 name=name, out=folder, py=PY, tag=time.time_ns())}, pw.pw_uid, pw.pw_gid)
             folders[name] = folder
-        try:
-            measured = {name: as_user(USER, ["sbatch", "--parsable", "job.sh"], f,
-                                     {**env, "STEP_WAIT": str(SLOW), "SECONDS": "40"})
-                        for name, f in folders.items()}
-            wait(slurm, list(measured.values()), timeout_s=900)
-            table = synced(site)
-            keys = {name: key_of(slurm, job) for name, job in measured.items()}
-            decided = {name: getattr(table.get((pw.pw_uid, keys[name])), "cpus", None)
-                       for name in WORKLOADS}
-            runs: dict[str, list[dict]] = {name: [] for name in WORKLOADS}
-            # Two at a time: every workload's n-th run beside the unchanged one's.
-            for n in range(max(len(f) for f in WORKLOADS.values())):
-                batch = {name: factors[n] for name, factors in WORKLOADS.items()
-                         if n < len(factors)}
-                jobs = {name: as_user(USER, ["sbatch", "--parsable", "job.sh"], folders[name],
-                                     {**env, "STEP_WAIT": str(SLOW * factor),
-                                      "SECONDS": str(SECONDS)})
-                        for name, factor in batch.items()}
-                wait(slurm, list(jobs.values()), timeout_s=900)
-                for name, job in jobs.items():
-                    runs[name].append({"factor": batch[name], **timed(folders[name], job)})
-            after = synced(site)
-            for name in WORKLOADS:
-                result["workloads"][name] = {
-                    "key": keys[name], "measured_job": measured[name],
-                    "decided_cpus": decided[name], "runs": runs[name],
-                    "cpus_after": getattr(after.get((pw.pw_uid, keys[name])), "cpus", None)}
-                print(name, json.dumps(result["workloads"][name]), flush=True)
-        finally:     # the cluster's own table back
-            own_table_back()
+        measured = {name: as_user(USER, ["sbatch", "--parsable", "job.sh"], f,
+                                 {**env, "STEP_WAIT": str(SLOW), "SECONDS": "40"})
+                    for name, f in folders.items()}
+        wait(slurm, list(measured.values()), timeout_s=900)
+        table = synced(site)
+        keys = {name: key_of(slurm, job) for name, job in measured.items()}
+        decided = {name: getattr(table.get((pw.pw_uid, keys[name])), "cpus", None)
+                   for name in WORKLOADS}
+        runs: dict[str, list[dict]] = {name: [] for name in WORKLOADS}
+        # Two at a time: every workload's n-th run beside the unchanged one's.
+        for n in range(max(len(f) for f in WORKLOADS.values())):
+            batch = {name: factors[n] for name, factors in WORKLOADS.items()
+                     if n < len(factors)}
+            jobs = {name: as_user(USER, ["sbatch", "--parsable", "job.sh"], folders[name],
+                                 {**env, "STEP_WAIT": str(SLOW * factor),
+                                  "SECONDS": str(SECONDS)})
+                    for name, factor in batch.items()}
+            wait(slurm, list(jobs.values()), timeout_s=900)
+            for name, job in jobs.items():
+                runs[name].append({"factor": batch[name], **timed(folders[name], job)})
+        after = synced(site)
+        for name in WORKLOADS:
+            result["workloads"][name] = {
+                "key": keys[name], "measured_job": measured[name],
+                "decided_cpus": decided[name], "runs": runs[name],
+                "cpus_after": getattr(after.get((pw.pw_uid, keys[name])), "cpus", None)}
+            print(name, json.dumps(result["workloads"][name]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pace.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"Slurm {release}; steps waiting {SLOW * 1000:.0f} ms besides their compute when "

@@ -44,11 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from slurm_synergy.cluster.localbox import MULTI_PARTITION, LocalCluster  # noqa: E402
+from slurm_synergy.cluster.localbox import MULTI_PARTITION  # noqa: E402
 from slurm_synergy.jobs import FINAL_STATES, wait  # noqa: E402
 from slurm_synergy.slurm import Slurm  # noqa: E402
 from slurm_synergy.slurm_release import mem_update  # noqa: E402
-from tenant import (SiteStore, as_user, own_table_back, site_store, site_sync,  # noqa: E402
+from tenant import (SiteStore, as_user, cluster_as_found, site_store, site_sync,  # noqa: E402
                     tenants, user_files)
 from tests.helpers import flow_policy  # noqa: E402
 
@@ -218,22 +218,19 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--only", nargs="*", default=list(SCENARIOS))
     args = ap.parse_args()
-    LocalCluster(sync_every_s=0, step_manager=True).up(log=lambda line: None)
-    slurm = Slurm()
-    release = slurm.version().split()[-1]
-    arms = ("rescue", "none", "mem-update") if mem_update(release) else ("rescue", "none")
-    result: dict = {"release": release, "grown_mb": GROWN_MB, "scenarios": {}}
-    with tenants(slurm, (USER,), ROOT) as shared:
+    # The step manager 26.05's --mem-update needs, for the bench alone.
+    with cluster_as_found(step_manager=True), tenants(Slurm(), (USER,), ROOT) as shared:
+        slurm = Slurm()
+        release = slurm.version().split()[-1]
+        arms = ("rescue", "none", "mem-update") if mem_update(release) else ("rescue", "none")
+        result: dict = {"release": release, "grown_mb": GROWN_MB, "scenarios": {}}
         pw = pwd.getpwnam(USER)
         site = site_store(shared, flow_policy(first_batch_timeout_s="30"))
         state = shared / "root" / "time-limits.json"
-        try:
-            for name in args.only:
-                result["scenarios"][name] = scenario(slurm, name, shared, site, pw.pw_uid,
-                                                     pw.pw_gid, state, arms)
-                print(name, json.dumps(result["scenarios"][name]), flush=True)
-        finally:     # the cluster's own table back
-            own_table_back()
+        for name in args.only:
+            result["scenarios"][name] = scenario(slurm, name, shared, site, pw.pw_uid,
+                                                 pw.pw_gid, state, arms)
+            print(name, json.dumps(result["scenarios"][name]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rescue.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"Slurm {release}; each workload's next job after it grew by {GROWN_MB} MB, "

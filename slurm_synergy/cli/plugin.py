@@ -29,7 +29,7 @@ from slurm_synergy.chains import read_chains
 from slurm_synergy.decisions.service import (DecisionRequest, DecisionService, Refusal,
                                               own_store)
 from slurm_synergy.decisions.rescue import GpuEvidence, ledger_path, rescue_round
-from slurm_synergy.decisions.rounds import keep_running, name_process
+from slurm_synergy.decisions.rounds import keep_running, last_round_path, name_process
 from slurm_synergy.decisions.sync import TIMER_NAME as SYNC_TIMER, keep_syncing, sync
 from slurm_synergy.decisions.table import Owned, entries_of, read, table_path
 from slurm_synergy.decisions.timelimits import (
@@ -56,23 +56,26 @@ def run(args: argparse.Namespace) -> int:
         table = args.table or table_path()
         rates, ledger = rates_path(table), ledger_path(table)
 
-        def one_round() -> str:
-            """A round of root's timer, in its line: jobs that ran out of memory or GPU
-            memory at the decided size put back first (slurmctld holds them only minutes),
-            then limits."""
+        def one_round() -> tuple[str, bool]:
+            """A round of root's timer, in its line, and whether it looked at everything:
+            jobs that ran out of memory or GPU memory at the decided size put back first
+            (slurmctld holds them only minutes), then limits."""
+            ok = True
             try:
                 gpus = GpuEvidence.of_cluster(slurm.config().get("ClusterName", ""))
                 rescued = rescue_round(slurm, ledger, gpus).line()
             except SynergyError as e:
-                rescued = f"jobs out of memory not looked at: {e}"
+                rescued, ok = f"jobs out of memory not looked at: {e}", False
             limits = tick(slurm, lambda: load_policy(policy_path()).time_rule, args.state,
-                          rates, raise_left_s(args.every or 0)).line()
-            return "; ".join(part for part in (rescued, limits) if part)
+                          rates, raise_left_s(args.every or 0))
+            line = "; ".join(part for part in (rescued, limits.line()) if part)
+            return line, ok and not limits.faults
         if args.every:
             name_process(LIMITS_TIMER)
-            keep_running(one_round, args.every, log=lambda line: print(line, flush=True))
+            keep_running(one_round, args.every, log=lambda line: print(line, flush=True),
+                         record=last_round_path(table, LIMITS_TIMER))
         else:
-            print(one_round())
+            print(one_round()[0])
     elif args.action == "explain":
         print(explain(args.fingerprint, args.partition, args.qos))
     elif args.action == "install":

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 from slurm_synergy.decisions.limits import Cap
 from slurm_synergy.decisions.rescue import ledger_path, rescued_workloads
 from slurm_synergy.decisions.service import DecisionRequest, DecisionService, Refusal
-from slurm_synergy.decisions.rounds import keep_running
+from slurm_synergy.decisions.rounds import keep_running, last_round_path
 from slurm_synergy.decisions.timelimits import write_rates
 from slurm_synergy.decisions.table import (MAX_PER_USER, Held, Owned, fit, owned_by_other,
                                            render, table_path, uids_of, write)
@@ -247,4 +247,5 @@ def keep_syncing(every_s: float, path: Path | None = None, partition: str | None
                  log: Callable[[str], None] = print) -> None:
     """sync every `every_s` seconds, for ever (a site's cron as one process: the local
     cluster's sync timer)."""
-    keep_running(lambda: sync(path=path, partition=partition), every_s, log)
+    keep_running(lambda: (sync(path=path, partition=partition), True), every_s, log,
+                 last_round_path(path or table_path(), TIMER_NAME))

@@ -98,6 +98,7 @@ class Round:
     raised: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)      # "job (why)"
     notes: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)    # what it could not look at, and why
 
     def line(self) -> str:
         """One line saying what was done ("" where nothing)."""
@@ -108,7 +109,7 @@ class Round:
             parts.append(f"time_min set on job(s) {', '.join(self.set)}")
         if self.left:
             parts.append(f"left as they are: {', '.join(self.left)}")
-        return "; ".join(parts + self.notes)
+        return "; ".join(parts + self.notes + self.faults)
 
 
 def load_record(path: Path) -> Record:
@@ -344,12 +345,12 @@ def tick(slurm: Slurm, rule: Callable[[], TimeRule], state: Path, rates_file: Pa
     try:
         put_back(slurm, record, left_s, done)
     except SynergyError as e:
-        done.notes.append(f"running jobs not looked at: {e}")
+        done.faults.append(f"running jobs not looked at: {e}")
     try:
         set_time_mins(slurm, record, rule(), read_rates(rates_file) if rates_file else {},
                       done, deadline, clock)
     except SynergyError as e:
-        done.notes.append(f"pending jobs not looked at: {e}")
+        done.faults.append(f"pending jobs not looked at: {e}")
     if json.dumps(asdict(record), sort_keys=True) != before:   # an idle round writes nothing
         _save(state, record)
     return done

@@ -38,7 +38,19 @@ def test_up_is_idempotent(box):
     assert {name: box._pid(name) for name in box.daemons} == pids
 
 
-def test_up_starts_roots_timers_and_up_without_them_stops_them(box):
+def status_once(passes, timeout_s: float = 60) -> str:
+    """`synergy cluster status` once `passes` its text (a timer's first round takes a
+    moment after it starts), else the assertion with the last text."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = synergy("cluster", "status").stdout
+        if passes(text):
+            return text
+        assert time.monotonic() < deadline, text
+        time.sleep(1)
+
+
+def test_up_starts_roots_timers_and_up_without_them_stops_them(box, tmp_path):
     try:
         proc = synergy("cluster", "up")
         assert proc.returncode == 0, proc.stderr
@@ -54,6 +66,26 @@ def test_up_starts_roots_timers_and_up_without_them_stops_them(box):
         status = synergy("cluster", "status").stdout
         assert f"{'sync-timer':<13} up    pid {pid}" in status
         assert f"{'limits-timer':<13} up    pid {limits}" in status
+        # Brought up again with a policy of its own (as a bench does), which is then
+        # removed: the timers run with that policy, so their rounds fail, and status says
+        # so; up with the cluster's own settings starts them again, and their rounds pass.
+        bench = tmp_path / "bench"
+        bench.mkdir()
+        (bench / "policy.toml").write_text((paths.ETC / "policy.toml").read_text())
+        proc = synergy("cluster", "up", env={"SYNERGY_POLICY": str(bench / "policy.toml")})
+        assert proc.returncode == 0, proc.stderr
+        assert "restarting the sync timer" in proc.stdout, proc.stdout
+        assert box._pid("sync-timer") not in (None, pid)
+        (bench / "policy.toml").unlink()
+        bench.rmdir()
+        failing = status_once(lambda text: text.count("FAILED: ") == 2)
+        assert "FAILED: round failed: SynergyError: no site policy at" in failing, failing
+        assert "FAILED: pending jobs not looked at: no site policy at" in failing, failing
+        proc = synergy("cluster", "up")
+        assert proc.returncode == 0, proc.stderr
+        assert "restarting the sync timer" in proc.stdout and \
+            "restarting the time-limit timer" in proc.stdout, proc.stdout
+        status_once(lambda text: text.count("ran through") == 2 and "FAILED" not in text)
     finally:
         proc = cluster_up()
     assert "stopped the sync timer" in proc.stdout

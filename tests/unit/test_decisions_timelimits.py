@@ -202,6 +202,7 @@ def test_put_back_needs_neither_the_policy_nor_the_queues_texts(files):
     q.running = [running("12", 4, 220)]
     done_ = tick(q, broken, state, rates)
     assert done_.raised == ["12"] and "pending jobs not looked at" in done_.line()
+    assert done_.faults and not done_.notes          # a fault: the timer's status says FAILED
 
 
 def test_root_acts_only_where_a_job_read_again_agrees(files):

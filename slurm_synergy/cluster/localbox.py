@@ -19,7 +19,6 @@ the same state folder and pid files); the node sizing (node.py), the accounting 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -38,13 +37,12 @@ from slurm_synergy.hooks.install import HOOK_FILES, HookPaths, needed_timeout_s,
 from slurm_synergy.plugin.install import install_shim
 from slurm_synergy.model.policy import load_policy
 from slurm_synergy.paths import policy_path
-from slurm_synergy.decisions.rounds import last_round_path, read_last_round
 from slurm_synergy.decisions.sync import TIMER_EVERY_S, TIMER_NAME, sync
 from slurm_synergy.decisions.table import TABLE_NAME
 from slurm_synergy.decisions.timelimits import TIMER_NAME as LIMITS_NAME
 from slurm_synergy.templating import environment
 from slurm_synergy.slurm import Slurm
-from slurm_synergy.cluster import kept, mariadb, node as nodemod, preflight, rootfs
+from slurm_synergy.cluster import kept, mariadb, node as nodemod, preflight, rootfs, timers
 from slurm_synergy.cluster.commands import checked, running_pid, tail
 
 TIMER = "sync-timer"
@@ -267,15 +265,9 @@ class LocalCluster:
         # Not counted in health: a cluster may run without them (cluster up --sync-every 0).
         for timer, what in ((TIMER, "the decision table's sync"),
                             (LIMITS_TIMER, "--time-min for backfill")):
-            pid = self._pid(timer)
-            lines.append(f"{timer:<13} {'up' if pid else 'off':<5} pid {pid or '-'} "
-                         f"({what}; log {self.daemons[timer].log})")
-            last = read_last_round(last_round_path(self.etc / TABLE_NAME,
-                                                   self.daemons[timer].comm))
-            if pid and last is not None:
-                ago = f"{max(0, time.time() - last.at):.0f} s ago"
-                lines.append(f"{'':<13} last round {ago}: " + (
-                    "ran through" if last.ok else f"FAILED: {last.line}"))
+            d = self.daemons[timer]
+            lines += timers.status_lines(timer, self._pid(timer), what, d.log,
+                                         self.etc / TABLE_NAME, d.comm)
         mode_file = self.state / "mode"
         mode = mode_file.read_text().strip() if mode_file.exists() else "unknown"
         lines.append(f"cgroup enforcement: {describe_mode(mode)}")
@@ -378,33 +370,14 @@ class LocalCluster:
             return ["unshare", "--uts", "--", "sh", "-c", script, "sh", hostname, *argv]
         return argv
 
-    def _settings_file(self, name: str) -> Path:
-        """Where a timer's settings (SYNERGY_*) are kept as it was started with them."""
-        return self.daemons[name].pidfile.with_suffix(".settings")
-
     def _timer_as_now(self, name: str) -> bool:
-        """The timer runs with this process's settings: one started with a store or policy
-        since removed (a bench's) would fail every round, so `up` starts it again."""
-        if not self._alive(name):
-            return False
-        try:
-            return json.loads(self._settings_file(name).read_text()) == _settings()
-        except (OSError, ValueError):
-            return False        # started before settings were kept: as if other
+        """The timer runs with this process's settings: `up` starts it again where not."""
+        return self._alive(name) and timers.runs_as_now(self.daemons[name].pidfile)
 
     def _start_root_timer(self, name: str, action: list[str]) -> None:
-        """`synergy plugin <action> --every sync_every_s` in the background, logging to its
-        daemon's log, on this cluster's table (the sync timer compiles the store this
-        process's environment names: site_store_root)."""
         daemon = self.daemons[name]
-        with open(daemon.log, "a") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "slurm_synergy.cli", "plugin", *action,
-                 "--every", str(self.sync_every_s), "--table", str(self.etc / TABLE_NAME)],
-                stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
-                env=dict(os.environ, SLURM_CONF=str(self.conf)))
-        atomic_write_text(daemon.pidfile, f"{proc.pid}\n")
-        atomic_write_text(self._settings_file(name), json.dumps(_settings()), 0o600)
+        timers.start(action, self.sync_every_s, self.etc / TABLE_NAME, self.conf,
+                     daemon.pidfile, daemon.log)
 
     @property
     def limits_state(self) -> Path:
@@ -460,11 +433,6 @@ class LocalCluster:
             os.kill(pid, signal.SIGKILL)
         self.daemons[name].pidfile.unlink(missing_ok=True)
         return True
-
-
-def _settings() -> dict[str, str]:
-    """This process's SYNERGY_* settings: a root timer started now would run with them."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("SYNERGY_")}
 
 
 def describe_mode(mode: str) -> str:

@@ -68,6 +68,7 @@ LEDGER_BYTES = 16 << 20
 # and up to a minute more; a requeue is possible only while it does.
 LOOK_BACK = "now-15minutes"
 RESCUES_PER_ROUND = 20       # jobs put back in one round, whatever users submit
+LOOKED_PER_ROUND = 500       # lost runs whose admin comments one round reads
 KEEP_S = 30 * 86400          # ledger entries kept this long (a month of reports)
 MAX_KEPT = 20000
 # The mark root adds to the job's admin comment (and its comment, for the user's reports).
@@ -324,14 +325,12 @@ class GpuEvidence:
                    {name: t.memory_mib for name, t in types.items()})
 
 
-def _filled_gpu(run: LostRun, s: Sized, gpus: GpuEvidence | None) -> bool:
-    """A failed run the decision gave fewer or smaller GPUs than it asked, that filled one
-    of them (GPU_FULL) as the epilog measured it."""
-    if gpus is None or run.state != "FAILED" or not s.lowered_gpus(gpus.memory_mib):
-        return False
-    records = stats_for(gpus.stats_dir, {run.job_id})[0].get(run.job_id, [])
-    shares = [r.mem_full_share for r in records if r.mem_full_share is not None]
-    return bool(shares) and max(shares) >= GPU_FULL
+    def filled(self, job_ids: set[str]) -> set[str]:
+        """Those of these jobs a GPU of which the epilog measured at GPU_FULL of its board
+        or more (one listing of the folder for them all)."""
+        records = stats_for(self.stats_dir, job_ids)[0]
+        return {job for job, runs in records.items()
+                if max((r.mem_full_share or 0.0 for r in runs), default=0.0) >= GPU_FULL}
 
 
 def rescue_round(slurm: Slurm, path: Path, gpus: GpuEvidence | None = None,
@@ -342,21 +341,30 @@ def rescue_round(slurm: Slurm, path: Path, gpus: GpuEvidence | None = None,
     done = Rescued()
     ledger = load_ledger(path)
     before = len(ledger.jobs)
-    fresh = [o for o in slurm.lost_runs(LOOK_BACK) if o.job_id not in ledger.jobs]
+    # Out of memory first, then the newest: where many failed (a user's failing array),
+    # a round stays bounded and the rest wait for the next.
+    fresh = sorted((r for r in slurm.lost_runs(LOOK_BACK) if r.job_id not in ledger.jobs
+                    and (r.out_of_memory or gpus is not None)),
+                   key=lambda r: (not r.out_of_memory, -int(r.job_id)))[:LOOKED_PER_ROUND]
     if not fresh:
         return done
-    texts = slurm.sacct_texts([o.job_id for o in fresh], ["AdminComment"])
-    config: dict[str, str] | None = None
-    put_back: list[LostRun] = []
-    n = 0
+    texts = slurm.sacct_texts([r.job_id for r in fresh], ["AdminComment"])
+    ours: list[tuple[LostRun, Sized, str]] = []
     for run in fresh:
         admin = texts.get(run.job_id, {}).get("AdminComment", "")
         s = sized(admin)
-        if s is None or f" {MARK}=" in f" {admin}":
-            continue        # not ours, or put back once already
+        if s is not None and f" {MARK}=" not in f" {admin}":
+            ours.append((run, s, admin))        # else not ours, or put back once already
+    lowered = {run.job_id for run, s, _ in ours if gpus is not None and run.state == "FAILED"
+               and not run.out_of_memory and s.lowered_gpus(gpus.memory_mib)}
+    filled = gpus.filled(lowered) if gpus is not None and lowered else set()
+    config: dict[str, str] | None = None
+    put_back: list[LostRun] = []
+    n = 0
+    for run, s, admin in ours:
         if run.out_of_memory and s.lowered_memory():
             kind = "oom"
-        elif _filled_gpu(run, s, gpus):
+        elif run.job_id in filled:
             kind = "gpu-oom"
         else:
             continue        # its own size, or it failed on its own

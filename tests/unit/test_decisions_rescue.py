@@ -331,3 +331,13 @@ def test_which_decisions_lowered_the_gpus():
     assert s("c1,m1,g1", "c1,m1,g1:a10,w1").lowered_gpus(CATALOG)          # any type asked
     assert s("c1,m1,g1:h100", "c1,m1,g1:a10,w1").lowered_gpus(CATALOG)     # not in catalog
     assert not s("c1,m1,g1:a10", "c1,m1,g1:a100,w1").lowered_gpus(CATALOG)
+
+
+def test_a_flood_of_failed_runs_is_read_in_bounded_rounds_out_of_memory_first(
+        ledger, gpus, monkeypatch):
+    monkeypatch.setattr(rescue, "LOOKED_PER_ROUND", 3)
+    runs = [failed(str(i)) for i in range(10, 20)] + [oom("5")]
+    c = Cluster(runs, {"5": ADMIN})
+    rescue_round(c, ledger, gpus)
+    read = next(call for call in c.calls if call[0] == "sacct --json")
+    assert read == ("sacct --json", ("5", "19", "18"))

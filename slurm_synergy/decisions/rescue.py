@@ -277,7 +277,7 @@ def _one(slurm: Slurm, run: LostRun, kind: str, s: Sized, ledger: Ledger,
             entry.outcome += f"; not released: {str(e).splitlines()[0]}"
     if entry.outcome == "requeued":
         done.requeued.append(run.job_id)
-        if kind != "run":
+        if kind == "gpu-oom":
             done.on_gpu.append(run.job_id)
         return True
     done.refused.append(f"{run.job_id} ({entry.outcome})")
@@ -323,7 +323,6 @@ class GpuEvidence:
         types = site_catalog(policy_path()).types
         return cls(paths.cluster_stats_dir(cluster),
                    {name: t.memory_mib for name, t in types.items()})
-
 
     def filled(self, job_ids: set[str]) -> set[str]:
         """Those of these jobs a GPU of which the epilog measured at GPU_FULL of its board

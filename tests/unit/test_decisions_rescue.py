@@ -90,6 +90,10 @@ def test_a_job_lowered_below_what_it_asked_is_put_back_once_with_what_it_asked(l
     c = Cluster([oom()], {"7": ADMIN})
     done = rescue_round(c, ledger, clock=lambda: 1000.0)
     assert done.requeued == ["7"] and not done.refused
+    # Out of memory, not GPU memory: the timer's line says which.
+    assert done.on_gpu == [] and "(GPU memory)" not in done.line()
+    assert done.line().startswith("ran out of memory at the decided size, put back with "
+                                  "what they asked: job(s) 7")
     steps = [call[0] for call in c.calls]
     # Read again by id, the ledger written, then requeued held, sized, begun now, released.
     assert steps == ["sacct", "sacct --json", "squeue", "requeuehold", "hold", "mark",

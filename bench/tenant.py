@@ -19,28 +19,29 @@ from typing import Iterator
 
 from slurm_synergy.cluster.localbox import LocalCluster
 from slurm_synergy.cluster.users import ensure_user, reachable
+from slurm_synergy.decisions.sync import TIMER_EVERY_S
 from slurm_synergy.slurm import Slurm
 
 ACCOUNT = "synergy-tenants"
 
 
 @contextlib.contextmanager
-def cluster_as_found(**up: bool) -> Iterator[None]:
-    """The local cluster up with its timers off (and `up`'s settings: step_manager) for
+def cluster_as_found(step_manager: bool = False) -> Iterator[None]:
+    """The local cluster up with its timers off (and the step manager, where asked) for
     the block; afterwards as it was found: down, or up with its own settings and its
     timers on or off, on the environment as it is then (`up` restarts a timer started with
     a bench's store or policy), and its own decision table compiled again."""
     found = LocalCluster()
     was_up, timers_on = found.status()[0], found.timer_running()
-    LocalCluster(sync_every_s=0, **up).up(log=lambda line: None)   # type: ignore[arg-type]
+    LocalCluster(sync_every_s=0, step_manager=step_manager).up(log=lambda line: None)
     try:
         yield
     finally:
         if not was_up:
             LocalCluster().down(log=lambda line: None)
         else:
-            LocalCluster(**({} if timers_on else {"sync_every_s": 0})  # type: ignore[arg-type]
-                         ).up(log=lambda line: None)
+            LocalCluster(sync_every_s=TIMER_EVERY_S if timers_on else 0).up(
+                log=lambda line: None)
             own_table_back()
 
 

@@ -68,7 +68,7 @@ class NodeSpace:
         """The earliest start (and its node, the first in order) at which `size` fits for
         `span_s` on one node of `mask` beside everything held; (inf, -1) where none does
         within the window."""
-        fits = (self.free >= np.asarray(size)).all(axis=2)
+        fits = np.asarray((self.free >= np.asarray(size)).all(axis=2))
         ok = fits & (self.times <= self.horizon) & mask[:, None]
         has = ok.any(axis=1)
         if not has.any():

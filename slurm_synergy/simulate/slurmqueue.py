@@ -306,7 +306,7 @@ def _backfill(q: _Queue, now: float) -> None:
     head = q.pending[:q.sched.bf_max_job_test]
     sizes = np.array([q.size(j).triple for _, j in head], dtype=np.int64)
     states, where = np.unique(q.free, axis=0, return_inverse=True)
-    room = (states[None, :, :] >= sizes[:, None, :]).all(axis=2)      # job x free state
+    room = np.asarray((states[None, :, :] >= sizes[:, None, :]).all(axis=2))  # job x state
     parts = {j.partition for _, j in head}
     if parts == {""}:
         can = room.any(axis=1)

@@ -134,6 +134,7 @@ bench: setup
 	$(PY) bench/bench_backfill.py --rounds 3; \
 	$(PY) bench/bench_prediction.py; \
 	$(PY) bench/bench_timelimits.py; \
+	$(PY) bench/bench_site.py --quick; \
 	$(PY) bench/bench_attack.py; \
 	$(PY) bench/bench_timer_calls.py; \
 	$(PY) bench/bench_timer_stopped.py; \

@@ -83,12 +83,9 @@ class NodeSpace:
         plain[rows] = math.inf
         best = float(plain.min())
         rows = rows[at[rows] <= best]
+        at = plain
         if len(rows):
-            exact = self._earliest_in(rows, fits[rows], ok[rows], span_s)
-            at = plain
-            at[rows] = exact
-        else:
-            at = plain
+            at[rows] = self._earliest_in(rows, fits[rows], ok[rows], span_s)
         n = int(at.argmin())
         return (float(at[n]), n) if at[n] < math.inf else (math.inf, -1)
 
